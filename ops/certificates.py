@@ -1,0 +1,87 @@
+"""Certificates: per architecture and per cell, what the oracle battery proved and on which source.
+
+A certificate is a JSON file beside its kernel (``ops/sampling/greedy_argmax.py`` ->
+``ops/sampling/greedy_argmax.cert.json``), written only by ``tools/certify-cells``.  Each arch section
+records the sha256 of the kernel and reference sources it was earned on; when the sources change the
+section is *stale* and certified dispatch stops routing to the kernel.  A missing arch reads as unknown.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import pathlib
+
+from ops.catalog import Arch, Entry
+
+CERTIFIED = "certified"
+FAILED = "failed"
+
+
+def certificate_path(entry: Entry) -> pathlib.Path:
+    return pathlib.Path(entry.kernel_file).with_suffix(".cert.json")
+
+
+def source_digest(entry: Entry) -> str:
+    """sha256 of the kernel module (kernel + launch plan + entry and its cells) and the reference."""
+    digest = hashlib.sha256()
+    for role, path in (("kernel", entry.kernel_file), ("reference", entry.reference_file)):
+        digest.update(role.encode() + b"\0" + pathlib.Path(path).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def load(entry: Entry) -> dict:
+    """The certificate as written, or an empty one."""
+    path = certificate_path(entry)
+    if not path.exists():
+        return {"op": entry.name, "archs": {}}
+    return json.loads(path.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def _dispatch_view(entry: Entry) -> tuple[str, dict]:
+    return source_digest(entry), load(entry)
+
+
+def forget_cached() -> None:
+    """Drop what dispatch read, after a certificate or a source changed in this process."""
+    _dispatch_view.cache_clear()
+
+
+def arch_status(entry: Entry, arch: Arch, certificate: dict | None = None, digest: str | None = None) -> str:
+    """``fresh``, ``stale`` or ``unknown`` for this entry's certificate section of ``arch``."""
+    certificate = load(entry) if certificate is None else certificate
+    section = certificate["archs"].get(arch.value)
+    if section is None:
+        return "unknown"
+    digest = source_digest(entry) if digest is None else digest
+    return "fresh" if section["source_sha256"] == digest else "stale"
+
+
+def why_not_certified(entry: Entry, arch: Arch, cell_id: str) -> str | None:
+    """None when ``cell_id`` holds a fresh certificate for ``arch``; else the reason, in words."""
+    digest, certificate = _dispatch_view(entry)
+    status = arch_status(entry, arch, certificate, digest)
+    if status != "fresh":
+        return f"certificate for {arch.value} is {status}"
+    cell = certificate["archs"][arch.value]["cells"].get(cell_id)
+    if cell is None or cell["status"] != CERTIFIED:
+        return f"cell {cell_id} is not certified on {arch.value}"
+    return None
+
+
+def recertify_command(entry: Entry, arch: Arch) -> str:
+    device = "cpu" if arch is Arch.CPU_INTERP else "cuda"
+    return f"tools/certify-cells --op {entry.name} --device {device}  # on a {arch.value} machine"
+
+
+def write_section(entry: Entry, arch: Arch, section: dict) -> pathlib.Path:
+    """Replace ``arch``'s section of the entry's certificate (other archs are kept as they are)."""
+    certificate = load(entry)
+    certificate["op"] = entry.name
+    certificate["archs"][arch.value] = section
+    certificate["archs"] = dict(sorted(certificate["archs"].items()))
+    path = certificate_path(entry)
+    path.write_text(json.dumps(certificate, indent=2, sort_keys=False) + "\n")
+    forget_cached()
+    return path
