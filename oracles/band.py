@@ -1,0 +1,106 @@
+"""Band parity: error against float64 truth, in ULPs of the output dtype at each row's scale.
+
+For every output element, ``error_ulp = |out - truth| / ulp(max |truth| of its row)`` (a row is the
+last dimension).  The implementation passes when its worst error is at most
+``max(2 x the stock op's worst error on the same inputs, 1 ULP)``; both numbers and both relative
+RMS errors are reported, so a tolerance is never a bare constant.  Where truth is not finite
+(``lse = -inf`` of an empty row) the output must equal it exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from oracles.failures import OracleFailure
+from oracles.tensors import as_outputs
+
+STOCK_FACTOR = 2.0
+FLOOR_ULP = 1.0
+
+
+def significand_bits(dtype: torch.dtype) -> int:
+    """Explicit mantissa bits of a floating dtype (bf16 7, fp16 10, fp32 23, e4m3 3)."""
+    return {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52,
+            torch.float8_e4m3fn: 3, torch.float8_e5m2: 2}[dtype]
+
+
+def row_ulp(truth: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """One ULP of ``dtype`` at each row's largest finite |truth| (smallest normal for a zero row)."""
+    finite = torch.where(truth.isfinite(), truth.abs(), torch.zeros_like(truth))
+    scale = finite.amax(dim=-1, keepdim=True) if truth.dim() else finite
+    scale = scale.clamp_min(torch.finfo(dtype).tiny)
+    return torch.exp2(torch.floor(torch.log2(scale)) - significand_bits(dtype))
+
+
+@dataclasses.dataclass
+class OutputError:
+    error_ulp: float       # worst per-element error, in row-scale ULPs
+    relative_rms: float    # ||out - truth|| / ||truth|| over finite truth
+
+
+def output_error(output: torch.Tensor, truth: torch.Tensor) -> OutputError:
+    truth = truth.to(torch.float64)
+    if output.shape != truth.shape:
+        raise OracleFailure("parity", f"shape {tuple(output.shape)} != {tuple(truth.shape)}")
+    if output.numel() == 0:
+        return OutputError(0.0, 0.0)
+    value = output.to(torch.float64)
+    finite = truth.isfinite()
+    # non-finite truth must be matched exactly; NaN output against finite truth is an infinite error
+    exact_miss = (~finite) & (value != truth)
+    diff = torch.where(finite, (value - truth).abs(), torch.zeros_like(truth))
+    diff = torch.where(finite & value.isnan(), torch.full_like(diff, math.inf), diff)
+    error_ulp = (diff / row_ulp(truth, output.dtype)).max().item()
+    if exact_miss.any():
+        error_ulp = math.inf
+    norm = torch.where(finite, truth, torch.zeros_like(truth)).norm().item()
+    relative_rms = diff.norm().item() / norm if norm > 0 else (0.0 if diff.norm().item() == 0 else math.inf)
+    return OutputError(error_ulp, relative_rms)
+
+
+@dataclasses.dataclass
+class BandReport:
+    kernel_error_ulp: float
+    stock_error_ulp: float
+    allowed_error_ulp: float
+    kernel_relative_rms: float
+    stock_relative_rms: float
+
+    @property
+    def passed(self) -> bool:
+        return self.kernel_error_ulp <= self.allowed_error_ulp
+
+
+def band_report(output, stock_output, truth) -> BandReport:
+    """Judge every floating output of ``output`` against ``truth``, with the stock op's error beside it.
+
+    Integer and bool outputs of a band op must be bitwise equal to truth's (checked by the caller).
+    """
+    outputs, stocks, truths = as_outputs(output), as_outputs(stock_output), as_outputs(truth)
+    if len(outputs) != len(truths):
+        raise OracleFailure("parity", f"{len(outputs)} outputs, expected {len(truths)}")
+    kernel = [output_error(o, t) for o, t in zip(outputs, truths) if o.is_floating_point()]
+    stock = [output_error(s, t) for s, t in zip(stocks, truths) if s.is_floating_point()]
+    kernel_ulp = max((e.error_ulp for e in kernel), default=0.0)
+    stock_ulp = max((e.error_ulp for e in stock), default=0.0)
+    return BandReport(
+        kernel_error_ulp=kernel_ulp,
+        stock_error_ulp=stock_ulp,
+        allowed_error_ulp=max(STOCK_FACTOR * stock_ulp, FLOOR_ULP),
+        kernel_relative_rms=max((e.relative_rms for e in kernel), default=0.0),
+        stock_relative_rms=max((e.relative_rms for e in stock), default=0.0),
+    )
+
+
+def check_band(output, stock_output, truth, what: str) -> BandReport:
+    report = band_report(output, stock_output, truth)
+    if not report.passed:
+        raise OracleFailure(
+            "parity",
+            f"{what}: error {report.kernel_error_ulp:.3g} ULP exceeds the band {report.allowed_error_ulp:.3g} ULP "
+            f"(stock op {report.stock_error_ulp:.3g} ULP; relative RMS kernel {report.kernel_relative_rms:.3g}, "
+            f"stock {report.stock_relative_rms:.3g})",
+        )
+    return report

@@ -1,0 +1,38 @@
+"""Batch invariance: a row's output is bitwise the same alone, in a larger batch, and moved.
+
+``batch_args`` name the arguments whose dim 0 is the batch; every output is batched on dim 0.
+The full batch is compared with each checked row alone (sliced, so a strided view stays strided: the
+full batch is the larger batch, and may take another launch path) and with the batch rotated by one
+(every row at another position).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from oracles.bitwise import check_bitwise
+from oracles.tensors import as_outputs, clone_inputs
+
+
+def _take_rows(kwargs: dict, batch_args: tuple[str, ...], rows: torch.Tensor | slice) -> dict:
+    picked = dict(clone_inputs(kwargs))
+    for name in batch_args:
+        picked[name] = kwargs[name][rows]
+    return picked
+
+
+def check_batch_invariance(fn: Callable, kwargs: dict, batch_args: tuple[str, ...], full: tuple) -> None:
+    """``full``: the outputs of ``fn`` on the whole batch (already computed by the parity oracle)."""
+    batch = kwargs[batch_args[0]].shape[0]
+    if batch == 0:
+        return
+    for row in sorted({0, batch // 2, batch - 1}):
+        alone = as_outputs(fn(**_take_rows(kwargs, batch_args, slice(row, row + 1))))
+        check_bitwise(alone, tuple(out[row:row + 1] for out in full),
+                      f"row {row} of {batch} computed alone", oracle="batch_invariance")
+    device = kwargs[batch_args[0]].device
+    rotated = torch.roll(torch.arange(batch, device=device), 1)
+    moved = as_outputs(fn(**_take_rows(kwargs, batch_args, rotated)))
+    check_bitwise(moved, tuple(out[rotated] for out in full),
+                  f"batch of {batch} rotated by one row", oracle="batch_invariance")

@@ -1,0 +1,55 @@
+"""Eager vs CUDA-graph parity: capture once, replay with new inputs copied into the captured buffers.
+
+Serving engines capture a decode step once and replay it with new metadata every step.  Here the
+call is captured on the first case; then for each later case (>= 3 replays): the case is copied into
+the captured input buffers, an eager call of another shape runs in between (so any state the op
+keeps outside the graph moves on), the graph is replayed, and its outputs (and in-place arguments)
+must be bitwise equal to an eager call on the same case.  CPU: not applicable (reported as skipped).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+from oracles.bitwise import check_bitwise
+from oracles.failures import OracleFailure
+from oracles.tensors import as_outputs, clone_inputs
+
+MIN_REPLAYS = 3
+
+
+def graph_parity_applies(device: torch.device) -> bool:
+    return device.type == "cuda"
+
+
+def check_graph_parity(fn: Callable, cases: Sequence[dict], interleaved: Sequence[dict],
+                       in_place: tuple[str, ...] = ()) -> None:
+    """``cases`` share shapes and layouts (cases[0] is captured); ``interleaved`` are other shapes."""
+    if len(cases) < MIN_REPLAYS + 1:
+        raise ValueError(f"cases: need >= {MIN_REPLAYS + 1} inputs of one shape, got {len(cases)}")
+    static = clone_inputs(cases[0])
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (compilation, autotuning) outside the capture
+        fn(**clone_inputs(cases[0]))
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            captured = as_outputs(fn(**static))
+    except Exception as error:  # noqa: BLE001 - a call that cannot be captured is the finding
+        raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "
+                                            f"{type(error).__name__}: {error}") from None
+    for replay, case in enumerate(list(cases[1:]) + [cases[0]], start=1):
+        for name, value in case.items():
+            if isinstance(value, torch.Tensor):
+                static[name].copy_(value)
+        for other in interleaved:
+            fn(**clone_inputs(other))
+        graph.replay()
+        eager_inputs = clone_inputs(case)
+        eager = as_outputs(fn(**eager_inputs)) + tuple(eager_inputs[name] for name in in_place)
+        torch.cuda.synchronize()
+        check_bitwise(captured + tuple(static[name] for name in in_place), eager,
+                      f"replay {replay} of the captured graph vs eager", oracle="graph_parity")

@@ -1,0 +1,70 @@
+"""Inputs for ``greedy_argmax``: recipes inside a cell's bounds, and the tensors they build.
+
+A recipe: ``{"R", "V", "dtype", "layout", "values", "seed"}`` — sizes from the cell (edges favoured),
+one of the legal row layouts with NaN garbage between rows, and a value mode that plants NaN, +-inf,
+signed zeros, subnormals, ties and tail maxima (``suites/strategies/values.py``).
+"""
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from suites.strategies.layouts import LAYOUTS, row_view
+from suites.strategies.shapes import seeds, sizes
+from suites.strategies.values import MODES, row_values
+
+# The interpreter costs about 3 ms per program: on the CPU keep R * V under 2**21 elements, so one
+# example (about a dozen calls across the battery) stays within seconds.  GPUs take the full cell.
+CPU_ELEMENT_BUDGET = 2**21
+
+
+def _vocab_cap(rows: int, device: torch.device) -> int | None:
+    return CPU_ELEMENT_BUDGET // max(rows, 1) if device.type == "cpu" else None
+
+
+def _dtype_names(cell) -> list[str]:
+    return [str(dtype).removeprefix("torch.") for dtype in cell.bounds["dtype"].choices]
+
+
+def recipes(cell, device) -> st.SearchStrategy[dict]:
+    device = torch.device(device)
+
+    @st.composite
+    def draw_recipe(draw):
+        rows = draw(sizes(cell.bounds["R"]))
+        return {
+            "R": rows,
+            "V": draw(sizes(cell.bounds["V"], cap=_vocab_cap(rows, device))),
+            "dtype": draw(st.sampled_from(_dtype_names(cell))),
+            "layout": draw(st.sampled_from(LAYOUTS)),
+            "values": draw(st.sampled_from(MODES)),
+            "seed": draw(seeds()),
+        }
+
+    return draw_recipe()
+
+
+def corners(cell, device) -> list[dict]:
+    """Both bounds of R against both bounds of V, and a block edge, each in another dtype/layout/mode."""
+    device = torch.device(device)
+    rows_span, vocab_span = cell.bounds["R"], cell.bounds["V"]
+    shapes = []
+    for rows in (rows_span.lo, rows_span.hi):
+        cap = _vocab_cap(rows, device)
+        widest = vocab_span.hi if cap is None else max(vocab_span.lo, min(vocab_span.hi, cap))
+        shapes += [(rows, vocab_span.lo), (rows, widest), (rows, min(4097, widest))]  # 4097: a block + 1
+    dtypes, modes = _dtype_names(cell), ("specials", "ties", "signed_zeros", "neg_inf", "tail_max")
+    return [
+        {"R": rows, "V": vocab, "dtype": dtypes[i % len(dtypes)], "layout": LAYOUTS[i % len(LAYOUTS)],
+         "values": modes[i % len(modes)], "seed": cell.seed("corner", i)}
+        for i, (rows, vocab) in enumerate(dict.fromkeys(shapes))
+    ]
+
+
+def build(recipe: dict, device) -> dict:
+    device = torch.device(device)
+    dtype = getattr(torch, recipe["dtype"])
+    generator = torch.Generator(device=device).manual_seed(recipe["seed"])
+    logits = row_view(recipe["R"], recipe["V"], dtype, recipe["layout"], device)
+    logits.copy_(row_values(recipe["R"], recipe["V"], dtype, recipe["values"], generator, device))
+    return {"logits": logits}

@@ -1,0 +1,32 @@
+"""Sizes inside a cell's bounds, biased toward the values that break kernels.
+
+Besides uniform draws, a size is drawn from the *edges* of its span: both bounds, one inside each
+bound, and every block edge (a multiple of a power-of-two block, and one either side of it), so
+"not a multiple of any block" and "exactly one block" both come up early.
+"""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from ops.catalog import Span
+
+BLOCKS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+
+def edge_sizes(span: Span, cap: int | None = None) -> list[int]:
+    hi = span.hi if cap is None else min(span.hi, cap)
+    candidates = {span.lo, span.lo + 1, hi, hi - 1}
+    for block in BLOCKS:
+        for multiple in (block, 2 * block, 3 * block):
+            candidates.update({multiple - 1, multiple, multiple + 1})
+    return sorted(v for v in candidates if span.lo <= v <= hi)
+
+
+def sizes(span: Span, cap: int | None = None) -> st.SearchStrategy[int]:
+    """A size in ``span`` (and <= ``cap``, a per-device budget), half the time on an edge."""
+    hi = span.hi if cap is None else max(span.lo, min(span.hi, cap))
+    return st.one_of(st.sampled_from(edge_sizes(span, cap)), st.integers(span.lo, hi))
+
+
+def seeds() -> st.SearchStrategy[int]:
+    return st.integers(0, 2**31 - 1)
