@@ -53,7 +53,7 @@ def corners(cell, device) -> list[dict]:
         cap = _vocab_cap(rows, device)
         widest = vocab_span.hi if cap is None else max(vocab_span.lo, min(vocab_span.hi, cap))
         shapes += [(rows, vocab_span.lo), (rows, widest), (rows, min(4097, widest))]  # 4097: a block + 1
-    dtypes, modes = _dtype_names(cell), ("specials", "ties", "signed_zeros", "neg_inf", "tail_max")
+    dtypes, modes = _dtype_names(cell), ("specials", "ties", "tail_max", "neg_inf", "signed_zeros")
     return [
         {"R": rows, "V": vocab, "dtype": dtypes[i % len(dtypes)], "layout": LAYOUTS[i % len(LAYOUTS)],
          "values": modes[i % len(modes)], "seed": cell.seed("corner", i)}

@@ -1,0 +1,40 @@
+"""What every op suite shares: this machine's device, arch marks, and the battery as pytest checks."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import settings
+
+from oracles.battery import CellResult, Implementation, run_cell
+from tools.certify import describe
+
+
+def machine_device() -> torch.device:
+    """Where the suites run kernels: the GPU when there is one, else the CPU (Triton interpreter)."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def arch_marks(archs) -> list:
+    """The pytest marks of the architectures an entry claims."""
+    return [getattr(pytest.mark, arch.marker) for arch in sorted(archs, key=lambda arch: arch.value)]
+
+
+def cell_params(entry) -> list:
+    return [pytest.param(cell, id=cell.id) for cell in entry.cells]
+
+
+def certify_cell(entry, cell, impl: Implementation | None = None, **options) -> CellResult:
+    """Run the battery on one cell with the active Hypothesis profile's number of draws."""
+    impl = impl or Implementation.of_kernels(entry)
+    options.setdefault("max_examples", settings.default.max_examples)
+    return run_cell(entry, impl, cell, machine_device(), **options)
+
+
+def assert_certified(result: CellResult, impl: str | None = None) -> None:
+    assert result.status == "certified", describe(result, machine_device().type, impl)
+
+
+def assert_rejected(result: CellResult, oracle: str, impl: str) -> None:
+    """A negative control: the battery must reject ``impl``, and through the expected oracle."""
+    assert result.status == "failed", f"the battery accepted {impl}, which it must reject ({oracle})"
+    assert result.failure.oracle == oracle, describe(result, machine_device().type, impl)

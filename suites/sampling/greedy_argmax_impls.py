@@ -1,0 +1,78 @@
+"""Other implementations of ``greedy_argmax`` for the battery to judge: one correct, many wrong.
+
+Each wrong one breaks the contract in one way a real kernel does; ``test_greedy_argmax.py`` checks
+that the battery (and ``tools/certify-cells --impl``) rejects every one and accepts the correct one.
+Judge one yourself: ``tools/certify-cells --op greedy_argmax --impl suites.sampling.greedy_argmax_impls:NAME``.
+"""
+from __future__ import annotations
+
+import torch
+
+from references.sampling.greedy_argmax import greedy_argmax as reference
+from references.sampling.greedy_argmax import validate
+
+
+def _first_nan_or_max(values: torch.Tensor) -> torch.Tensor:
+    is_nan = values.isnan()
+    best = values.nan_to_num(nan=-torch.inf).max(dim=1, keepdim=True).values
+    hit = torch.where(is_nan.any(dim=1, keepdim=True), is_nan, values == best)
+    return hit.int().argmax(dim=1)  # the first True: argmax of 0/1 ties at the first one
+
+
+def correct_via_max(logits):
+    """Correct: a different formulation (row max, then the first column equal to it; NaN first)."""
+    validate(logits)
+    return _first_nan_or_max(logits.float())
+
+
+def last_index_on_ties(logits):
+    validate(logits)
+    flipped = reference(logits.flip(1))
+    return logits.shape[1] - 1 - flipped
+
+
+def nan_ignored(logits):
+    validate(logits)
+    return reference(logits.float().nan_to_num(nan=-torch.inf))
+
+
+def strided_rows_read_as_contiguous(logits):
+    validate(logits)
+    rows, vocab = logits.shape
+    packed = torch.as_strided(logits, (rows, vocab), (vocab, 1)) if rows else logits
+    return reference(packed)
+
+
+def int32_output(logits):
+    return reference(logits).to(torch.int32)
+
+
+def dropped_tail(logits):
+    """Only whole 64-column blocks are reduced: the last V % 64 columns are never seen."""
+    validate(logits)
+    whole = logits.shape[1] // 64 * 64 or logits.shape[1]
+    return reference(logits[:, :whole])
+
+
+def negative_zero_below_positive(logits):
+    """Orders -0.0 below +0.0 (a max on a total order of bit patterns), so +0.0 wins a zero tie."""
+    validate(logits)
+    values = logits.float()
+    nudged = torch.where((values == 0) & ~values.signbit(), torch.full_like(values, 1e-45), values)
+    return reference(nudged)
+
+
+def large_batch_bug(logits):
+    """Right up to 255 rows; from 256 rows (a large-batch path) the last row is the one before it."""
+    out = reference(logits)
+    if logits.shape[0] >= 256:
+        out[-1] = out[-2]
+    return out
+
+
+def missing_refusal(logits):
+    """Checks nothing: column-strided, transposed or 1-D logits are silently reduced."""
+    values = torch.as_tensor(logits).float()
+    if values.dim() != 2 or values.shape[1] == 0:
+        return torch.zeros(values.shape[0] if values.dim() else 0, dtype=torch.int64)
+    return _first_nan_or_max(values)

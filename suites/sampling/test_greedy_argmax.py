@@ -1,0 +1,85 @@
+"""greedy_argmax: every cell through the whole battery, and the battery against wrong kernels."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from oracles.battery import Implementation
+from ops.sampling.greedy_argmax import ENTRY
+from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell
+from suites.sampling import greedy_argmax_impls as impls
+
+pytestmark = arch_marks(ENTRY.archs)
+IMPLS = "suites.sampling.greedy_argmax_impls"
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_cell(cell):
+    assert_certified(certify_cell(ENTRY, cell))
+
+
+# (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it)
+WRONG = [
+    ("last_index_on_ties", "decode_small_batch", "parity"),
+    ("nan_ignored", "decode_small_batch", "parity"),
+    ("strided_rows_read_as_contiguous", "decode_small_batch", "parity"),
+    ("int32_output", "decode_small_batch", "parity"),
+    ("dropped_tail", "decode_small_batch", "parity"),
+    ("negative_zero_below_positive", "decode_small_batch", "parity"),
+    ("large_batch_bug", "decode_large_batch", "parity"),
+    ("missing_refusal", "decode_small_batch", "refusals"),
+]
+
+
+@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
+def test_battery_rejects(name, cell_id, oracle):
+    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=10, shrink=False)
+    assert_rejected(result, oracle, impl.label)
+
+
+def test_large_batch_bug_hides_from_small_batches():
+    """The large-batch control is right below 256 rows: only a cell reaching that path exposes it."""
+    impl = Implementation(f"{IMPLS}:large_batch_bug", {ENTRY.name: impls.large_batch_bug})
+    assert_certified(certify_cell(ENTRY, ENTRY.cell("decode_mid_batch"), impl, max_examples=4), impl.label)
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_battery_accepts_another_correct_implementation(cell):
+    impl = Implementation(f"{IMPLS}:correct_via_max", {ENTRY.name: impls.correct_via_max})
+    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+
+
+def _certify(*words):
+    return subprocess.run([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu",
+                           *words], capture_output=True, text=True)
+
+
+def test_cli_rejects_a_wrong_impl_with_a_reproduction():
+    run = _certify("--impl", f"{IMPLS}:dropped_tail", "--cell", "decode_small_batch", "--no-shrink")
+    assert run.returncode == 1, run.stdout + run.stderr
+    reproduce = next(line for line in run.stdout.splitlines() if "reproduce:" in line)
+    command = reproduce.split("reproduce:", 1)[1].strip()
+    replayed = subprocess.run(command, shell=True, capture_output=True, text=True)
+    assert replayed.returncode == 1 and "oracle:  parity" in replayed.stdout, replayed.stdout + replayed.stderr
+
+
+def test_cli_accepts_a_correct_impl_and_writes_no_certificate(tmp_path):
+    run = _certify("--impl", f"{IMPLS}:correct_via_max", "--max-examples", "1", "--report", str(tmp_path / "r.json"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "wrote" not in run.stdout and (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("words, reason", [
+    (("--impl", "no_such_module_here"), "cannot import"),
+    (("--impl", f"{IMPLS}:no_such_function"), "no callable"),
+    (("--cell", "no_such_cell"), "no cell"),
+    (("--max-examples", "-1"), "negative"),
+    (("--replay", "{not json"), "--replay"),
+])
+def test_cli_usage_errors_exit_2_in_one_line(words, reason):
+    run = _certify(*words)
+    assert run.returncode == 2 and reason in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr

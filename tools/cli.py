@@ -1,0 +1,29 @@
+"""Conventions every tool shares: exit 0 pass, 1 a finding, 2 a usage or input error in one line."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+
+class UsageError(Exception):
+    """Bad flags, unreadable files, unknown names: reported in one line, exit 2, no traceback."""
+
+
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> None:
+    try:
+        code = main(argv)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is a one-line UsageError (exit 2) rather than a usage dump."""
+
+    def error(self, message):
+        raise UsageError(f"{message} (see {self.prog} --help)")
