@@ -21,7 +21,7 @@ from references.formats.e2m1 import (
     unpack_nibbles,
 )
 from references.formats.e4m3 import E4M3_MAX, e4m3_satfinite_rne
-from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_dequantize, nvfp4_quantize
+from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_dequantize, nvfp4_global_scale, nvfp4_quantize
 from references.formats.scale_layout import from_swizzled_128x4, to_swizzled_128x4
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "e4m3_satfinite_rne",
     "from_swizzled_128x4",
     "nvfp4_dequantize",
+    "nvfp4_global_scale",
     "nvfp4_quantize",
     "pack_nibbles",
     "to_swizzled_128x4",

@@ -46,6 +46,25 @@ from references.formats.refusals import (
 )
 
 NVFP4_BLOCK = 16
+# The encode scale maps the tensor's amax to the largest product of an E4M3 scale and an E2M1 value.
+GLOBAL_SCALE_NUMERATOR = 448.0 * 6.0
+
+
+def nvfp4_global_scale(x: torch.Tensor) -> torch.Tensor:
+    """The contract's encode scale for ``x``: float32 ``[1]``, ``448 * 6 / amax|x|``, 1.0 when amax is 0.
+
+    One IEEE division of two float32 tensors. Beware ``2688 / amax`` in PyTorch: a number divided by
+    a tensor is ``amax.reciprocal() * 2688``, two roundings, a different scale for e.g. ``amax = 80``.
+    An amax below ``2688 / float32_max`` (about 7.9e-36) gives inf, out of the contract's domain.
+
+    >>> nvfp4_global_scale(torch.tensor([[80.0, -2.0]], dtype=torch.bfloat16)).item()
+    33.599998474121094
+    """
+    require_tensor("x", x)
+    require_dtype("x", x, (torch.bfloat16, torch.float16, torch.float32))
+    amax = x.float().abs().amax() if x.numel() else torch.zeros((), device=x.device)
+    numerator = torch.tensor(GLOBAL_SCALE_NUMERATOR, device=x.device)
+    return torch.where(amax == 0, 1.0, numerator / amax).reshape(1)
 
 
 def validate_global_scale(global_scale) -> None:
