@@ -90,6 +90,6 @@ def from_swizzled_128x4(swizzled: torch.Tensor, rows: int, cols: int) -> torch.T
         raise refuse("swizzled", f"has {swizzled.numel()} elements, {rows} x {cols} scales swizzle to {expected}",
                      "pass the buffer from to_swizzled_128x4 and the unpadded rows, cols it was made from")
     row_tiles, col_tiles = _ceil_div(rows, TILE_ROWS), _ceil_div(cols, TILE_COLS)
-    tiles = swizzled.view(torch.uint8).view(row_tiles, col_tiles, LANES, ROW_GROUPS, TILE_COLS)
+    tiles = swizzled.view(torch.uint8).reshape(row_tiles, col_tiles, LANES, ROW_GROUPS, TILE_COLS)
     padded = tiles.permute(0, 3, 2, 1, 4).reshape(row_tiles * TILE_ROWS, col_tiles * TILE_COLS)
     return padded[:rows, :cols].contiguous().view(swizzled.dtype)

@@ -54,3 +54,27 @@ def e4m3_flush_subnormals(values: torch.Tensor) -> torch.Tensor:
     """Flush results below the smallest normal 2**-6 to zero (an FTZ conversion)."""
     rounded = e4m3_satfinite_rne(values).float()
     return torch.where(rounded.abs() < 2.0**-6, 0.0 * rounded, rounded).to(torch.float8_e4m3fn)
+
+
+def _scatter_by_offset(block_scales: torch.Tensor, offset) -> torch.Tensor:
+    rows, cols = block_scales.shape
+    padded_rows, padded_cols = -(-rows // 128) * 128, -(-cols // 4) * 4
+    m = torch.arange(rows).repeat_interleave(cols)
+    k = torch.arange(cols).repeat(rows)
+    out = torch.zeros(padded_rows * padded_cols, dtype=torch.uint8)
+    out[offset(m, k, padded_cols)] = block_scales.view(torch.uint8).flatten()
+    return out.view(block_scales.dtype)
+
+
+def swizzle_without_lane_interleave(block_scales: torch.Tensor) -> torch.Tensor:
+    """128x4 tiles in the right order, but each tile row-major (row m at (m % 128) * 4): no 32x4 interleave."""
+    return _scatter_by_offset(block_scales, lambda m, k, padded_cols:
+                              ((m // 128) * (padded_cols // 4) + k // 4) * 512 + (m % 128) * 4 + k % 4)
+
+
+def swizzle_column_tiles_outer(block_scales: torch.Tensor) -> torch.Tensor:
+    """Right tiles, but ordered column tile first (K-major tile order), as if the scales were transposed."""
+    padded_rows = -(-block_scales.shape[0] // 128) * 128
+    return _scatter_by_offset(block_scales, lambda m, k, padded_cols:
+                              ((k // 4) * (padded_rows // 128) + m // 128) * 512
+                              + (m % 32) * 16 + ((m % 128) // 32) * 4 + k % 4)
