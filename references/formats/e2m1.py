@@ -51,8 +51,8 @@ def e2m1_encode(values: torch.Tensor) -> torch.Tensor:
         index += magnitude >= midpoint if i % 2 == 1 else magnitude > midpoint
     is_nan = values.isnan()
     index = torch.where(is_nan, torch.full_like(index, E2M1_NAN_CODE), index)
-    sign = (values.signbit() & ~is_nan).to(torch.uint8)
-    return index | (sign << 3)
+    sign = values.signbit() & ~is_nan
+    return torch.where(sign, index | E2M1_SIGN_BIT, index)
 
 
 def _decode_table(device: torch.device) -> torch.Tensor:

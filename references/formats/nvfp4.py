@@ -19,10 +19,14 @@ Decisions where the contract leaves room, taken as NVIDIA's formats and the serv
   next to ``amax``) gets ``out_scale = 0`` and codes ±0 by the sign of each element. This is what
   ``cvt.rn.satfinite.e4m3x2.f32`` does in TensorRT-LLM's and FlashInfer's quantize kernels, and it
   decodes (scale 0 -> 0) without a special case.
-- ``out_scale`` is computed with two IEEE reciprocals and a multiply, as written; TensorRT-LLM's
-  kernel has the same form with approximate reciprocals, torchao uses ``global_scale / sf``. These
-  differ from ours by an ulp on some inputs, which moves codes at E2M1 midpoints: the contract
-  chose the IEEE form so that it is reproducible on every device.
+- Every step is the IEEE operation written. TensorRT-LLM's quantize kernels compute the same chain
+  with approximate reciprocals (``SFScaleVal * (vecMax * rcp.approx(6))``, then
+  ``rcp.approx(sf * rcp.approx(SFScaleVal))``), and some of its variants test ``vecMax != 0`` where
+  the contract tests ``sf != 0`` (a block whose scale underflows then gets ``out_scale = inf``);
+  torchao divides by a decode scale and uses ``(1 / decode_scale) / sf``. Each differs from the
+  contract by an ulp on some inputs, which moves a code sitting on an E2M1 midpoint or a block scale
+  on an E4M3 tie (``suites/quant/test_crosscheck_torchao.py`` pins torchao's differences). The
+  contract takes the IEEE form because every device can reproduce it bit for bit.
 - Values of ``global_scale`` are not checked (that would need a device sync): 0, inf, negative or
   NaN scales are out of the contract and the formula is applied literally (e.g. ``global_scale =
   inf`` saturates every nonzero element and encodes the zeros of such blocks as NaN -> code 7, see

@@ -5,6 +5,7 @@ Each check is a function returning its mismatches, so that the same check is run
 """
 from __future__ import annotations
 
+import doctest
 import math
 
 import pytest
@@ -20,6 +21,10 @@ from references.formats import (
     pack_nibbles,
     unpack_nibbles,
 )
+import references.formats.e2m1
+import references.formats.e4m3
+import references.formats.nvfp4
+import references.formats.scale_layout
 from suites.quant import wrong_encoders
 from suites.quant.exact_rounding import float32_neighbours, nearest_even_index, random_float32
 
@@ -225,3 +230,10 @@ def test_e4m3_check_rejects_wrong_encoder(wrong_encode, caught_at):
 def test_building_blocks_refuse_with_the_argument_named(call, argument, error):
     with pytest.raises(error, match=f"^{argument}: .* — "):
         call()
+
+
+@pytest.mark.parametrize("module", [references.formats.e2m1, references.formats.e4m3, references.formats.nvfp4,
+                                    references.formats.scale_layout], ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0

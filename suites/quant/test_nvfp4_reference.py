@@ -242,6 +242,20 @@ def test_quantize_accepts_empty_and_strided_inputs():
                    nvfp4_quantize(strided.contiguous(), torch.tensor([3.0]))))
 
 
+def test_out_of_contract_global_scales_follow_the_formula_literally():
+    """Not a requirement on kernels (global_scale is positive and finite in every cell): the pinned
+    answer of the reference, so that it does not drift. inf: sf = 448, 1 / inf = 0, out_scale = 1 / 0
+    = inf, every element saturates and zeros become 0 * inf = NaN -> code 7; an all-zero block has
+    sf = e4m3(inf * 0) = NaN. 0: sf = 0 everywhere, codes ±0."""
+    x = torch.tensor([[1.0, 0.0, -2.0] + [0.0] * 13 + [0.0] * 16], dtype=torch.bfloat16)
+    packed, block_scales = nvfp4_quantize(x, torch.tensor([torch.inf]))
+    assert unpack_nibbles(packed).tolist() == [[7, 7, 15] + [7] * 29]
+    assert block_scales[0, 0].item() == 448.0 and block_scales[0, 1].float().isnan()
+    packed, block_scales = nvfp4_quantize(x, torch.tensor([0.0]))
+    assert unpack_nibbles(packed).tolist() == [[0, 0, 8] + [0] * 29]
+    assert block_scales.float().tolist() == [[0.0, 0.0]]
+
+
 def test_quantize_codes_are_e2m1_of_x_times_out_scale():
     """The block structure, separately from the hand-worked literals: on random data, every code is
     e2m1(x * out_scale) with out_scale from that block's own scale, never a neighbour's."""
