@@ -159,6 +159,14 @@ def test_e4m3_decode_every_code():
     assert torch.equal(decoded[finite].signbit(), expected[finite].signbit())
 
 
+def test_e4m3_every_code_round_trips():
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    back = e4m3_satfinite_rne(codes.view(torch.float8_e4m3fn).float()).view(torch.uint8)
+    is_nan = (codes & 0x7F) == 0x7F
+    assert torch.equal(back[~is_nan], codes[~is_nan])  # -0.0 (0x80) included
+    assert ((back[is_nan] & 0x7F) == 0x7F).all()
+
+
 def e4m3_hard_values() -> torch.Tensor:
     """Every E4M3 value and every midpoint between neighbours (subnormals included), one float32 ulp
     either side, both signs; the overflow region around 448 and 464 (where old torch went NaN); 1e30,

@@ -131,7 +131,21 @@ EXAMPLE_TIES_AFTER_SCALING = HandWorked(
     block_scales=[[448.0, 240.0]],
 )
 
-HAND_WORKED = {"unit_scale": EXAMPLE_UNIT_SCALE, "ties_after_scaling": EXAMPLE_TIES_AFTER_SCALING}
+# A block scale exactly on an E4M3 tie, reached only through the IEEE division bmax / 6:
+# 1.015625 / 6 = 0x1.5aaaaap-3 and global_scale 0x1.91b91cp+2 times that = 1.0625 exactly, the tie of
+# 1.0 (code 0x38, even) and 1.125 (0x39) -> sf 1.0. Multiplying by fp32(1 / 6) instead gives
+# 0x1.5aaaacp-3, then 1.0625001 -> 1.125 (TensorRT-LLM's vecMax * rcp(6) has this form).
+# out_scale = 1 / (1.0 * 0x1.464646p-3) = 0x1.91b91cp+2; codes 1.015625 -> 6.375 -> 7,
+# -0.5 -> -3.138 -> 13, 0.25 -> 1.569 -> 1.5, code 3.
+EXAMPLE_SCALE_TIE = HandWorked(
+    x=[_row([1.015625, -0.5, 0.25])],
+    global_scale=float.fromhex("0x1.91b91cp+2"),
+    packed=[[0xD7, 0x03, 0, 0, 0, 0, 0, 0]],
+    block_scales=[[1.0]],
+)
+
+HAND_WORKED = {"unit_scale": EXAMPLE_UNIT_SCALE, "ties_after_scaling": EXAMPLE_TIES_AFTER_SCALING,
+               "scale_tie": EXAMPLE_SCALE_TIE}
 
 
 def hand_worked_mismatches(quantize: Callable, example: HandWorked) -> list[str]:
