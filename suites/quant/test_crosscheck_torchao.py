@@ -12,8 +12,9 @@ but differs from the contract by design in exactly three ways, each pinned below
 3. It scales elements by ``(1 / decode_scale) / sf``; the contract by ``1 / (sf * (1 / global_scale))``.
    Off by an ulp on some blocks, which moves an element sitting on an E2M1 midpoint by one code.
 
-Everything else (E2M1 round-to-nearest-even with sign kept, saturation, the E4M3 cast, nibble order,
-scale layout) agrees bitwise, which is what the first test shows.
+Everything else (E2M1 round-to-nearest-even with sign kept, saturation, the E4M3 cast, nibble order)
+agrees bitwise, which is what the first test shows; torchao's ``to_blocked`` (the cuBLAS scale layout)
+is also our 128x4 swizzle, byte for byte.
 """
 from __future__ import annotations
 
@@ -21,7 +22,14 @@ import pytest
 import torch
 
 import references.formats.nvfp4 as nvfp4_module
-from references.formats import E2M1_MIDPOINTS, e2m1_encode, nvfp4_global_scale, nvfp4_quantize, unpack_nibbles
+from references.formats import (
+    E2M1_MIDPOINTS,
+    e2m1_encode,
+    nvfp4_global_scale,
+    nvfp4_quantize,
+    to_swizzled_128x4,
+    unpack_nibbles,
+)
 from suites.quant import wrong_encoders
 from suites.quant.hard_cases import BLOCKS_PER_ROW, midpoint_landing_rows, nvfp4_hard_rows
 
@@ -153,3 +161,11 @@ def test_torchao_differs_only_in_the_three_pinned_ways_on_midpoint_landing_data(
         assert (explained | ~code_differs).all(), f"amax {amax}: a code differs away from a midpoint"
         codes_moved += int(code_differs.sum())
     assert codes_moved > 0, "the data no longer reaches the rounding difference it was built for"
+
+
+@pytest.mark.parametrize("rows, cols", [(1, 1), (129, 5), (300, 9), (256, 448)])
+def test_torchao_to_blocked_is_our_128x4_swizzle(rows, cols):
+    to_blocked = pytest.importorskip("torchao.prototype.mx_formats.utils").to_blocked
+    scales = torch.randint(1, 256, (rows, cols), generator=torch.Generator().manual_seed(rows), dtype=torch.int32)
+    scales = scales.to(torch.uint8)
+    assert torch.equal(to_blocked(scales), to_swizzled_128x4(scales))
