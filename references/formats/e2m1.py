@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from references.formats.refusals import refuse, require_dtype, require_tensor
+from references.validation import refuse, require_dtype, require_tensor
 
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 E2M1_MAX = 6.0

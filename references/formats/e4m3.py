@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from references.formats.refusals import require_dtype, require_tensor
+from references.validation import require_dtype, require_tensor
 
 E4M3_MAX = 448.0
 

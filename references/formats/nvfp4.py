@@ -40,7 +40,7 @@ import torch
 
 from references.formats.e2m1 import E2M1_MAX, e2m1_decode, e2m1_encode, pack_nibbles, unpack_nibbles
 from references.formats.e4m3 import e4m3_satfinite_rne
-from references.formats.refusals import (
+from references.validation import (
     refuse,
     require_dtype,
     require_ndim,

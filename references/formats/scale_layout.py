@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from references.formats.refusals import refuse, require_ndim, require_tensor
+from references.validation import refuse, require_ndim, require_tensor
 
 TILE_ROWS = 128
 TILE_COLS = 4
