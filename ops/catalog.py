@@ -132,6 +132,21 @@ class FallbackRefused(RuntimeError):
     """Raised when ``KPARITY_REQUIRE_CERTIFIED=1`` and an input has no certified kernel here."""
 
 
+@dataclasses.dataclass(frozen=True)
+class BenchCase:
+    """One row of ``tools/bench``: a call made on the device, and the fewest bytes it must move.
+
+    The bench times the kernel and the stock op (and any ``competitors``) on the same inputs, and
+    reports achieved bandwidth against a device copy measured in the same run.
+    """
+
+    label: str
+    make: Callable[[torch.device], dict]
+    bytes_moved: Callable[..., int]
+    target: str = ""
+    competitors: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
+
+
 FALLBACKS: collections.Counter = collections.Counter()
 """(op name, reason) -> number of calls that ran the stock op instead of the kernel."""
 
@@ -170,6 +185,7 @@ class Entry:
     in_place: tuple[str, ...] = ()
     siblings: tuple[str, ...] = ()
     properties: tuple[Callable, ...] = ()
+    bench: tuple[BenchCase, ...] = ()
     backend: str = "triton"
 
     def __post_init__(self):

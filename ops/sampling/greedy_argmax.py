@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.catalog import ALL_ARCHS, Cell, Entry, OneOf, Parity, Span
+from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import sm_count
 from references.sampling import greedy_argmax as contract
 
@@ -151,6 +151,10 @@ def bytes_moved(logits: torch.Tensor) -> int:
     return logits.shape[0] * logits.shape[1] * logits.element_size() + 8 * logits.shape[0]
 
 
+def _bench_logits(rows: int, vocab: int):
+    return lambda device: {"logits": torch.randn(rows, vocab, device=device).to(torch.bfloat16)}
+
+
 # -- catalog entry --------------------------------------------------------------------------------
 def params_of(logits):
     return {"R": logits.shape[0], "V": logits.shape[1], "dtype": logits.dtype}
@@ -182,4 +186,9 @@ ENTRY = Entry(
     refusals=contract.REFUSALS,
     batch_invariant=True,
     batch_args=("logits",),
+    bench=(
+        BenchCase("bf16 [1024, 262144]", _bench_logits(1024, 262144), bytes_moved, ">= 85% of copy bandwidth"),
+        BenchCase("bf16 [256, 152064]", _bench_logits(256, 152064), bytes_moved, ">= 2x torch.argmax"),
+        BenchCase("bf16 [1, 152064]", _bench_logits(1, 152064), bytes_moved, "<= 8 us"),
+    ),
 )
