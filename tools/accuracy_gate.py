@@ -74,8 +74,9 @@ def list_keys(keys: list, item_field: str) -> str:
 
 
 def sort_keys(keys) -> list:
-    # Ids may mix ints and strings across a malformed pair of files; sort on a printable form.
-    return sorted(keys, key=lambda key: tuple((type(part).__name__, str(part)) for part in key))
+    # Integer ids in numeric order; ids may mix ints, strings and None (no seed), which do not compare.
+    return sorted(keys, key=lambda key: tuple((0, part, "") if isinstance(part, int) else (1, 0, str(part))
+                                              for part in key))
 
 
 @dataclasses.dataclass
@@ -373,7 +374,10 @@ def _refuse(message: str, as_json: bool, details: dict | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a one-line usage error (2): a return code, like every path
+        return int(stop.code or 0)
     if not (math.isfinite(args.alpha) and 0.0 < args.alpha < 1.0):
         return _refuse(f"--alpha: {args.alpha:g} is not strictly between 0 and 1 — pass e.g. 0.05", args.json)
     if args.max_drop is not None:
