@@ -23,7 +23,6 @@ numbers the gate prints would then be wrong.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -34,6 +33,7 @@ import numpy as np
 from scipy.stats import norm
 
 from oracles import mcnemar
+from tools import accuracy_gate
 
 PROG = "accuracy-simulation"
 GSM8K_PAIRS = 1319
@@ -209,14 +209,9 @@ def write_plot(rows: list[dict], pairs: int, path: pathlib.Path) -> None:
     pyplot.close(figure)
 
 
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    parser = accuracy_gate.OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0].split(": ", 1)[1])
     parser.add_argument("--pairs", type=int, default=GSM8K_PAIRS, help=f"items per run (default {GSM8K_PAIRS}, GSM8K)")
     parser.add_argument("--reps", type=int, default=20000, help="simulated tables per (rate, drop) point (default 20000)")
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="folder for the table and the plot")

@@ -156,6 +156,22 @@ def test_max_drop_fails_when_a_larger_drop_is_not_ruled_out(tmp_path, capsys):
     assert code == 0
 
 
+def test_max_drop_replaces_significance_with_non_inferiority(tmp_path, capsys):
+    """A lossy candidate 1 pt worse on 5000 items: significantly worse, yet provably within a 2-pt
+    margin (passes with --max-drop 2); a 4-pt drop is beyond it (negative control: fails)."""
+    base = baseline_outcomes(items=5000)
+    files = {drop: write_lm_eval(tmp_path / f"c{drop}.jsonl",
+                                 {"strict-match": perturb(base, seed=9, noise=0.02, extra_breakage=drop)})
+             for drop in (0.01, 0.04)}
+    baseline = write_lm_eval(tmp_path / "b.jsonl", {"strict-match": base})
+    code, out, _ = run_gate(capsys, baseline, files[0.01])
+    assert code == 1 and "significantly worse" in out
+    code, out, _ = run_gate(capsys, baseline, files[0.01], "--max-drop", "2")
+    assert code == 0 and "non-inferiority" in out
+    code, out, _ = run_gate(capsys, baseline, files[0.04], "--max-drop", "2")
+    assert code == 1 and "a drop beyond the 2.00-pt margin is not ruled out" in out
+
+
 def test_alpha_moves_the_decision(tmp_path, capsys):
     # 9 against, 2 for: one-sided exact p = 67/2048 = 0.0327.
     base = np.array([1] * 9 + [0] * 2 + [1] * 50)
