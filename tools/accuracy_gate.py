@@ -39,7 +39,7 @@ PROG = "accuracy-gate"
 # Tried in order when --metric is not given: what lm-eval's generative (gsm8k: exact_match) and
 # multiple-choice (mmlu, arc: acc) tasks write per sample.
 DEFAULT_METRICS = ("exact_match", "acc")
-# lm-eval's per-sample digests of the document, the prompt and the target (lm-eval >= 0.4.3).
+# lm-eval's per-sample sha256 digests of the document, the prompt and the target (in its newer releases).
 PAIRING_HASHES = ("doc_hash", "prompt_hash", "target_hash")
 # The filter name lm-eval gives unfiltered responses; plain JSONL records are judged as this filter.
 UNFILTERED = "none"
@@ -89,7 +89,6 @@ def sort_keys(keys) -> list:
 class SamplesFile:
     """The outcomes of one side (one or several seed files), keyed for pairing."""
 
-    argument: str  # BASELINE or CANDIDATE, for messages
     format: str  # "lm-eval" or "plain"
     metric: str  # the field read as the outcome
     outcomes: dict  # Key -> Outcome
@@ -157,7 +156,7 @@ def read_side(argument: str, spec: str, requested_metric: str | None) -> Samples
     for seed, path in parse_side(argument, spec):
         try:
             with open(path, encoding="utf-8") as handle:
-                lines = list(enumerate(handle, start=1))
+                lines = list(enumerate(handle, start=1))  # read here: a decoding error surfaces while reading
         except (OSError, UnicodeDecodeError) as error:
             raise GateInputError(f"{argument}: cannot read {path!r}: {getattr(error, 'strerror', None) or error}")
         file_seed_mode = None  # for plain files: does every line carry "seed"?
@@ -181,12 +180,14 @@ def read_side(argument: str, spec: str, requested_metric: str | None) -> Samples
                                          f"--metric {requested_metric!r} applies to lm-eval samples files — drop it")
                 metric = "correct" if line_format == "plain" else _choose_metric(record, requested_metric,
                                                                                   argument, where)
-                side = SamplesFile(argument=argument, format=line_format, metric=metric, outcomes={})
+                side = SamplesFile(format=line_format, metric=metric, outcomes={})
             elif line_format != side.format:
                 raise GateInputError(f"{where}: a {line_format} record in a side whose first record is {side.format}")
             if line_format == "lm-eval":
                 item = _item_id(record["doc_id"], "doc_id", where)
                 filter_name = record.get("filter", UNFILTERED)
+                if not isinstance(filter_name, str):
+                    raise GateInputError(f"{where}: filter is {filter_name!r} — lm-eval writes the filter's name")
                 line_seed = seed
             else:
                 item = _item_id(record["id"], "id", where)

@@ -17,7 +17,6 @@ The story, top to bottom:
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import hashlib

@@ -312,6 +312,7 @@ def test_plain_records_may_carry_their_seed(tmp_path, capsys):
     ('{"doc_id": 0, "filter": "none", "exact_match": 0.5}\n', ["exact_match is 0.5", "--metric"]),
     ('{"doc_id": 0, "filter": "none", "f1": 1.0}\n', ["carries none of exact_match, acc", "f1", "--metric NAME"]),
     ('{"doc_id": [0], "filter": "none", "acc": 1}\n', ["doc_id is [0]", "integer or a string"]),
+    ('{"doc_id": 0, "filter": null, "acc": 1}\n', ["filter is None"]),
     ('{"doc_id": 0, "acc": 1}\n{"doc_id": 1}\n', ["b.jsonl:2: no 'acc' field"]),
     ('{"doc_id": 0, "acc": 1}\n{"id": 1, "correct": true}\n', ["b.jsonl:2: a plain record", "lm-eval"]),
     ('{"id": 0, "correct": true, "seed": 1}\n{"id": 1, "correct": true}\n', ["has no \"seed\" field"]),
