@@ -37,12 +37,13 @@ class LaunchPlan:
     chunk: int       # columns per program (a multiple of block)
 
 
-def launch_plan(rows: int, vocab: int, element_size: int, sms: int) -> LaunchPlan:
+def launch_plan(rows: int, vocab: int, element_size: int, sms: int,
+                programs_per_sm: int = 4, sweep_bytes: int = 8192, num_warps: int | None = None) -> LaunchPlan:
     # 8 KB per sweep (4096 bf16 or 2048 fp32 columns) keeps loads in flight at 8 warps.
-    block = max(min(triton.next_power_of_2(vocab), 8192 // element_size), 16)
+    block = max(min(triton.next_power_of_2(vocab), sweep_bytes // element_size), 16)
     # Fewer rows than 4 programs per SM cannot hide memory latency: split rows, but keep chunks of at
     # least 1024 columns so the merge stays negligible.
-    target_programs = 4 * sms
+    target_programs = programs_per_sm * sms
     splits = 1
     if rows < target_programs:
         splits = max(1, min(triton.cdiv(target_programs, max(rows, 1)), triton.cdiv(vocab, 1024)))
@@ -50,8 +51,23 @@ def launch_plan(rows: int, vocab: int, element_size: int, sms: int) -> LaunchPla
         block = min(block, max(triton.next_power_of_2(triton.cdiv(vocab, splits)), 1024))
     chunk = triton.cdiv(triton.cdiv(vocab, splits), block) * block
     splits = triton.cdiv(vocab, chunk)
-    num_warps = 8 if block >= 4096 else 4
+    if num_warps is None:
+        num_warps = 8 if block >= 4096 else 4
     return LaunchPlan(block=block, num_warps=num_warps, splits=splits, chunk=chunk)
+
+
+def bench_variants(logits: torch.Tensor) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    rows, vocab = logits.shape
+    variants = {}
+    for programs_per_sm in (2, 4, 8, 16):
+        for sweep_bytes in (4096, 8192, 16384):
+            for num_warps in (4, 8):
+                plan = launch_plan(rows, vocab, logits.element_size(), sm_count(logits.device),
+                                   programs_per_sm, sweep_bytes, num_warps)
+                label = f"{programs_per_sm}/SM {sweep_bytes // 1024}KB {num_warps}w ({plan.splits} splits)"
+                variants[label] = lambda logits, plan=plan: run_plan(logits, plan)
+    return variants
 
 
 # -- kernels --------------------------------------------------------------------------------------
