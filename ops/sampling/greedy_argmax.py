@@ -38,11 +38,28 @@ class LaunchPlan:
     unroll: int      # independent 16-byte loads per thread per sweep (bytes in flight)
     splits: int      # programs per row
     chunk: int       # columns per program (a multiple of lanes * unroll)
+    rows_per_program: int = 0  # short rows: a [rows_per_program, lanes] tile per program, no split
+
+
+SHORT_ROW_COLUMNS = 1024  # rows this short are reduced several per program, in one tile
+TILE_ELEMENTS = 4096
+
+
+def _floor_power_of_2(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
 
 
 def launch_plan(rows: int, vocab: int, element_size: int, sms: int,
                 programs_per_sm: int = 4, unroll: int = 4, num_warps: int = 8) -> LaunchPlan:
     vector = 16 // element_size  # columns per 16-byte load
+    columns = max(triton.next_power_of_2(vocab), 16)
+    if columns <= SHORT_ROW_COLUMNS:
+        # a program per short row would be mostly launch cost: take several rows per tile, while
+        # keeping at least one program per SM
+        rows_per_program = _floor_power_of_2(min(TILE_ELEMENTS // columns, triton.cdiv(max(rows, 1), sms)))
+        warps = _floor_power_of_2(max(1, min(num_warps, rows_per_program * columns // (32 * vector))))
+        return LaunchPlan(num_warps=warps, lanes=columns, unroll=1, splits=1, chunk=columns,
+                          rows_per_program=rows_per_program)
     # Fewer rows than `programs_per_sm` per SM cannot keep enough loads in flight: split rows, keeping
     # chunks of at least 1024 columns so the merge stays negligible.
     splits = 1
@@ -123,6 +140,26 @@ def _argmax_chunks(
 
 
 @triton.jit
+def _argmax_short_rows(
+    logits_ptr, row_stride, rows, vocab,
+    out_ptr,
+    ROWS: tl.constexpr, COLS: tl.constexpr, NO_INDEX: tl.constexpr,
+):
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, COLS)[None, :]
+    inside = (row[:, None] < rows) & (cols < vocab)
+    x = tl.load(logits_ptr + row[:, None].to(tl.int64) * row_stride + cols, mask=inside,
+                other=float("-inf")).to(tl.float32)
+    first_nan = tl.min(tl.where(inside & (x != x), cols, NO_INDEX), axis=1)
+    valid = inside & (x == x)
+    x = tl.where(valid, x, float("-inf"))
+    best = tl.max(x, axis=1)
+    # == merges -0.0 with +0.0; an all -inf row has every column equal to its max: column 0
+    first_max = tl.min(tl.where(valid & (x == best[:, None]), cols, NO_INDEX), axis=1)
+    tl.store(out_ptr + row, tl.where(first_nan != NO_INDEX, first_nan, first_max).to(tl.int64), mask=row < rows)
+
+
+@triton.jit
 def _argmax_merge(
     part_value_ptr, part_index_ptr, part_nan_ptr, splits,
     out_ptr,
@@ -147,6 +184,12 @@ def run_plan(logits: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.int64, device=logits.device)
     if rows == 0:
+        return out
+    if plan.rows_per_program:
+        _argmax_short_rows[(triton.cdiv(rows, plan.rows_per_program),)](
+            logits, logits.stride(0), rows, vocab, out,
+            ROWS=plan.rows_per_program, COLS=plan.lanes, NO_INDEX=NO_INDEX, num_warps=plan.num_warps,
+        )
         return out
     one_split = plan.splits == 1
     parts = (1,) if one_split else (rows, plan.splits)
