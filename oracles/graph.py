@@ -32,8 +32,10 @@ def check_graph_parity(fn: Callable, cases: Sequence[dict], interleaved: Sequenc
     static = clone_inputs(cases[0])
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up (compilation, autotuning) outside the capture
-        fn(**clone_inputs(cases[0]))
+    with torch.cuda.stream(side):
+        # warm up (compile, autotune) on the very buffers to be captured, as serving engines do: state
+        # an op keeps keyed on them outside the graph is then stale in every replay
+        fn(**static)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     try:
