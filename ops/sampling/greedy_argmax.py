@@ -63,7 +63,7 @@ def launch_plan(rows: int, vocab: int, element_size: int, sms: int,
     # bandwidth, and at [256, 152064], 25 us = 2.1x torch.argmax; tools/results/bench_greedy_variants.md)
     splits = 1
     if rows < programs_per_sm * sms:
-        splits = max(1, min(triton.cdiv(programs_per_sm * sms, rows), triton.cdiv(vocab, 1024)))
+        splits = max(1, min(triton.cdiv(programs_per_sm * sms, max(rows, 1)), triton.cdiv(vocab, 1024)))
     per_program = triton.cdiv(vocab, splits)
     block = max(min(sweep_bytes // element_size, triton.next_power_of_2(per_program)), 32 * vector)
     # short chunks: fewer warps rather than sweeps of mostly masked columns
