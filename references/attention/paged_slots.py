@@ -23,18 +23,23 @@ import torch
 
 from oracles.in_place import check_in_place_step
 from oracles.tensors import clone_keeping_layout
-from references.validation import Refusal, refuse, require_dtype, require_ndim, require_range, require_same_device, \
-    require_shape, require_tensor
+from references.validation import (
+    Refusal,
+    refuse,
+    require_dtype,
+    require_ndim,
+    require_range,
+    require_same_device,
+    require_shape,
+    require_tensor,
+)
 
 MAX_TRAILING_DIMS = 2
-# Element widths a plane may have: the ops copy bits, so any dtype of 1, 2, 4 or 8 bytes works.
-PLANE_DTYPES = tuple(dtype for dtype in (
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
-    torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
-    torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz))
+ELEMENT_SIZES = (1, 2, 4, 8)   # the ops copy bits: a plane of any dtype of these widths
 _SAME_WIDTH_INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+# -- validation -----------------------------------------------------------------------------------
 def validate_plane_step(plane, page_table, positions) -> None:
     """The checks both rollback ops make on the plane, its page table and the step's positions."""
     for name, value in (("plane", plane), ("page_table", page_table), ("positions", positions)):
@@ -42,7 +47,9 @@ def validate_plane_step(plane, page_table, positions) -> None:
     if not 2 <= plane.dim() <= 2 + MAX_TRAILING_DIMS:
         raise refuse("plane", f"expected [P, S, *E] with at most {MAX_TRAILING_DIMS} trailing dims, got shape "
                               f"{tuple(plane.shape)}", "pass [P, S], [P, S, E] or [P, S, E0, E1]")
-    require_dtype("plane", plane, PLANE_DTYPES)
+    if plane.element_size() not in ELEMENT_SIZES:
+        raise TypeError(f"plane: dtype {str(plane.dtype).replace('torch.', '')} has {plane.element_size()}-byte "
+                        f"elements — pass a plane of 1-, 2-, 4- or 8-byte elements (view it as such)")
     require_range("plane", plane.shape[1], 1, None, "S (slots per page)")
     require_ndim("page_table", page_table, 2, "[B, M]")
     require_dtype("page_table", page_table, (torch.int32,))
@@ -63,45 +70,7 @@ def validate_saved(plane, positions, saved) -> None:
     require_same_device({"plane": plane, "saved": saved})
 
 
-# -- refused inputs both ops share ------------------------------------------------------------------
-def refusal_plane(device, shape=(4, 16, 8), dtype=torch.bfloat16):
-    return torch.zeros(shape, dtype=dtype, device=device)
-
-
-def refusal_table(device, rows=2, pages=3, dtype=torch.int32):
-    return torch.zeros(rows, pages, dtype=dtype, device=device)
-
-
-def refusal_positions(device, rows=2, steps=4, dtype=torch.int32):
-    return torch.zeros(rows, steps, dtype=dtype, device=device)
-
-
-def plane_step_refusals(call) -> tuple[Refusal, ...]:
-    """Refusals of the plane, page table and positions, for either op (``call(device, **override)``)."""
-    return (
-        Refusal("1-D plane", lambda device: call(device, plane=refusal_plane(device, (64,))), "plane"),
-        Refusal("plane with 3 trailing dims", lambda device: call(device, plane=refusal_plane(device, (4, 16, 2, 2, 2))),
-                "plane"),
-        Refusal("plane of 0 slots per page", lambda device: call(device, plane=refusal_plane(device, (4, 0, 8))), "plane"),
-        Refusal("complex128 plane (16-byte elements)",
-                lambda device: call(device, plane=refusal_plane(device, dtype=torch.complex128)), "plane", TypeError),
-        Refusal("1-D page_table", lambda device: call(device, page_table=torch.zeros(3, dtype=torch.int32,
-                                                                                      device=device)),
-                "page_table"),
-        Refusal("int64 page_table", lambda device: call(device, page_table=refusal_table(device, dtype=torch.int64)),
-                "page_table", TypeError),
-        Refusal("positions of another batch", lambda device: call(device, positions=refusal_positions(device, rows=3)),
-                "positions"),
-        Refusal("int64 positions", lambda device: call(device, positions=refusal_positions(device, dtype=torch.int64)),
-                "positions", TypeError),
-        Refusal("3-D positions", lambda device: call(device, positions=refusal_positions(device).view(2, 2, 2)),
-                "positions"),
-        Refusal("positions not a tensor", lambda device: call(device, positions=[[0, 1], [2, 3]]), "positions",
-                TypeError),
-    )
-
-
-
+# -- slots ----------------------------------------------------------------------------------------
 def bits(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor's elements as same-width integers, in place (a view): the ops copy bits, not values."""
     return tensor.view(_SAME_WIDTH_INTS[tensor.element_size()])
@@ -126,7 +95,47 @@ def entry_mask(mask: torch.Tensor, trailing_dims: int) -> torch.Tensor:
     return mask.reshape(*mask.shape, *(1,) * trailing_dims)
 
 
-# -- the contract's property ------------------------------------------------------------------------
+# -- refused inputs both ops share ----------------------------------------------------------------
+def refusal_plane(device, shape=(4, 16, 8), dtype=torch.bfloat16):
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
+def refusal_table(device, rows=2, pages=3, dtype=torch.int32):
+    return torch.zeros(rows, pages, dtype=dtype, device=device)
+
+
+def refusal_positions(device, rows=2, steps=4, dtype=torch.int32):
+    return torch.zeros(rows, steps, dtype=dtype, device=device)
+
+
+def plane_step_refusals(call) -> tuple[Refusal, ...]:
+    """Refusals of the plane, page table and positions, for either op (``call(device, **override)``)."""
+    def plane(**options):
+        return lambda device: call(device, plane=refusal_plane(device, **options))
+
+    def table(**options):
+        return lambda device: call(device, page_table=refusal_table(device, **options))
+
+    def positions(**options):
+        return lambda device: call(device, positions=refusal_positions(device, **options))
+
+    return (
+        Refusal("1-D plane", plane(shape=(64,)), "plane"),
+        Refusal("plane with 3 trailing dims", plane(shape=(4, 16, 2, 2, 2)), "plane"),
+        Refusal("plane of 0 slots per page", plane(shape=(4, 0, 8)), "plane"),
+        Refusal("complex128 plane (16-byte elements)", plane(dtype=torch.complex128), "plane", TypeError),
+        Refusal("1-D page_table", lambda device: call(device, page_table=refusal_table(device)[0]), "page_table"),
+        Refusal("int64 page_table", table(dtype=torch.int64), "page_table", TypeError),
+        Refusal("positions of another batch", positions(rows=3), "positions"),
+        Refusal("int64 positions", positions(dtype=torch.int64), "positions", TypeError),
+        Refusal("3-D positions", lambda device: call(device, positions=refusal_positions(device).view(2, 2, 2)),
+                "positions"),
+        Refusal("positions not a tensor", lambda device: call(device, positions=[[0, 1], [2, 3]]), "positions",
+                TypeError),
+    )
+
+
+# -- the contract's property ----------------------------------------------------------------------
 def _masks_to_try(kwargs: dict) -> list[tuple[str, torch.Tensor]]:
     """The given mask; a save example carries none, so it tries all-rejected, all-kept and alternating."""
     if "rejected" in kwargs:

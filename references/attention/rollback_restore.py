@@ -42,19 +42,21 @@ def stock(plane, page_table, positions, saved, rejected) -> None:
     plane[page[rows, steps].long(), (positions[rows, steps] % slots_per_page).long()] = saved[rows, steps]
 
 
+def _saved(device, shape=(2, 4, 8), dtype=torch.bfloat16):
+    return torch.zeros(shape, dtype=dtype, device=device)
+
+
 def _call(device, **override):
-    kwargs = {"plane": refusal_plane(device), "page_table": refusal_table(device), "positions": refusal_positions(device),
-              "saved": torch.zeros(2, 4, 8, dtype=torch.bfloat16, device=device),
+    kwargs = {"plane": refusal_plane(device), "page_table": refusal_table(device),
+              "positions": refusal_positions(device), "saved": _saved(device),
               "rejected": torch.zeros(2, 4, dtype=torch.bool, device=device)}
     return {**kwargs, **override}
 
 
 REFUSALS = plane_step_refusals(_call) + (
-    Refusal("saved of another shape", lambda device: _call(device, saved=torch.zeros(2, 4, 9, dtype=torch.bfloat16,
-                                                                                     device=device)), "saved"),
-    Refusal("saved without its step axis", lambda device: _call(device, saved=torch.zeros(2, 8, dtype=torch.bfloat16,
-                                                                                          device=device)), "saved"),
-    Refusal("saved of another dtype", lambda device: _call(device, saved=torch.zeros(2, 4, 8, device=device)),
+    Refusal("saved of another shape", lambda device: _call(device, saved=_saved(device, (2, 4, 9))), "saved"),
+    Refusal("saved without its step axis", lambda device: _call(device, saved=_saved(device, (2, 8))), "saved"),
+    Refusal("saved of another dtype", lambda device: _call(device, saved=_saved(device, dtype=torch.float32)),
             "saved", TypeError),
     Refusal("uint8 rejected", lambda device: _call(device, rejected=torch.zeros(2, 4, dtype=torch.uint8,
                                                                                 device=device)),
