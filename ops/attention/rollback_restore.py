@@ -6,9 +6,9 @@ on ``plane``: every live entry with ``rejected[b, j]`` gets ``saved[b, j]`` back
 plane changes (not the kept entries, other pages, other slots); any dtype (bits are copied); bitwise.
 The kernel is ``rollback_save``'s, run in the RESTORE direction (launch plan and reasons there).
 
-Bytes: read ``B * T * 9`` of metadata (position, rejected flag, and a page id for live entries), then
-``R * E * itemsize`` of saved and write as much into the plane, for R rejected live entries: only
-those move.  [512, 16] entries on a [P, 64, 8, 128] bf16 plane with half rejected: 8 MB each way.
+Bytes: read a position per entry (4 B) and a page id and a rejected flag per live entry (5 B), then
+``R * E * itemsize`` of saved, and write as much into the plane, for R rejected live entries: only
+those slots move.  [512, 16] entries on a [P, 64, 8, 128] bf16 plane, half rejected: 8 MB each way.
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def bytes_moved(plane, page_table, positions, saved, rejected) -> int:
     """The bytes the restore must move on these inputs: metadata, then each restored slot twice."""
     live, _, _ = paged_slots.live_slots(page_table, positions, plane.shape[1])
     restored = int((live & rejected).sum())
-    metadata = positions.numel() * (positions.element_size() + rejected.element_size()) + \
-        int(live.sum()) * page_table.element_size()
+    metadata = positions.numel() * positions.element_size() + \
+        int(live.sum()) * (page_table.element_size() + rejected.element_size())
     return metadata + 2 * restored * math.prod(plane.shape[2:]) * plane.element_size()
 
 

@@ -6,11 +6,13 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from oracles.battery import Implementation
 from oracles.failures import OracleFailure
 from ops.attention.rollback_restore import ENTRY
-from references.attention.paged_slots import rollback_restoration
+from ops.certificates import family_imports
+from references.attention.paged_slots import bits, rollback_restoration
 from references.attention.rollback_save import rollback_save as reference_save
 from suites.attention import rollback_restore_impls as impls
 from suites.attention import rollback_save_impls
@@ -26,6 +28,26 @@ IMPLS = "suites.attention.rollback_restore_impls"
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_cell(cell):
     assert_certified(certify_cell(ENTRY, cell))
+
+
+def test_a_new_seed_changes_the_step_but_no_shape():
+    """Graph parity replays the captured call on the recipe under new seeds: positions, pages, masks and
+    values must all change, shapes and layouts must not."""
+    recipe = corners(ENTRY.cell("head_slots"), machine_device())[0]
+    first, second = build(recipe, machine_device()), build({**recipe, "seed": recipe["seed"] + 1}, machine_device())
+    for name in first:
+        assert first[name].shape == second[name].shape and first[name].stride() == second[name].stride(), name
+        assert not torch.equal(_bits_or_self(first[name]), _bits_or_self(second[name])), name
+
+
+def _bits_or_self(tensor):
+    return tensor if tensor.dtype == torch.bool else bits(tensor)
+
+
+def test_certificate_digest_covers_the_shared_kernel_and_contract_helpers():
+    """rollback_restore runs rollback_save's kernel and both references share paged_slots: a change to
+    either must make the certificate stale."""
+    assert {"rollback_save.py", "paged_slots.py"} <= {path.name for path in family_imports(ENTRY)}
 
 
 def _wrong(name: str) -> Implementation:

@@ -53,6 +53,16 @@ def test_battery_accepts_another_correct_implementation(cell):
     assert_certified(certify_cell(ENTRY, cell, impl, max_examples=2), impl.label)
 
 
+def test_a_new_seed_changes_the_step_but_no_shape():
+    """Graph parity replays the captured call on the recipe under new seeds: drafts, targets and draft
+    counts must all change, shapes and layouts must not."""
+    recipe = {"B": 64, "K": 16, "layout": "padded_rows", "rows": "mixed", "vocab": "wide", "seed": 7}
+    first, second = build(recipe, "cpu"), build({**recipe, "seed": 8}, "cpu")
+    for name in first:
+        assert first[name].shape == second[name].shape and first[name].stride() == second[name].stride(), name
+        assert not torch.equal(first[name], second[name]), name
+
+
 def _step(device, batch=64, drafts=16):
     return build({"B": batch, "K": drafts, "layout": "contiguous", "rows": "mixed", "vocab": "small", "seed": 1},
                  device)
