@@ -6,7 +6,7 @@ page_table int32[B, M], positions int32[B, T]) -> saved[B, T, *E]``; position t 
 ``>= 0``; ``saved`` holds the live entries' slots and zero elsewhere; any dtype (bits are copied);
 bitwise.  ``rollback_restore`` (its sibling) writes rejected entries back with the same kernel.
 
-Bytes: read ``B * T * 8`` of metadata (a position and a page id per entry) and ``L * E * itemsize`` of
+Bytes: read ``4 * B * T`` of positions and ``4 * L`` of page ids, and ``L * E * itemsize`` of the
 plane, write ``B * T * E * itemsize`` of saved, for L live entries.
 
 One kernel serves both directions (``RESTORE``): a program holds ENTRIES consecutive (row, step)
