@@ -50,7 +50,8 @@ def launch_plan(batch: int, drafts: int, sms: int) -> LaunchPlan:
 
 
 # -- kernel ---------------------------------------------------------------------------------------
-@triton.jit
+# B and the row strides change from call to call: specializing on them would only add compiles.
+@triton.jit(do_not_specialize=["draft_row_stride", "target_row_stride", "batch"])
 def _strict_accept(
     # inputs (any strides)
     draft_ptr, draft_row_stride, draft_column_stride,

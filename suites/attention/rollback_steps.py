@@ -8,8 +8,9 @@ device:
 
 - positions, per row: a run of T consecutive positions from a random start (crossing page boundaries,
   possibly past the table); a shorter run padded with -1 (fewer drafts than T); no drafts at all (every
-  entry -1); a tree of T distinct positions scattered over a window of T + S.  Two rows (when B*T >= 2)
-  are runs inside the table on allocated pages, so every step has at least two live entries.  Other
+  entry -1); a tree of T distinct positions scattered over a window of T + S.  Two rows are runs inside
+  the table (as far as it reaches) on allocated pages, so a step with a table has two live entries or
+  more whenever B * T >= 2.  Other
   rows get planted -1, INT32_MIN, -S, ``M*S`` (the first position past the table), ``M*S + r`` and
   INT32_MAX entries.
 - the page table: the pages the live positions touch are distinct (live entries never share a slot),
@@ -137,15 +138,18 @@ def _positions(batch, steps, pages_per_row, slots, generator, device) -> tuple[t
     drafted = torch.randint(0, steps + 1, (batch, 1), generator=generator, device=device)
     padded_run = torch.where(step < drafted, run, -1)
     window = torch.rand(batch, steps + slots, generator=generator, device=device).argsort(dim=1)[:, :steps]
-    tree = torch.where(torch.rand(batch, steps, generator=generator, device=device) < 0.2, -1, start[:, None] + window)
+    unused = torch.rand(batch, steps, generator=generator, device=device) < 0.2
+    tree = torch.where(unused, -1, start[:, None] + window)
     kind = torch.where(pinned, 0, kind)
-    positions = torch.stack([run, padded_run, torch.full_like(run, -1), tree])[kind, torch.arange(batch, device=device)]
-    # plant dead entries outside the pinned rows: negative, the first position past the table, far past it
+    every_kind = torch.stack([run, padded_run, torch.full_like(run, -1), tree])
+    positions = every_kind[kind, torch.arange(batch, device=device)]
+    # plant dead entries outside the pinned rows: negative ones, the first position past the table, and
+    # (the extra pick) one a few pages past it
     dead = torch.tensor([-1, -1, INT32_MIN, -slots, table_end, table_end, INT32_MAX], device=device)
     planted = (torch.rand(batch, steps, generator=generator, device=device) < 0.15) & ~pinned[:, None]
-    pick = torch.randint(0, dead.numel(), (batch, steps), generator=generator, device=device)
+    pick = torch.randint(0, dead.numel() + 1, (batch, steps), generator=generator, device=device)
     beyond = table_end + torch.randint(0, 4 * slots, (batch, steps), generator=generator, device=device)
-    dead_value = torch.where(pick == dead.numel() - 1, beyond, dead[pick])
+    dead_value = torch.where(pick == dead.numel(), beyond, dead[pick.clamp(max=dead.numel() - 1)])
     return torch.where(planted, dead_value, positions), pinned
 
 
