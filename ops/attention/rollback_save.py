@@ -172,8 +172,8 @@ def rollback_save(plane: torch.Tensor, page_table: torch.Tensor, positions: torc
 
 
 # -- catalog entry --------------------------------------------------------------------------------
-def params_of(plane, page_table, positions, *_):
-    """Cell parameters of either rollback op (restore passes ``saved`` and ``rejected`` besides)."""
+def params_of(plane, page_table, positions, saved=None, rejected=None):
+    """Cell parameters of either rollback op (restore also passes ``saved`` and ``rejected``)."""
     return {"B": positions.shape[0], "T": positions.shape[1], "M": page_table.shape[1], "S": plane.shape[1],
             "E_dims": plane.dim() - 2, "E": math.prod(plane.shape[2:]), "dtype": plane.dtype}
 

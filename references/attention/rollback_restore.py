@@ -35,6 +35,8 @@ def stock(plane, page_table, positions, saved, rejected) -> None:
     """What a serving engine runs today: the rejected live entries' indices (a device sync), then a
     scatter through advanced indexing."""
     slots_per_page, pages_per_row = plane.shape[1], page_table.shape[1]
+    if pages_per_row == 0:   # no table: nothing is live
+        return
     logical = positions // slots_per_page
     page = page_table.gather(1, logical.clamp(0, pages_per_row - 1).long())
     restored = (positions >= 0) & (logical < pages_per_row) & (page >= 0) & rejected

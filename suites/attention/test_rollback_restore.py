@@ -44,6 +44,24 @@ def _bits_or_self(tensor):
     return tensor if tensor.dtype == torch.bool else bits(tensor)
 
 
+@pytest.mark.parametrize("name", ["rollback_save", "rollback_restore"])
+def test_each_corner_falls_in_its_cell_and_the_stock_fallback_keeps_the_contract(name):
+    """Certified dispatch maps an input to its cell; uncertified here, it runs the stock op, which must
+    agree with the reference on every corner (no table, no entries, all rejected included)."""
+    from ops.catalog import op
+    from oracles.bitwise import check_bitwise
+    from oracles.determinism import run_on_copy
+
+    entry = op(name)
+    for cell in entry.cells:
+        for recipe in corners(cell, machine_device()):
+            step = build(recipe, machine_device())
+            kwargs = {argument: step[argument] for argument in entry.signature.parameters}
+            assert entry.cell_of(**kwargs) is cell
+            check_bitwise(run_on_copy(entry.stock, kwargs, entry.in_place),
+                          run_on_copy(entry.reference, kwargs, entry.in_place), f"{name} stock on {recipe}")
+
+
 def test_certificate_digest_covers_the_shared_kernel_and_contract_helpers():
     """rollback_restore runs rollback_save's kernel and both references share paged_slots: a change to
     either must make the certificate stale."""
