@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ops.attention.rollback_save import CELLS, copy_live_slots, params_of
+from ops.attention.rollback_save import CELLS, copy_live_slots, launch_plan, params_of
 from ops.catalog import ALL_ARCHS, BenchCase, Entry, Parity
 from references.attention import paged_slots
 from references.attention import rollback_restore as contract
@@ -26,6 +26,19 @@ def rollback_restore(plane: torch.Tensor, page_table: torch.Tensor, positions: t
                      rejected: torch.Tensor) -> None:
     contract.validate(plane, page_table, positions, saved, rejected)
     copy_live_slots(plane, page_table, positions, saved, rejected)
+
+
+def bench_variants(plane, page_table, positions, saved, rejected) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    variants = {}
+    for tile_bytes in (2048, 4096, 8192, 16384, 32768):
+        for num_warps in (2, 4, 8):
+            plan = launch_plan(positions.numel(), math.prod(plane.shape[2:]), plane.element_size(), tile_bytes,
+                               num_warps)
+            label = f"{tile_bytes // 1024} KB tiles {num_warps}w ({plan.programs} programs)"
+            variants[label] = lambda plane, page_table, positions, saved, rejected, plan=plan: copy_live_slots(
+                plane, page_table, positions, saved, rejected, plan)
+    return variants
 
 
 def bytes_moved(plane, page_table, positions, saved, rejected) -> int:

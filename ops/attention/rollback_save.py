@@ -45,16 +45,17 @@ class LaunchPlan:
     num_warps: int
 
 
-def launch_plan(entries: int, elements: int, element_size: int) -> LaunchPlan:
+def launch_plan(entries: int, elements: int, element_size: int, tile_bytes: int = TILE_BYTES,
+                num_warps: int = 4) -> LaunchPlan:
     # A whole slot per sweep up to 4 KB, so most slots take one sweep and each entry's slot lookup
     # (two dependent loads) is paid once per sweep of BLOCK_E elements.
     block_e = max(1, min(triton.next_power_of_2(elements), SWEEP_BYTES // element_size))
     # Enough entries per program for 8 KB a sweep: with 4 warps that is 4 16-byte vectors per lane in
     # flight.  [512, 16, 8, 128] bf16 restore: 4 entries per program, 2048 programs, one wave on 132 SMs.
-    per_program = max(1, min(MAX_ENTRIES, TILE_BYTES // (block_e * element_size),
+    per_program = max(1, min(MAX_ENTRIES, tile_bytes // (block_e * element_size),
                              triton.next_power_of_2(max(entries, 1))))
     return LaunchPlan(entries=per_program, block_e=block_e, programs=triton.cdiv(entries, per_program),
-                      num_warps=4)
+                      num_warps=num_warps)
 
 
 # -- kernel ---------------------------------------------------------------------------------------
@@ -137,9 +138,10 @@ def _dense(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
 
 
 def copy_live_slots(plane: torch.Tensor, page_table: torch.Tensor, positions: torch.Tensor,
-                    saved: torch.Tensor, rejected: torch.Tensor | None) -> None:
+                    saved: torch.Tensor, rejected: torch.Tensor | None, plan: LaunchPlan | None = None) -> None:
     """Save (``rejected is None``: plane -> saved, zeros for dead entries) or restore (saved -> plane,
-    rejected live entries only), on already-validated arguments."""
+    rejected live entries only), on already-validated arguments; ``plan`` overrides the launch plan
+    (``tools/bench --variants``)."""
     batch, steps = positions.shape
     elements = math.prod(plane.shape[2:])
     if batch * steps == 0 or elements == 0:
@@ -148,7 +150,7 @@ def copy_live_slots(plane: torch.Tensor, page_table: torch.Tensor, positions: to
     e_sizes, (saved_e0_stride, saved_e1_stride) = _trailing(saved, 2)
     dense = _dense(e_sizes, (plane_e0_stride, plane_e1_stride)) and \
         _dense(e_sizes, (saved_e0_stride, saved_e1_stride))
-    plan = launch_plan(batch * steps, elements, plane.element_size())
+    plan = plan or launch_plan(batch * steps, elements, plane.element_size())
     restore = rejected is not None
     flags = rejected.view(torch.uint8) if restore else positions   # save never reads it
     bits = _SAME_WIDTH_INTS[plane.element_size()]

@@ -39,11 +39,11 @@ class LaunchPlan:
     programs: int
 
 
-def launch_plan(batch: int, drafts: int, sms: int) -> LaunchPlan:
+def launch_plan(batch: int, drafts: int, sms: int, programs_per_sm: int = 2, max_rows: int = MAX_ROWS) -> LaunchPlan:
     columns = triton.next_power_of_2(drafts + 1)
     # One wave of about two programs per SM: more rows per program only lengthens the one wave, fewer
     # leave SMs idle.  B=4096 on 132 SMs: 16 rows, 256 programs.
-    rows = max(1, min(MAX_ROWS, triton.next_power_of_2(triton.cdiv(max(batch, 1), 2 * sms))))
+    rows = max(1, min(max_rows, triton.next_power_of_2(triton.cdiv(max(batch, 1), programs_per_sm * sms))))
     # a warp per 128 int64 elements of a tile (4 per thread), at most 4
     num_warps = max(1, min(4, rows * columns // 128))
     return LaunchPlan(rows=rows, columns=columns, num_warps=num_warps, programs=triton.cdiv(batch, rows))
@@ -83,14 +83,13 @@ def _strict_accept(
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
-def strict_accept(draft_tokens: torch.Tensor, target_tokens: torch.Tensor, num_drafts: torch.Tensor):
-    contract.validate(draft_tokens, target_tokens, num_drafts)
+def run_plan(draft_tokens: torch.Tensor, target_tokens: torch.Tensor, num_drafts: torch.Tensor, plan: LaunchPlan):
+    """Launch ``plan`` on already-validated arguments (``tools/bench --variants`` sweeps plans through this)."""
     batch, drafts = draft_tokens.shape
     out_tokens = torch.empty(batch, drafts + 1, dtype=torch.int64, device=draft_tokens.device)
     num_accepted = torch.empty(batch, dtype=torch.int32, device=draft_tokens.device)
     if batch == 0:
         return out_tokens, num_accepted
-    plan = launch_plan(batch, drafts, sm_count(draft_tokens.device))
     _strict_accept[(plan.programs,)](
         draft_tokens, draft_tokens.stride(0), draft_tokens.stride(1),
         target_tokens, target_tokens.stride(0), target_tokens.stride(1),
@@ -99,6 +98,25 @@ def strict_accept(draft_tokens: torch.Tensor, target_tokens: torch.Tensor, num_d
         ROWS=plan.rows, COLUMNS=plan.columns, num_warps=plan.num_warps,
     )
     return out_tokens, num_accepted
+
+
+def strict_accept(draft_tokens: torch.Tensor, target_tokens: torch.Tensor, num_drafts: torch.Tensor):
+    contract.validate(draft_tokens, target_tokens, num_drafts)
+    batch, drafts = draft_tokens.shape
+    return run_plan(draft_tokens, target_tokens, num_drafts, launch_plan(batch, drafts, sm_count(draft_tokens.device)))
+
+
+def bench_variants(draft_tokens, target_tokens, num_drafts) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    batch, drafts = draft_tokens.shape
+    variants = {}
+    for programs_per_sm in (1, 2, 4, 8):
+        for max_rows in (8, 16, 32, 64):
+            plan = launch_plan(batch, drafts, sm_count(draft_tokens.device), programs_per_sm, max_rows)
+            label = f"{programs_per_sm}/SM <= {max_rows} rows ({plan.rows} rows, {plan.programs} programs)"
+            variants[label] = lambda draft_tokens, target_tokens, num_drafts, plan=plan: run_plan(
+                draft_tokens, target_tokens, num_drafts, plan)
+    return variants
 
 
 def bytes_moved(draft_tokens, target_tokens, num_drafts) -> int:

@@ -149,3 +149,16 @@ def test_cli_rejects_a_module_whose_save_is_wrong(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     run = _certify("--op", "rollback_restore", "--impl", "wrong_save_pair", env=env)
     assert run.returncode == 1 and "oracle:  stateful" in run.stdout, run.stdout + run.stderr
+
+
+def test_bench_case_and_its_variants_keep_the_contract():
+    """The bench's step (scaled down) is a valid step, and every launch-plan variant restores it right."""
+    from oracles.bitwise import check_bitwise
+    from oracles.determinism import run_on_copy
+    from ops.attention.rollback_restore import _bench_step, bench_variants
+
+    step = _bench_step(8, 16, 4, 2, 4)(machine_device())
+    expected = run_on_copy(ENTRY.reference, step, ENTRY.in_place)
+    assert ENTRY.cell_of(**step) is ENTRY.cell("head_slots")
+    for label, variant in bench_variants(**step).items():
+        check_bitwise(run_on_copy(variant, step, ENTRY.in_place), expected, f"variant {label}")

@@ -8,7 +8,8 @@ import torch
 from oracles.battery import Implementation
 from ops.speculative.strict_accept import ENTRY
 from references.speculative.strict_accept import STOCK_LAUNCHES, stock
-from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell
+from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, \
+    machine_device
 from suites.launches import aten_launches, cuda_launches
 from suites.speculative import strict_accept_impls as impls
 from suites.speculative.strict_accept_strategy import build
@@ -80,3 +81,14 @@ def test_kernel_is_one_launch_where_stock_is_many():
     kernel, composed = cuda_launches(ENTRY.kernel, step), cuda_launches(stock, step)
     assert len(kernel) == 1, kernel
     assert len(composed) == STOCK_LAUNCHES, composed
+
+
+def test_bench_variants_keep_the_contract():
+    """``tools/bench --variants`` times other launch plans: each must still be the op."""
+    from ops.speculative.strict_accept import bench_variants
+    from references.speculative.strict_accept import strict_accept as reference
+    from oracles.bitwise import check_bitwise
+
+    step = _step(machine_device(), batch=300)
+    for label, variant in bench_variants(**step).items():
+        check_bitwise(variant(**step), reference(**step), f"variant {label}")
