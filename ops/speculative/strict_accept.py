@@ -146,7 +146,7 @@ CELLS = (
     Cell("empty_batch", "a step with no running sequences (B = 0) must launch nothing and return empty outputs",
          {"B": Span(0, 0), "K": _DRAFTS}),
     Cell("small_batch", "latency-bound speculative decoding, B 1..64 (EAGLE/MTP drafts, K 0..16, zero-draft rows "
-                        "beside full ones): a program per row",
+                        "beside full ones): a program per row on an H200",
          {"B": Span(1, 64), "K": _DRAFTS}),
     Cell("large_batch", "throughput serving, B 65..4096, K 0..16: up to 32 rows per program",
          {"B": Span(65, 4096), "K": _DRAFTS}),
