@@ -2,7 +2,8 @@
 
 A certificate is a JSON file beside its kernel (``ops/sampling/greedy_argmax.py`` ->
 ``ops/sampling/greedy_argmax.cert.json``), written only by ``tools/certify-cells``.  Each arch section
-records the sha256 of the kernel and reference sources it was earned on; when the sources change the
+records the sha256 of the kernel and reference sources it was earned on (with the modules of the op's
+family they use, such as a kernel shared by sibling ops); when the sources change the
 section is *stale* and certified dispatch stops routing to the kernel.  A missing arch reads as unknown.
 """
 from __future__ import annotations
@@ -11,6 +12,8 @@ import functools
 import hashlib
 import json
 import pathlib
+import sys
+import types
 
 from ops.catalog import Arch, Entry
 
@@ -22,11 +25,30 @@ def certificate_path(entry: Entry) -> pathlib.Path:
     return pathlib.Path(entry.kernel_file).with_suffix(".cert.json")
 
 
+def family_imports(entry: Entry) -> list[pathlib.Path]:
+    """Modules of the op's own family (``ops/<family>/``, ``references/<family>/``) that its kernel or
+    reference module uses, transitively: a kernel shared by sibling ops (``rollback_restore`` runs
+    ``rollback_save``'s), contract helpers shared by their references.  Spine modules are not included."""
+    prefixes = (f"ops.{entry.family}.", f"references.{entry.family}.")
+    own = {entry.kernel.__module__, entry.reference.__module__}
+    pending, seen = list(own), set(own)
+    while pending:
+        for value in vars(sys.modules[pending.pop()]).values():
+            name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            if isinstance(name, str) and name.startswith(prefixes) and name not in seen:
+                seen.add(name)
+                pending.append(name)
+    return sorted(pathlib.Path(sys.modules[name].__file__) for name in seen - own)
+
+
 def source_digest(entry: Entry) -> str:
-    """sha256 of the kernel module (kernel + launch plan + entry and its cells) and the reference."""
+    """sha256 of the kernel module (kernel + launch plan + entry and its cells), the reference, and the
+    family modules they use (``family_imports``)."""
     digest = hashlib.sha256()
     for role, path in (("kernel", entry.kernel_file), ("reference", entry.reference_file)):
         digest.update(role.encode() + b"\0" + pathlib.Path(path).read_bytes() + b"\0")
+    for path in family_imports(entry):
+        digest.update(b"uses\0" + path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
