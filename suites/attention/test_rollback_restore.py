@@ -11,7 +11,7 @@ import torch
 from oracles.battery import Implementation
 from oracles.failures import OracleFailure
 from ops.attention.rollback_restore import ENTRY
-from ops.certificates import family_imports
+from ops.certificates import used_sources
 from references.attention.paged_slots import bits, rollback_restoration
 from references.attention.rollback_save import rollback_save as reference_save
 from suites.attention import rollback_restore_impls as impls
@@ -65,7 +65,7 @@ def test_each_corner_falls_in_its_cell_and_the_stock_fallback_keeps_the_contract
 def test_certificate_digest_covers_the_shared_kernel_and_contract_helpers():
     """rollback_restore runs rollback_save's kernel and both references share paged_slots: a change to
     either must make the certificate stale."""
-    assert {"rollback_save.py", "paged_slots.py"} <= {path.name for path in family_imports(ENTRY)}
+    assert {"rollback_save.py", "paged_slots.py"} <= {path.name for path in used_sources(ENTRY)}
 
 
 def _wrong(name: str) -> Implementation:
