@@ -63,7 +63,8 @@ def parse_args(argv):
                            help=f"a cell with no result by then is a hang (default {DEFAULT_CELL_TIMEOUT_S}; isolates)")
     isolation.add_argument("--gpus", metavar="all|N", help="one worker per GPU over the first N visible GPUs, or all")
     isolation.add_argument("--sanitize", choices=SANITIZER_TOOLS,
-                           help="run each cell under compute-sanitizer with this tool; any report fails the cell")
+                           help="run each cell under compute-sanitizer with this tool; any report fails the cell "
+                                "(writes no certificate)")
     isolation.add_argument("--shard", metavar="I/N", help="only the cells of shard I of N (1-based; writes no certificate)")
     isolation.add_argument("--quarantine", metavar="YAML",
                            help="the quarantine ledger (default ops/quarantine.yml)")
@@ -309,7 +310,8 @@ def main(argv=None) -> int:
                                                else ""))
         return 0
     max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
-    writes_certificates = not (args.impl or args.cell or args.replay or args.shard or args.check_quarantine)
+    writes_certificates = not (args.impl or args.cell or args.replay or args.shard or args.check_quarantine
+                               or args.sanitize)
     command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     facts = machine_facts(device)
     flags = isolation_flags(args)

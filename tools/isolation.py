@@ -13,8 +13,8 @@ own launcher, because ``--sanitize`` must put ``compute-sanitizer`` in front of 
 - A worker whose cell failed for any reason is retired, so that no sticky CUDA error (an illegal
   address poisons its context for good) reaches a later cell; the slot gets a fresh worker.
 - Under ``sanitize``, every cell gets its own worker under ``compute-sanitizer --tool TOOL
-  --error-exitcode 99``, with PyTorch's caching allocator off (so that every tensor is its own
-  allocation the sanitizer can bound); exit 99 or a report fails the cell, quoting the report.
+  --error-exitcode 99``, with PyTorch allocating through ``cudaMallocAsync`` (so that every tensor is
+  an allocation the sanitizer can bound); exit 99 or a report fails the cell, quoting the report.
 Results come back keyed by task, so their order never depends on which worker finished first.
 """
 from __future__ import annotations
@@ -136,7 +136,10 @@ class _Worker:
             tool, executable = sanitize
             command = [executable, "--tool", tool, "--error-exitcode", str(SANITIZER_EXIT),
                        "--log-file", str(self.sanitizer_log), *command]
-            env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+            # stream-ordered allocations, which the sanitizer bounds one by one, where the caching allocator's
+            # segments would hide an overrun inside them; PYTORCH_NO_CUDA_MEMORY_CACHING would too, but it
+            # breaks CUDA graph capture (the graph parity oracle)
+            env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                             start_new_session=True)  # its own group: a kill takes its children

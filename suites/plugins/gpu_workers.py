@@ -1,8 +1,9 @@
 """Pytest on GPUs under pytest-xdist: a GPU per worker, no broken CUDA context carried on, a time limit.
 
-- **One GPU per worker.**  The xdist controller hands worker ``gwK`` the K-th visible GPU (round robin
-  when there are more workers than GPUs), and the worker sets ``CUDA_VISIBLE_DEVICES`` to it before
-  anything initializes CUDA.  Run ``pytest -n <number of GPUs> ...``.
+- **One GPU per worker.**  The xdist controller hands each worker it starts the visible GPU that the
+  fewest live workers hold (so a worker that replaces a crashed one takes the GPU it freed), and the
+  worker sets ``CUDA_VISIBLE_DEVICES`` to it before anything initializes CUDA.  Run
+  ``pytest -n <number of GPUs> ...``.
 - **No sticky CUDA error reaches a later test.**  After a test that leaves the CUDA context broken
   (an illegal address or a device assert: every later CUDA call in that process fails), the worker
   process ends; xdist reports the test as crashed and carries on in a fresh worker.  Without xdist
@@ -36,24 +37,33 @@ def visible_gpus() -> list[str]:
     return [str(index) for index in range(torch.cuda.device_count())]
 
 
-def gpu_for_worker(worker_id: str, gpus: list[str]) -> str | None:
-    """xdist worker ``gwK`` -> its GPU, or None without GPUs."""
-    return gpus[int(worker_id.removeprefix("gw")) % len(gpus)] if gpus else None
+def least_held_gpu(gpus: list[str], held: dict[str, str]) -> str | None:
+    """The first GPU that the fewest live workers hold (``held``: worker id -> GPU), or None without GPUs."""
+    return min(gpus, key=lambda gpu: sum(taken == gpu for taken in held.values())) if gpus else None
+
+
+_HELD = pytest.StashKey[dict]()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
-    """On the xdist controller, before a worker starts: which GPUs there are to hand out."""
-    node.workerinput["kparity_gpus"] = visible_gpus()
+    """On the xdist controller, before a worker starts: the GPU it will see."""
+    held = node.config.stash.setdefault(_HELD, {})
+    gpu = least_held_gpu(visible_gpus(), held)
+    if gpu is not None:
+        held[node.workerinput["workerid"]] = node.workerinput["kparity_gpu"] = gpu
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    node.config.stash.setdefault(_HELD, {}).pop(node.workerinput["workerid"], None)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        gpu = gpu_for_worker(workerinput["workerid"], workerinput.get("kparity_gpus", []))
-        if gpu is not None:
-            os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    gpu = getattr(config, "workerinput", {}).get("kparity_gpu")
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
 
 def broken_cuda_context() -> str | None:
