@@ -102,7 +102,8 @@ def load(path: pathlib.Path | str = LEDGER) -> list[Quarantined]:
         try:
             arch = Arch(arch_name)
         except ValueError:
-            raise QuarantineError(f"{where}: no arch {arch_name!r}; archs: {', '.join(a.value for a in Arch)}") from None
+            archs = ", ".join(a.value for a in Arch)
+            raise QuarantineError(f"{where}: no arch {arch_name!r}; archs: {archs}") from None
         if arch not in entry.archs:
             raise QuarantineError(f"{where}: {op} does not claim {arch.value}")
         key = (op, cell, arch)

@@ -65,7 +65,8 @@ def parse_args(argv):
     isolation.add_argument("--sanitize", choices=SANITIZER_TOOLS,
                            help="run each cell under compute-sanitizer with this tool; any report fails the cell "
                                 "(writes no certificate)")
-    isolation.add_argument("--shard", metavar="I/N", help="only the cells of shard I of N (1-based; writes no certificate)")
+    isolation.add_argument("--shard", metavar="I/N",
+                           help="only the cells of shard I of N (1-based; writes no certificate)")
     isolation.add_argument("--quarantine", metavar="YAML",
                            help="the quarantine ledger (default ops/quarantine.yml)")
     isolation.add_argument("--check-quarantine", action="store_true",

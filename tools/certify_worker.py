@@ -73,7 +73,7 @@ def _surface_device_errors(result, device: str, last_oracle: str, last_recipe: d
         return
     try:
         torch.cuda.synchronize()
-    except RuntimeError as error:
+    except Exception as error:  # noqa: BLE001 - whatever the device raises, it belongs to this cell
         if result.failure is None:
             result.status = "failed"
             result.failure = OracleFailure(last_oracle, f"a CUDA error surfaced after the cell: {error}")

@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import types
 
 import pytest
 
@@ -31,7 +30,7 @@ def test_each_worker_gets_the_least_held_gpu(monkeypatch):
     assert gpu_workers.least_held_gpu([], held) is None
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
     assert gpu_workers.visible_gpus() == ["2", "3"]
-    gpu_workers.pytest_configure(types.SimpleNamespace(workerinput={"workerid": "gw1", "kparity_gpu": "3"}))
+    gpu_workers.pin_gpu({"workerid": "gw1", "kparity_gpu": "3"})
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
 
 

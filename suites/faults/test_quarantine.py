@@ -33,26 +33,27 @@ def test_the_committed_ledger_is_valid():
         assert held.reason or held.issue
 
 
-# (ledger text, the line the error names, what it says)
+ONE = "version: 1\nquarantine:\n- "  # a ledger of one entry, on line 3
+# (id, ledger text, the line the error names, what it says)
 BROKEN = [
-    ("version: 1\nquarantine: [\n", None, "not readable YAML"),
-    ("version: 2\nquarantine: []\n", 1, "'version: 1'"),
-    ("version: 1\nquarantined: []\n", 1, "top-level keys"),
-    ("version: 1\nquarantine: {op: greedy_argmax}\n", 2, "a list of entries"),
-    ("version: 1\nquarantine:\n- greedy_argmax\n", 3, "an entry is a mapping"),
-    ("version: 1\nquarantine:\n- {op: greedy_argmax, cell: empty_batch, reason: x}\n", 3, "missing ['arch']"),
-    ("version: 1\nquarantine:\n- {op: greedy_argmax, cell: empty_batch, arch: sm90, why: x}\n", 3, "unknown ['why']"),
-    ("version: 1\nquarantine:\n- {op: greedy_argmax, cell: empty_batch, arch: sm90}\n", 3, "cite an 'issue'"),
-    ("version: 1\nquarantine:\n- {op: greedy_argmx, cell: empty_batch, arch: sm90, issue: 1}\n", 3, "no op named"),
-    ("version: 1\nquarantine:\n- {op: greedy_argmax, cell: big, arch: sm90, issue: 1}\n", 3, "has no cell 'big'"),
-    ("version: 1\nquarantine:\n- {op: greedy_argmax, cell: empty_batch, arch: sm91, issue: 1}\n", 3, "no arch 'sm91'"),
-    ("version: 1\nquarantine:\n- {op: greedy_argmax, cell: empty_batch, arch: sm90, reason: '  '}\n", 3, "non-empty"),
-    ("version: 1\nquarantine:\n" + ENTRY_TEXT + "# the same cell again\n" + ENTRY_TEXT, 5,
+    ("not_yaml", "version: 1\nquarantine: [\n", None, "not readable YAML"),
+    ("version_2", "version: 2\nquarantine: []\n", 1, "'version: 1'"),
+    ("wrong_top_key", "version: 1\nquarantined: []\n", 1, "top-level keys"),
+    ("not_a_list", "version: 1\nquarantine: {op: greedy_argmax}\n", 2, "a list of entries"),
+    ("entry_not_a_mapping", ONE + "greedy_argmax\n", 3, "an entry is a mapping"),
+    ("missing_arch", ONE + "{op: greedy_argmax, cell: empty_batch, reason: x}\n", 3, "missing ['arch']"),
+    ("unknown_key", ONE + "{op: greedy_argmax, cell: empty_batch, arch: sm90, why: x}\n", 3, "unknown ['why']"),
+    ("no_issue_or_reason", ONE + "{op: greedy_argmax, cell: empty_batch, arch: sm90}\n", 3, "cite an 'issue'"),
+    ("unknown_op", ONE + "{op: greedy_argmx, cell: empty_batch, arch: sm90, issue: 1}\n", 3, "no op named"),
+    ("unknown_cell", ONE + "{op: greedy_argmax, cell: big, arch: sm90, issue: 1}\n", 3, "has no cell 'big'"),
+    ("unknown_arch", ONE + "{op: greedy_argmax, cell: empty_batch, arch: sm91, issue: 1}\n", 3, "no arch 'sm91'"),
+    ("empty_reason", ONE + "{op: greedy_argmax, cell: empty_batch, arch: sm90, reason: '  '}\n", 3, "non-empty"),
+    ("duplicate", "version: 1\nquarantine:\n" + ENTRY_TEXT + "# the same cell again\n" + ENTRY_TEXT, 5,
      "is already quarantined at"),
 ]
 
 
-@pytest.mark.parametrize("text, line, says", BROKEN, ids=[b[2] for b in BROKEN])
+@pytest.mark.parametrize("text, line, says", [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
 def test_a_broken_ledger_names_file_and_line(tmp_path, text, line, says):
     path = _ledger(tmp_path, text)
     with pytest.raises(quarantine.QuarantineError) as error:

@@ -15,7 +15,8 @@ from tools.shards import Shard, parse_shard, partition_problems, select
 pytestmark = pytest.mark.cpu
 
 
-@pytest.mark.parametrize("text, says", [("0/4", "1..N"), ("5/4", "1..N"), ("1-4", "expected I/N"), ("", "expected I/N")])
+@pytest.mark.parametrize("text, says", [("0/4", "1..N"), ("5/4", "1..N"), ("1-4", "expected I/N"),
+                                         ("", "expected I/N")])
 def test_a_bad_shard_is_refused(text, says):
     with pytest.raises(ValueError, match=says):
         parse_shard(text)

@@ -20,6 +20,8 @@ import sys
 import pytest
 
 BROKEN_CONTEXT_EXIT = 70  # the worker's exit status after a test broke its CUDA context
+_HELD = pytest.StashKey[dict]()      # on the xdist controller: live worker id -> its GPU
+_STDERR = pytest.StashKey[object]()  # the terminal's stderr, past any test's output capture
 
 
 def pytest_addoption(parser):
@@ -42,9 +44,6 @@ def least_held_gpu(gpus: list[str], held: dict[str, str]) -> str | None:
     return min(gpus, key=lambda gpu: sum(taken == gpu for taken in held.values())) if gpus else None
 
 
-_HELD = pytest.StashKey[dict]()
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):
     """On the xdist controller, before a worker starts: the GPU it will see."""
@@ -59,11 +58,22 @@ def pytest_testnodedown(node, error):
     node.config.stash.setdefault(_HELD, {}).pop(node.workerinput["workerid"], None)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config):
-    gpu = getattr(config, "workerinput", {}).get("kparity_gpu")
+def pin_gpu(workerinput: dict) -> None:
+    """In an xdist worker: see only the GPU the controller handed it."""
+    gpu = workerinput.get("kparity_gpu")
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+
+
+@pytest.hookimpl(tryfirst=True)  # before any plugin's configure initializes CUDA
+def pytest_configure(config):
+    pin_gpu(getattr(config, "workerinput", {}))
+    # the stack of a test past --test-timeout goes where the terminal sees it, not into a test's capture
+    config.stash[_STDERR] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
+
+
+def pytest_unconfigure(config):
+    config.stash[_STDERR].close()
 
 
 def broken_cuda_context() -> str | None:
@@ -73,7 +83,7 @@ def broken_cuda_context() -> str | None:
         return None
     try:
         torch.cuda.synchronize()
-    except RuntimeError as error:
+    except Exception as error:  # noqa: BLE001 - torch.AcceleratorError or RuntimeError, by version
         return str(error).strip().splitlines()[0]
     return None
 
@@ -82,7 +92,7 @@ def broken_cuda_context() -> str | None:
 def pytest_runtest_protocol(item, nextitem):
     limit = item.config.getoption("test_timeout")
     if limit:
-        faulthandler.dump_traceback_later(limit, exit=True)
+        faulthandler.dump_traceback_later(limit, exit=True, file=item.config.stash[_STDERR])
     try:
         return (yield)
     finally:
@@ -92,8 +102,9 @@ def pytest_runtest_protocol(item, nextitem):
         if broken:
             message = f"{item.nodeid} left this process's CUDA context broken ({broken})"
             if hasattr(item.config, "workerinput"):
-                sys.stderr.write(f"{message}: this worker ends, a fresh one takes the remaining tests\n")
-                sys.stderr.flush()
+                stderr = item.config.stash[_STDERR]
+                stderr.write(f"{message}: this worker ends, a fresh one takes the remaining tests\n")
+                stderr.flush()
                 os._exit(BROKEN_CONTEXT_EXIT)
             pytest.exit(f"{message}; every later CUDA test would fail with it: run under pytest-xdist (-n N) to "
                         f"carry on in a fresh worker", returncode=1)
