@@ -19,6 +19,8 @@ import socket
 import sys
 from multiprocessing.connection import Connection
 
+NO_ORACLE = "isolation"    # where a cell is before its first oracle begins (loading it, or a crash then)
+
 
 @dataclasses.dataclass(frozen=True)
 class CellTask:
@@ -83,7 +85,7 @@ def _surface_device_errors(result, device: str, last_oracle: str, last_recipe: d
 def serve(connection: Connection, device: str) -> None:
     import ops  # noqa: F401 - chooses the Triton interpreter on a machine without CUDA, before Triton loads
 
-    where = {"oracle": "parity", "recipe": {}}
+    where = {}
 
     def watch(oracle: str, recipe: dict) -> None:
         where.update(oracle=oracle, recipe=recipe)
@@ -95,6 +97,7 @@ def serve(connection: Connection, device: str) -> None:
         if message[0] == "stop":
             return
         task = CellTask(**message[1])
+        where.update(oracle=NO_ORACLE, recipe={})
         result = execute(task, progress=lambda line: connection.send(("note", line)), watch=watch)
         _surface_device_errors(result, device, where["oracle"], where["recipe"])
         connection.send(("result", result.record()))

@@ -33,7 +33,7 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Callable
 
-from tools.certify_worker import CellTask
+from tools.certify_worker import NO_ORACLE, CellTask
 
 if TYPE_CHECKING:  # the battery (torch, Hypothesis) loads with the first result, not with --help
     from oracles.battery import CellResult
@@ -44,7 +44,6 @@ EXIT_LIMIT_S = 120         # a retired worker's exit (a sanitizer writes its rep
 SANITIZER_EXIT = 99
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
 STDERR_TAIL_LINES = 8
-NO_ORACLE = "isolation"    # a worker that died before its cell's first oracle began
 
 
 class WorkerStartError(RuntimeError):

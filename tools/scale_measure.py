@@ -23,9 +23,9 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 def parse_args(argv):
     parser = ArgumentParser(prog="tools/scale-measure",
                             description="Time certify-cells over every op on 1 GPU against N, and compare the results.",
-                            epilog="Example: tools/scale-measure --gpus 1,2 --max-examples 20 --out $OUT/scale.md")
+                            epilog="Example: tools/scale-measure --gpus 1,2 --max-examples 10 --out $OUT/scale.md")
     parser.add_argument("--gpus", default="1,2", metavar="G,G,...", help="GPU counts to time, in order (default 1,2)")
-    parser.add_argument("--max-examples", type=int, default=20, metavar="N", help="draws per cell (default 20)")
+    parser.add_argument("--max-examples", type=int, default=10, metavar="N", help="draws per cell (default 10)")
     parser.add_argument("--op", action="append", default=[], metavar="NAME", help="only this op (repeatable)")
     parser.add_argument("--out", required=True, metavar="PATH", help="the markdown table to write")
     args = parser.parse_args(argv)
@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     differing = sorted(key for key in records[0] if any(other.get(key) != records[0][key] for other in records[1:]))
     first = runs[0][1]
     lines = [f"# Certification wall time against GPU count ({runs[0][3]['device']}, {runs[0][3]['arch']})", "",
-             f"Every op, `--max-examples {args.max_examples}`, one worker per GPU; measured "
+             f"{', '.join(args.op) if args.op else 'Every op'}, `--max-examples {args.max_examples}`, one worker per "
+             f"GPU (`tools/certify-cells --device cuda --gpus G --shard 1/1`); measured "
              f"{datetime.date.today().isoformat()} with `tools/scale-measure`.", "",
              "| GPUs | wall time (s) | cells | certified | speed-up |", "|---:|---:|---:|---:|---:|"]
     for gpus, seconds, code, report in runs:
