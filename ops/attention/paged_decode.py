@@ -9,9 +9,9 @@ bf16 or e4m3 caches (element = ``float(x) * kv_scale``); band parity; batch-inva
 
 Bytes: read the attended K and V (``2 * n_b * Hkv * D * itemsize`` per row: the whole cost), q
 (``2 * B * Hq * D``), the page table or selection; write o (``2 * B * Hq * D``) and lse
-(``4 * B * Hq``); plus split partials written and read once (``B * Hq * splits * (D + 3) * 4``, 3%
-of the KV bytes at the bench shape).  B=64, L=8192, Hkv=8, D=128 in bf16 is 1.07 GB of KV: 250 us at
-the H200's 4.3 TB/s.
+(``4 * B * Hq``); plus split partials written and read once (``B * Hq * splits * (D + 3) * 4``, 1.6%
+of the KV bytes at the bench shape).  B=64, L=8192, Hkv=8, D=128 in bf16 is 2.15 GB of K and V: 500 us
+at the H200's 4.3 TB/s.
 
 Split-K ("flash-decoding"): one program per (row, KV head, split) streams its split's tokens tile by
 tile with an online softmax, and serves all G query heads of the KV head at once (a G x BLOCK_N
@@ -63,11 +63,13 @@ def launch_plan(head_dim: int) -> LaunchPlan:
         # The interpreter costs ~3 ms per program and ~30 us per tile op: few, wide tiles, and splits
         # of 128 positions so the CPU strategy's rows (<= 256 positions) still span two splits.
         return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
-    # 16 KB of bf16 K per tile (128 x 64, 64 x 128, 32 x 256): with V and 3 stages 96 KB of shared
-    # memory, and 16-byte loads along D.  512 positions per split keep the partials at 3% of the KV
-    # bytes (G x D fp32 per 512 x D x 2 x itemsize) while B=64 x Hkv=8 at L=8192 gives 8192 programs
-    # (62 per SM) and a single 8K row still gets 16 splits per KV head.
-    return LaunchPlan(block_n=16384 // (2 * head_dim), split_tokens=512, num_warps=4, num_stages=3)
+    # 16 KB of bf16 K per tile (128 x 64, 64 x 128, 32 x 256), moved by 16-byte cp.async into a
+    # 3-stage pipeline.  512 positions per split keep the partials under 2% of the KV bytes (G x D
+    # fp32 per 512 x D x 2 x itemsize) while B=64 x Hkv=8 at L=8192 gives 8192 programs (62 per SM) and a
+    # single 8K row still gets 16 splits per KV head.  Registers (ptxas for sm_90, Triton 3.6, no
+    # spills): D=128 bf16 167 at 4 warps (3 programs per SM); D=256 needs 255 at 4 warps, 148 at 8.
+    return LaunchPlan(block_n=16384 // (2 * head_dim), split_tokens=512, num_warps=8 if head_dim == 256 else 4,
+                      num_stages=3)
 
 
 def _dot_operand():
@@ -290,9 +292,9 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
     default = launch_plan(q.shape[2])
     plans = {}
-    for split_tokens in (256, 512, 1024, 2048):
+    for split_tokens in (256, 512, 1024):
         for num_warps in (4, 8):
-            for num_stages in (2, 3, 4):
+            for num_stages in (2, 3):
                 plans[f"split {split_tokens} {num_warps}w {num_stages} stages"] = dataclasses.replace(
                     default, split_tokens=split_tokens, num_warps=num_warps, num_stages=num_stages)
     for block_n in (default.block_n // 2, default.block_n * 2):
@@ -310,7 +312,8 @@ def _bench_call(kv_dtype: torch.dtype, selected_pages_fraction: float | None = N
         num_pages = batch * pages_per_row
 
         def cache():
-            return torch.randn(num_pages, page_size, kv_heads, head_dim, generator=generator, device=device).to(kv_dtype)
+            shape = (num_pages, page_size, kv_heads, head_dim)
+            return torch.randn(shape, generator=generator, device=device).to(kv_dtype)
 
         page_select = None
         if selected_pages_fraction is not None:

@@ -98,7 +98,9 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
         caps = _caps(cell, device, kv_heads, page_size, head_dim)
         context = cell.bounds["context"]
         pages = draw(sizes(Span(context.lo // page_size, context.hi // page_size), cap=caps["M"]))
-        batch = draw(sizes(cell.bounds["B"], cap=_batch_cap(caps, pages, kv_heads, page_size, head_dim, device)))
+        rows = cell.bounds["B"]  # B = 0 is a corner: draws spend themselves on rows
+        batch = draw(sizes(Span(max(rows.lo, 1), rows.hi),
+                           cap=_batch_cap(caps, pages, kv_heads, page_size, head_dim, device)))
         entries = None
         if _sparse(cell):
             entry_cap = caps["T"] if _on_cpu(device) else max(1, caps["T"] // max(1, batch))
@@ -113,6 +115,16 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
     return draw_recipe()
 
 
+def _largest(cell, device, rows: int, kv_heads: int, page_size: int, head_dim: int) -> tuple[int, int | None]:
+    """The most pages per row (and selection entries, sparse) that ``rows`` rows may have here."""
+    caps = _caps(cell, device, kv_heads, page_size, head_dim)
+    share = 1 if _on_cpu(device) else max(rows, 1)
+    pages = max(1, min(caps["M"], _batch_cap(caps, 1, kv_heads, page_size, head_dim, device) // share
+                       if not _on_cpu(device) else caps["M"]))
+    entries = min(cell.bounds["T"].hi, 2 * pages + 3, caps["T"] // share) if _sparse(cell) else None
+    return pages, entries
+
+
 def corners(cell, device) -> list[dict]:
     """Fixed examples: an empty batch and an empty table; long rows beside empty ones with holes and
     GQA; overflow-sized scores; the largest group, head dim and page; a non-power-of-two group on
@@ -120,19 +132,6 @@ def corners(cell, device) -> list[dict]:
     device = torch.device(device)
     scales = KV_SCALES[_dtype_name(cell)]
     page_sizes, head_dims = _choices(cell, "S"), _choices(cell, "D")
-
-    def longest(kv_heads, page_size, head_dim, rows):
-        caps = _caps(cell, device, kv_heads, page_size, head_dim)
-        pages = caps["M"] if _on_cpu(device) else min(caps["M"], GPU_ELEMENT_BUDGET // (
-            rows * page_size * kv_heads * head_dim))
-        return max(pages, 1)
-
-    def entries_for(pages, kv_heads, page_size, head_dim, rows):
-        if not _sparse(cell):
-            return None
-        cap = _caps(cell, device, kv_heads, page_size, head_dim)["T"] // (1 if _on_cpu(device) else rows)
-        return min(cell.bounds["T"].hi, 2 * pages + 3, cap)
-
     shapes = [
         # (B, Hkv, group, S, D, lengths, holes, values, layout)
         (0, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "separate"),
@@ -144,13 +143,12 @@ def corners(cell, device) -> list[dict]:
     found = []
     for i, (rows, kv_heads, group, page_size, head_dim, lengths, holes, values, layout) in enumerate(shapes):
         rows = min(rows, CPU_ROWS) if _on_cpu(device) else rows
-        pages = longest(kv_heads, page_size, head_dim, max(rows, 1))
-        found.append(_recipe(cell, B=rows, M=pages, S=page_size, Hkv=kv_heads, group=group, D=head_dim,
-                             T=entries_for(pages, kv_heads, page_size, head_dim, max(rows, 1)), lengths=lengths, holes=holes, values=values, layout=layout,
+        pages, entries = _largest(cell, device, rows, kv_heads, page_size, head_dim)
+        found.append(_recipe(cell, B=rows, M=pages, S=page_size, Hkv=kv_heads, group=group, D=head_dim, T=entries,
+                             lengths=lengths, holes=holes, values=values, layout=layout,
                              kv_scale=scales[i % len(scales)], seed=cell.seed("corner", i)))
-    found.append(_recipe(cell, B=2, M=0, S=page_sizes[0], Hkv=1, group=1, D=head_dims[0], T=entries_for(0, 1, page_sizes[0], head_dims[0], 2),
-                         lengths="full", holes=False, values="normal", layout="separate", kv_scale=scales[0],
-                         seed=cell.seed("corner", len(shapes))))
+    no_table = found[2]  # a table of no pages: every row empty, whatever the selection says
+    found.append({**no_table, "M": 0, "seed": cell.seed("corner", "no table")})
     if _sparse(cell):
         found.append({**found[1], "T": 0, "seed": cell.seed("corner", "no selection")})
     return found
