@@ -18,7 +18,7 @@ import pathlib
 import sys
 
 from tools.cli import ArgumentParser, UsageError, run_main
-from tools.test_lists import ARCH_MARKERS, TestListError, all_list_paths, load_list, matches
+from tools.test_lists import ARCH_MARKERS, ListFormatError, all_list_paths, load_list, matches
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ def check(paths) -> list[str]:
     for path in paths:
         try:
             tests = load_list(path)
-        except TestListError as error:
+        except ListFormatError as error:
             findings.append(f"schema: {error}")
             continue
         seen = {}

@@ -7,8 +7,9 @@ otherwise the first index of the row maximum, ``-0.0 == +0.0``; rows may be stri
 Bytes: read ``R * V * itemsize``, write ``8 * R`` (plus ``12 * R * splits`` of partials when a row
 is split).  It is memory-bound: at 4.3 TB/s copy bandwidth, [1024, 262144] bf16 is 125 us of reads.
 
-A row is reduced per lane: each of BLOCK lanes keeps its first maximum and first NaN over the columns
-it visits (strict ``>`` keeps the earliest), and the lanes are merged once at the end.  When there are
+A row is reduced per lane: each of BLOCK lanes keeps its first maximum over the columns it visits
+(strict ``>`` keeps the earliest), and the lanes are merged once at the end; a chunk that holds a NaN
+is swept a second time for its first NaN.  Short rows (V <= 1024) are reduced several to a program.  When there are
 too few rows to fill the GPU, a row is split into chunks reduced by separate programs and merged by a
 second small kernel; chunks are in column order, so the smallest index among equal maxima is still the
 first.  Integer answers are exact, so the plan may depend on R without breaking batch invariance.
@@ -31,37 +32,52 @@ NO_INDEX = 2**30  # above every valid column (V <= 2**20)
 # -- launch plan ----------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class LaunchPlan:
-    block: int       # columns per lane sweep of one program
     num_warps: int
+    block: int       # columns per sweep of one program
     splits: int      # programs per row
     chunk: int       # columns per program (a multiple of block)
+    rows_per_program: int = 0  # short rows: a [rows_per_program, block] tile per program, no split
+
+
+SHORT_ROW_COLUMNS = 1024  # rows this short are reduced several per program, in one tile
+TILE_ELEMENTS = 4096
+
+
+def _floor_power_of_2(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
 
 
 def launch_plan(rows: int, vocab: int, element_size: int, sms: int,
-                programs_per_sm: int = 4, sweep_bytes: int = 8192, num_warps: int | None = None) -> LaunchPlan:
-    # 8 KB per sweep (4096 bf16 or 2048 fp32 columns) keeps loads in flight at 8 warps.
-    block = max(min(triton.next_power_of_2(vocab), sweep_bytes // element_size), 16)
-    # Fewer rows than 4 programs per SM cannot hide memory latency: split rows, but keep chunks of at
-    # least 1024 columns so the merge stays negligible.
-    target_programs = programs_per_sm * sms
+                programs_per_sm: int = 16, sweep_bytes: int = 2048, num_warps: int = 8) -> LaunchPlan:
+    vector = 16 // element_size  # columns per 16-byte load
+    columns = max(triton.next_power_of_2(vocab), 16)
+    if columns <= SHORT_ROW_COLUMNS:
+        # a program per short row would be mostly launch cost: take several rows per tile, while
+        # keeping at least one program per SM
+        rows_per_program = _floor_power_of_2(min(TILE_ELEMENTS // columns, triton.cdiv(max(rows, 1), sms)))
+        warps = _floor_power_of_2(max(1, min(num_warps, rows_per_program * columns // (32 * vector))))
+        return LaunchPlan(num_warps=warps, block=columns, splits=1, chunk=columns, rows_per_program=rows_per_program)
+    # Fewer rows than `programs_per_sm` per SM leave SMs idle or short of loads in flight: split rows,
+    # keeping chunks of at least 1024 columns so the merge stays negligible.  (H200, 2026-11-29, bf16:
+    # 16 programs per SM and 2 KB sweeps timed best of 32 plans at [1024, 262144], 137 us = 92% of copy
+    # bandwidth, and at [256, 152064], 25 us = 2.1x torch.argmax; tools/results/bench_greedy_variants.md)
     splits = 1
-    if rows < target_programs:
-        splits = max(1, min(triton.cdiv(target_programs, max(rows, 1)), triton.cdiv(vocab, 1024)))
-    if splits > 1:
-        block = min(block, max(triton.next_power_of_2(triton.cdiv(vocab, splits)), 1024))
-    chunk = triton.cdiv(triton.cdiv(vocab, splits), block) * block
-    splits = triton.cdiv(vocab, chunk)
-    if num_warps is None:
-        num_warps = 8 if block >= 4096 else 4
-    return LaunchPlan(block=block, num_warps=num_warps, splits=splits, chunk=chunk)
+    if rows < programs_per_sm * sms:
+        splits = max(1, min(triton.cdiv(programs_per_sm * sms, max(rows, 1)), triton.cdiv(vocab, 1024)))
+    per_program = triton.cdiv(vocab, splits)
+    block = max(min(sweep_bytes // element_size, triton.next_power_of_2(per_program)), 32 * vector)
+    # short chunks: fewer warps rather than sweeps of mostly masked columns
+    warps = _floor_power_of_2(max(1, min(num_warps, block // (32 * vector))))
+    chunk = triton.cdiv(per_program, block) * block
+    return LaunchPlan(num_warps=warps, block=block, splits=triton.cdiv(vocab, chunk), chunk=chunk)
 
 
 def bench_variants(logits: torch.Tensor) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
     rows, vocab = logits.shape
     variants = {}
-    for programs_per_sm in (2, 4, 8, 16):
-        for sweep_bytes in (4096, 8192, 16384):
+    for programs_per_sm in (4, 8, 16, 32):
+        for sweep_bytes in (2048, 4096, 8192, 16384):
             for num_warps in (4, 8):
                 plan = launch_plan(rows, vocab, logits.element_size(), sm_count(logits.device),
                                    programs_per_sm, sweep_bytes, num_warps)
@@ -85,25 +101,35 @@ def _argmax_chunks(
     row_ptr = logits_ptr + row.to(tl.int64) * row_stride
     start = split * chunk
     end = tl.minimum(start + chunk, vocab)
+    full_end = start + (end - start) // BLOCK * BLOCK
     lanes = tl.arange(0, BLOCK)
+    # The hot loop is four instructions a column (convert, compare, max, select of the sweep's offset):
+    # it is issue-bound otherwise (H200: 15 a column ran at 60% of copy bandwidth).  NaN is not looked
+    # for here: the NaN-propagating max leaves NaN in a lane that saw one, and only such chunks search
+    # again.  Each lane starts at its own first column, so an all -inf chunk answers its first column.
     lane_value = tl.full([BLOCK], float("-inf"), tl.float32)
-    lane_index = tl.full([BLOCK], NO_INDEX, tl.int32)
-    lane_nan = tl.full([BLOCK], NO_INDEX, tl.int32)
-    # the last split sweeps some fully masked blocks past V: they load nothing
-    for offset in range(start, start + chunk, BLOCK):
-        cols = offset + lanes
-        in_chunk = cols < end
-        x = tl.load(row_ptr + cols, mask=in_chunk, other=float("-inf")).to(tl.float32)
-        is_nan = x != x
-        lane_nan = tl.minimum(lane_nan, tl.where(is_nan & in_chunk, cols, NO_INDEX))
-        # strict > keeps a lane's earliest maximum; the first valid column always enters (all -inf rows)
-        take = in_chunk & (x == x) & ((x > lane_value) | (lane_index == NO_INDEX))
-        lane_value = tl.where(take, x, lane_value)
-        lane_index = tl.where(take, cols, lane_index)
+    lane_offset = tl.zeros([BLOCK], tl.int32) + start
+    for offset in range(start, full_end, BLOCK):
+        x = tl.load(row_ptr + offset + lanes).to(tl.float32)
+        lane_offset = tl.where(x > lane_value, offset, lane_offset)  # strict: the earliest stays
+        lane_value = tl.maximum(lane_value, x, propagate_nan=tl.PropagateNan.ALL)
+    x = tl.load(row_ptr + full_end + lanes, mask=full_end + lanes < end, other=float("-inf")).to(tl.float32)
+    lane_offset = tl.where(x > lane_value, full_end, lane_offset)
+    lane_value = tl.maximum(lane_value, x, propagate_nan=tl.PropagateNan.ALL)
+    lane_index = lane_offset + lanes
+
+    first_nan = tl.full([], NO_INDEX, tl.int32)
+    if tl.max((lane_value != lane_value).to(tl.int32), axis=0) > 0:
+        lane_nan = tl.full([BLOCK], NO_INDEX, tl.int32)
+        for offset in range(start, end, BLOCK):
+            cols = offset + lanes
+            x = tl.load(row_ptr + cols, mask=cols < end, other=0.0).to(tl.float32)
+            lane_nan = tl.minimum(lane_nan, tl.where(x != x, cols, NO_INDEX))
+        first_nan = tl.min(lane_nan, axis=0)
+        lane_value = tl.where(lane_value != lane_value, float("-inf"), lane_value)  # keep NaN out of tl.max
     best = tl.max(lane_value, axis=0)
-    # == merges -0.0 with +0.0: equal maxima, smallest index wins
-    best_index = tl.min(tl.where((lane_value == best) & (lane_index != NO_INDEX), lane_index, NO_INDEX), axis=0)
-    first_nan = tl.min(lane_nan, axis=0)
+    # == merges -0.0 with +0.0: equal maxima, the smallest column wins
+    best_index = tl.min(tl.where(lane_value == best, lane_index, NO_INDEX), axis=0)
     if ONE_SPLIT:
         tl.store(out_ptr + row, tl.where(first_nan != NO_INDEX, first_nan, best_index).to(tl.int64))
     else:
@@ -111,6 +137,26 @@ def _argmax_chunks(
         tl.store(part_value_ptr + slot, best)
         tl.store(part_index_ptr + slot, best_index)
         tl.store(part_nan_ptr + slot, first_nan)
+
+
+@triton.jit
+def _argmax_short_rows(
+    logits_ptr, row_stride, rows, vocab,
+    out_ptr,
+    ROWS: tl.constexpr, COLS: tl.constexpr, NO_INDEX: tl.constexpr,
+):
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, COLS)[None, :]
+    inside = (row[:, None] < rows) & (cols < vocab)
+    x = tl.load(logits_ptr + row[:, None].to(tl.int64) * row_stride + cols, mask=inside,
+                other=float("-inf")).to(tl.float32)
+    first_nan = tl.min(tl.where(inside & (x != x), cols, NO_INDEX), axis=1)
+    valid = inside & (x == x)
+    x = tl.where(valid, x, float("-inf"))
+    best = tl.max(x, axis=1)
+    # == merges -0.0 with +0.0; an all -inf row has every column equal to its max: column 0
+    first_max = tl.min(tl.where(valid & (x == best[:, None]), cols, NO_INDEX), axis=1)
+    tl.store(out_ptr + row, tl.where(first_nan != NO_INDEX, first_nan, first_max).to(tl.int64), mask=row < rows)
 
 
 @triton.jit
@@ -138,6 +184,12 @@ def run_plan(logits: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.int64, device=logits.device)
     if rows == 0:
+        return out
+    if plan.rows_per_program:
+        _argmax_short_rows[(triton.cdiv(rows, plan.rows_per_program),)](
+            logits, logits.stride(0), rows, vocab, out,
+            ROWS=plan.rows_per_program, COLS=plan.block, NO_INDEX=NO_INDEX, num_warps=plan.num_warps,
+        )
         return out
     one_split = plan.splits == 1
     parts = (1,) if one_split else (rows, plan.splits)

@@ -121,9 +121,11 @@ def test_batch_invariance_rejects_a_batch_dependent_reduction_order():
         check_batch_invariance(_sum_split_by_batch, {"x": x}, ("x",), full=(_sum_split_by_batch(x),))
 
 
-def test_batch_invariance_accepts_a_rowwise_reduction():
+def test_batch_invariance_accepts_a_rowwise_exact_reduction():
+    # amax, not sum: torch's CUDA sum picks its reduction order from the shape, so a row summed alone
+    # and in a batch of 16 differ in the last bit (seen on the H200) -- the oracle is right to say so
     x = _rows(16, 1000) * 1e3
-    rowwise = lambda x: x.sum(dim=1)  # noqa: E731
+    rowwise = lambda x: x.amax(dim=1)  # noqa: E731
     check_batch_invariance(rowwise, {"x": x}, ("x",), full=(rowwise(x),))
 
 
