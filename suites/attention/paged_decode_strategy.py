@@ -19,9 +19,10 @@ What ``build`` plants:
   dropped, unselected and stale pages, spare pages.  A slot another row attends holds that row's data;
 - values (``VALUES``): ``normal``, or ``large_scores`` (scores of 100..300: an ``exp`` without max
   subtraction overflows fp32) with tied key magnitudes;
-- layouts (``LAYOUTS``): separate caches, K and V interleaved in one ``[P, 2, S, Hkv, D]`` buffer,
-  or padded views (q head-padded, page table ``[:, :M]`` of a wider table with real page ids in the
-  padding, ``seq_lens[::2]``).
+- layouts (``ND_LAYOUTS``): plain tensors; caches and q interleaved with garbage halves (the K half
+  of a fused ``[P, 2, S, Hkv, D]`` buffer); or caches and q with a padded last dim (rows not 16-byte
+  aligned), beside a page table ``[:, :M]`` of a wider one with real page ids in its padding and
+  ``seq_lens[::2]``.
 """
 from __future__ import annotations
 
@@ -30,12 +31,12 @@ from hypothesis import strategies as st
 
 from ops.catalog import Span
 from references.attention.paged_decode import attended_tokens
+from suites.strategies.layouts import ND_LAYOUTS, nd_view
 from suites.strategies.shapes import seeds, sizes
 
 SPARE_PAGES = 3
 LENGTHS = ("mixed", "ragged", "edges", "uniform", "full")
 VALUES = ("normal", "large_scores")
-LAYOUTS = ("separate", "kv_interleaved", "padded_views")
 OUT_OF_RANGE = (0, 3, -5, 2**31 - 1)   # 0 and 3 are offsets past M; the others are absolute
 KV_SCALES = {"bfloat16": (1.0, 0.5), "float8_e4m3fn": (0.0625, 0.0173, 1.0)}
 LARGE_SCORE = 300.0   # exp(88.7) already overflows fp32
@@ -108,7 +109,7 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
         return _recipe(
             cell, B=batch, M=pages, S=page_size, Hkv=kv_heads, group=group, D=head_dim, T=entries,
             lengths=draw(st.sampled_from(LENGTHS)), holes=draw(st.booleans()),
-            values=draw(st.sampled_from(VALUES)), layout=draw(st.sampled_from(LAYOUTS)),
+            values=draw(st.sampled_from(VALUES)), layout=draw(st.sampled_from(ND_LAYOUTS)),
             kv_scale=draw(st.sampled_from(KV_SCALES[_dtype_name(cell)])),
             sm_factor=draw(st.sampled_from((1.0, 0.7))), seed=draw(seeds()))
 
@@ -134,11 +135,11 @@ def corners(cell, device) -> list[dict]:
     page_sizes, head_dims = _choices(cell, "S"), _choices(cell, "D")
     shapes = [
         # (B, Hkv, group, S, D, lengths, holes, values, layout)
-        (0, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "separate"),
-        (3, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "kv_interleaved"),
-        (2, 1, 2, page_sizes[1], head_dims[1], "ragged", False, "large_scores", "separate"),
-        (2, 1, 16, page_sizes[-1], head_dims[-1], "full", False, "normal", "padded_views"),
-        (3, 2, 3, page_sizes[0], head_dims[0], "edges", True, "normal", "padded_views"),
+        (0, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "contiguous"),
+        (3, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "interleaved"),
+        (2, 1, 2, page_sizes[1], head_dims[1], "ragged", False, "large_scores", "contiguous"),
+        (2, 1, 16, page_sizes[-1], head_dims[-1], "full", False, "normal", "padded_last"),
+        (3, 2, 3, page_sizes[0], head_dims[0], "edges", True, "normal", "padded_last"),
     ]
     found = []
     for i, (rows, kv_heads, group, page_size, head_dim, lengths, holes, values, layout) in enumerate(shapes):
@@ -271,27 +272,25 @@ def build(recipe: dict, device) -> dict:
     nan = torch.tensor(float("nan"), device=device)
     keys = torch.where(live[..., None, None], keys, nan).to(cache_dtype)
     values = torch.where(live[..., None, None], values, nan).to(cache_dtype)
-    query = query.to(torch.bfloat16)
-    return {"q": query, **_laid_out(recipe["layout"], keys, values, query, as_int32, num_pages, generator),
+    return {**_laid_out(recipe["layout"], keys, values, query.to(torch.bfloat16), as_int32, num_pages, generator),
             "sm_scale": recipe["sm_scale"], "kv_scale": recipe["kv_scale"]}
 
 
 def _laid_out(layout: str, keys, values, query, metadata: dict, num_pages: int, generator) -> dict:
-    """The caches, query and metadata in ``layout`` (see the module docstring)."""
-    out = {"k_cache": keys, "v_cache": values, "q": query, **metadata}
-    if layout == "kv_interleaved":
-        both = torch.stack([keys, values], dim=1)
-        out["k_cache"], out["v_cache"] = both[:, 0], both[:, 1]
-    elif layout == "padded_views":
-        rows, heads, head_dim = query.shape
-        padded_q = torch.full((rows, heads, head_dim + 32), float("nan"), device=query.device).to(query.dtype)
-        padded_q[..., :head_dim] = query
-        out["q"] = padded_q[..., :head_dim]
+    """The caches and query in ``layout`` (``suites/strategies/layouts.nd_view``); with ``padded_last``
+    the metadata are views too: the table ``[:, :M]`` of a wider one whose padding holds real page ids,
+    and ``seq_lens[::2]``."""
+    out = {**metadata}
+    for name, tensor in (("k_cache", keys), ("v_cache", values), ("q", query)):
+        out[name] = nd_view(tuple(tensor.shape), tensor.dtype, layout, tensor.device)
+        out[name].copy_(tensor)
+    if layout == "padded_last":
         table = metadata["page_table"]
-        wide = torch.randint(0, num_pages, (rows, table.shape[1] + 3), generator=generator, device=table.device)
+        rows, pages = table.shape
+        wide = torch.randint(0, num_pages, (rows, pages + 3), generator=generator, device=table.device)
         wide = wide.to(torch.int32)
-        wide[:, :table.shape[1]] = table
-        out["page_table"] = wide[:, :table.shape[1]]
+        wide[:, :pages] = table
+        out["page_table"] = wide[:, :pages]
         lengths = torch.full((2 * rows,), 2**30, dtype=torch.int32, device=table.device)
         lengths[::2] = metadata["seq_lens"]
         out["seq_lens"] = lengths[::2]
