@@ -41,10 +41,11 @@ OUT_OF_RANGE = (0, 3, -5, 2**31 - 1)   # 0 and 3 are offsets past M; the others 
 KV_SCALES = {"bfloat16": (1.0, 0.5), "float8_e4m3fn": (0.0625, 0.0173, 1.0)}
 LARGE_SCORE = 300.0   # exp(88.7) already overflows fp32
 
-# The interpreter costs ~3 ms per program: on the CPU keep rows to <= 256 positions (two splits of 128),
-# B <= 3 and Hkv <= 2, so a call launches <= 18 programs.  GPUs take the cell, within GPU_ELEMENT_BUDGET
-# elements per cache (128 MB of bf16), which still allows 131072-token rows at Hkv * D <= 512.
-CPU_POSITIONS, CPU_ROWS, CPU_KV_HEADS = 256, 3, 2
+# The interpreter costs milliseconds per tile op: on the CPU, rows of <= 256 positions (two splits of
+# 128, two tiles each), B <= 2 and Hkv <= 2 in draws (corners take 3 rows: long, empty and partial), so
+# a call launches <= 12 split programs.  GPUs take the cell, within GPU_ELEMENT_BUDGET elements per
+# cache (128 MB of bf16), which still allows 131072-token rows at Hkv * D <= 512.
+CPU_POSITIONS, CPU_ROWS, CPU_KV_HEADS = 256, 2, 2
 GPU_ELEMENT_BUDGET = 2**26
 
 
@@ -143,7 +144,6 @@ def corners(cell, device) -> list[dict]:
     ]
     found = []
     for i, (rows, kv_heads, group, page_size, head_dim, lengths, holes, values, layout) in enumerate(shapes):
-        rows = min(rows, CPU_ROWS) if _on_cpu(device) else rows
         pages, entries = _largest(cell, device, rows, kv_heads, page_size, head_dim)
         found.append(_recipe(cell, B=rows, M=pages, S=page_size, Hkv=kv_heads, group=group, D=head_dim, T=entries,
                              lengths=lengths, holes=holes, values=values, layout=layout,
