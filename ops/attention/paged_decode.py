@@ -60,13 +60,14 @@ class LaunchPlan:
 
 def launch_plan(head_dim: int) -> LaunchPlan:
     if interpreting():
-        # The interpreter costs ~3 ms per program and ~30 us per tile op: few, wide tiles, and splits
-        # of 128 positions so the CPU strategy's rows (<= 256 positions) still span two splits.
+        # The interpreter pays per op, not per element (~20 ms for a two-tile program here): wide
+        # tiles, and splits of 128 positions so the CPU strategy's rows (<= 256 positions) still span
+        # two splits of two tiles, through both the online rescale and the merge.
         return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
     # 16 KB of bf16 K per tile (128 x 64, 64 x 128, 32 x 256), moved by 16-byte cp.async into a
     # 3-stage pipeline.  512 positions per split keep the partials under 2% of the KV bytes (G x D
-    # fp32 per 512 x D x 2 x itemsize) while B=64 x Hkv=8 at L=8192 gives 8192 programs (62 per SM) and a
-    # single 8K row still gets 16 splits per KV head.  Registers (ptxas for sm_90, Triton 3.6, no
+    # fp32 per 512 x D x 2 x itemsize) while B=64 x Hkv=8 at L=8192 gives 8192 programs (62 per SM)
+    # and a single 8K row still gets 16 splits per KV head.  Registers (ptxas for sm_90, Triton 3.6, no
     # spills): D=128 bf16 167 at 4 warps (3 programs per SM); D=256 needs 255 at 4 warps, 148 at 8.
     return LaunchPlan(block_n=16384 // (2 * head_dim), split_tokens=512, num_warps=8 if head_dim == 256 else 4,
                       num_stages=3)
@@ -99,8 +100,10 @@ def _round_to_bf16(x):
     return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
 
 
-@triton.jit(do_not_specialize=["pages_per_row", "num_pages", "page_size", "entries", "group", "splits",
-                               "seq_lens_stride", "table_stride_b", "table_stride_m", "select_stride_b"])
+# Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
+# head dim, cache dtype and dense/sparse, whatever the batch, table and pool sizes.
+@triton.jit(do_not_specialize=["num_pages", "page_size", "kv_heads", "group", "pages_per_row", "table_stride_b",
+                               "table_stride_m", "seq_lens_stride", "select_stride_b", "entries", "splits"])
 def _decode_splits(
     # query [B, Hq, D]
     q_ptr, q_stride_b, q_stride_h, q_stride_d,
@@ -187,7 +190,8 @@ def _decode_splits(
     tl.store(part_acc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=written[:, None])
 
 
-@triton.jit(do_not_specialize=["pages_per_row", "page_size", "entries", "group", "splits", "seq_lens_stride"])
+@triton.jit(do_not_specialize=["splits", "kv_heads", "group", "seq_lens_stride", "pages_per_row", "page_size",
+                               "entries"])
 def _merge_splits(
     part_m_ptr, part_l_ptr, part_acc_ptr, splits, kv_heads, group,
     seq_lens_ptr, seq_lens_stride, pages_per_row, page_size, entries,
