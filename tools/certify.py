@@ -160,6 +160,11 @@ def machine_facts(device) -> dict:
                          "triton": triton.__version__, "nvidia-cutlass-dsl": cutlass_version}}
 
 
+def _progress_line(line: str) -> None:
+    """On a terminal, one self-overwriting status line per cell (logs get only the cell results)."""
+    print(f"\r  {line}\033[K", end="", file=sys.stderr, flush=True)
+
+
 def describe(result, device: str, impl: str | None, seconds: float | None = None, flags: Sequence[str] = ()) -> str:
     """What a run prints for one cell: the verdict, and for a failure where, why and how to reproduce it."""
     from ops.quarantine import QUARANTINED, citation
@@ -257,13 +262,14 @@ def run_tasks(args, tasks, on_result) -> dict:
         results = {}
         for task in tasks:
             started = time.monotonic()
-            results[task.key] = execute(task, progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+            results[task.key] = execute(task, progress=_progress_line if sys.stderr.isatty() else None)
             on_result(results[task.key], time.monotonic() - started)
         return results
     slots = gpu_slots(None if args.gpus == "all" else int(args.gpus or 1)) if args.device == "cuda" else [cpu_slot()]
 
     def note(slot, line):
-        print(f"  [{slot.label}] {line}" if len(slots) > 1 else f"  {line}", file=sys.stderr, flush=True)
+        if sys.stderr.isatty():
+            _progress_line(f"[{slot.label}] {line}" if len(slots) > 1 else line)
 
     try:
         return run_isolated(tasks, slots, cell_timeout=args.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
@@ -323,6 +329,8 @@ def main(argv=None) -> int:
 
     def announce(result, seconds):
         if not args.json:
+            if sys.stderr.isatty():
+                print("\r\033[K", end="", file=sys.stderr)
             print(describe(result, args.device, args.impl, seconds, flags), flush=True)
 
     results = {}
