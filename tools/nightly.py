@@ -89,6 +89,8 @@ def main(argv=None) -> int:
     if unknown:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
     entries = [registry[name] for name in (args.op or registry) if arch in registry[name].archs]
+    for name in sorted({*(args.op or registry)} - {entry.name for entry in entries}):
+        print(f"{name}: does not claim {arch.value}; skipped", file=sys.stderr)
     implementations = load_implementation(args.impl, entries) if args.impl else \
         {entry.name: Implementation.of_kernels(entry) for entry in entries}
     pairs = chosen_cells(entries, args.cell)

@@ -124,6 +124,7 @@ td.status small { opacity: 0.9; }
 td.op { font-weight: 600; }
 .legend span.swatch { display: inline-block; width: 14px; height: 14px; vertical-align: -2px; margin: 0 4px 0 14px; }
 table.list { border-collapse: collapse; } table.list td, table.list th { border-bottom: 1px solid #e0e0e0; padding: 3px 8px; }
+table.list td { white-space: nowrap; } table.list td.wrap { white-space: normal; }
 code, pre { font: 12px/1.35 Menlo, Consolas, monospace; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 2px 0; max-width: 760px; }
 .note { color: #616161; font-size: 12px; }
@@ -170,7 +171,7 @@ def _sections_html(grid: list[GridCell]) -> str:
         versions = ", ".join(f"{name} {version}" for name, version in section.get("versions", {}).items() if version)
         rows.append(f'<tr><td class="op">{_e(op)}</td><td>{_e(arch)}</td><td>{"stale" if stale else "fresh"}</td>'
                     f'<td>{_e(section.get("device", ""))}</td><td>{_e(section.get("date", ""))}</td>'
-                    f'<td>{_e(versions)}</td><td><code>{_e(section.get("command", ""))}</code></td></tr>')
+                    f'<td class="wrap">{_e(versions)}</td><td class="wrap"><code>{_e(section.get("command", ""))}</code></td></tr>')
     return ('<table class="list"><tr><th>op</th><th>arch</th><th>sources</th><th>device</th><th>date</th>'
             "<th>versions</th><th>command</th></tr>" + "".join(rows) + "</table>")
 
@@ -214,11 +215,11 @@ def _errors_html(grid: list[GridCell]) -> str:
             plot = error_svg(kernel, stock, allowed)
             numbers = f"<td>{_fmt(kernel)}</td><td>{_fmt(stock)}</td><td>{_fmt(allowed)}</td>"
         else:
-            plot = (f'<span class="note">bitwise: the reference\'s exact bits are required; the stock op broke '
-                    f'the contract on {record["stock_disagreements"]} of {record["examples"]} examples</span>')
+            plot = (f'<span class="note">bitwise: exact bits required; the stock op broke the contract on '
+                    f'{record["stock_disagreements"]} of {record["examples"]} examples</span>')
             numbers = "<td>0</td><td>—</td><td>0 (bitwise)</td>"
         rows.append(f'<tr><td class="op">{_e(square.op)}</td><td>{_e(square.cell)}</td><td>{_e(square.arch)}</td>'
-                    f'<td>{_e(square.status)}</td><td>{record["examples"]}</td>{numbers}<td>{plot}</td></tr>')
+                    f'<td>{_e(square.status)}</td><td>{record["examples"]}</td>{numbers}<td class="wrap">{plot}</td></tr>')
     if not rows:
         return '<p class="note">No certificate records a cell yet.</p>'
     return ('<table class="list"><tr><th>op</th><th>cell</th><th>arch</th><th>status</th><th>examples</th>'
@@ -259,7 +260,7 @@ def _run_html(run: dict | None) -> str:
         status = "certified" if result["status"] == "certified" else "failing"
         rows.append(f'<tr><td class="op">{_e(result["op"])}</td><td>{_e(result["cell"])}</td>'
                     f'<td class="status s-{status}">{_e(result["status"])}</td><td>{result["examples"]}</td>'
-                    f'<td>{_e(result.get("seconds", ""))}</td><td>{failure}</td></tr>')
+                    f'<td>{_e(result.get("seconds", ""))}</td><td class="wrap">{failure}</td></tr>')
     judged = run.get("impl") or "the catalog kernels"
     return (f'<p class="meta">{_e(judged)} on {_e(run["device"])} ({_e(run["arch"])}), {run["max_examples"]} drawn '
             f'examples per cell besides the corners, seed {run["seed"]}</p>'

@@ -74,7 +74,7 @@ def test_the_page_is_self_contained_and_plots_errors_against_the_band():
     # band op: kernel 1.5 ULP under the band max(2 x 2.0, 1) = 4; the failing one infinite, drawn red
     assert 'aria-label="kernel 1.5 ULP, stock 2 ULP, allowed 4 ULP"' in page
     assert 'aria-label="kernel inf ULP, stock 2 ULP, allowed 4 ULP"' in page
-    assert "bitwise: the reference's exact bits are required" in page
+    assert "bitwise: exact bits required" in page
     assert unreadable == [] and "copy 4257 GB/s" in page   # the committed greedy_argmax bench table
 
 
