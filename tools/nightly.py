@@ -56,9 +56,9 @@ def parse_args(argv):
 
 
 def nightly_max_examples() -> int:
-    from suites.strategies.profiles import load_profile  # noqa: F401 - registers the profiles
+    from suites.strategies import profiles  # registers the project's profiles with Hypothesis
 
-    return hypothesis.settings.get_profile("nightly").max_examples
+    return profiles.settings.get_profile("nightly").max_examples
 
 
 def chosen_cells(entries, requested: list[str]) -> list[tuple]:

@@ -104,7 +104,7 @@ def bench_tables(results: pathlib.Path = RESULTS) -> tuple[list[BenchTable], lis
 
 
 # -- rendering --------------------------------------------------------------------------------------
-def _e(value) -> str:
+def _escape(value) -> str:
     return html.escape(str(value), quote=True)
 
 
@@ -146,13 +146,13 @@ def _grid_html(grid: list[GridCell]) -> str:
                 f"{square.section.get('device', '')}, {square.section.get('date', '')}: {square.section.get('command', '')}"
             if square.status == "stale" and square.record:
                 tip = f"was {square.record['status']} on sources since changed; {tip}"
-            tds.append(f'<td class="status s-{square.status.replace(" ", "-")}" title="{_e(tip)}">'
-                       f"{_e(square.status)}{examples}</td>")
-        rows.append(f'<tr><td class="op">{_e(op)}</td><td title="{_e(squares[0].why)}">{_e(cell)}</td>{"".join(tds)}</tr>')
-    head = "<tr><th>op</th><th>cell</th>" + "".join(f"<th>{_e(arch)}</th>" for arch in archs) + "</tr>"
+            tds.append(f'<td class="status s-{square.status.replace(" ", "-")}" title="{_escape(tip)}">'
+                       f"{_escape(square.status)}{examples}</td>")
+        rows.append(f'<tr><td class="op">{_escape(op)}</td><td title="{_escape(squares[0].why)}">{_escape(cell)}</td>{"".join(tds)}</tr>')
+    head = "<tr><th>op</th><th>cell</th>" + "".join(f"<th>{_escape(arch)}</th>" for arch in archs) + "</tr>"
     counts = {status: sum(s.status == status for s in grid) for status in STATUS_COLOURS}
     legend = "".join(f'<span class="swatch" style="background:{colour};border:1px solid #bdbdbd"></span>'
-                     f"{_e(status)} ({counts[status]})" for status, colour in STATUS_COLOURS.items())
+                     f"{_escape(status)} ({counts[status]})" for status, colour in STATUS_COLOURS.items())
     return f'<p class="legend">{legend}</p><table class="grid">{head}{"".join(rows)}</table>'
 
 
@@ -169,9 +169,9 @@ def _sections_html(grid: list[GridCell]) -> str:
     rows = []
     for (op, arch), (section, stale) in sections.items():
         versions = ", ".join(f"{name} {version}" for name, version in section.get("versions", {}).items() if version)
-        rows.append(f'<tr><td class="op">{_e(op)}</td><td>{_e(arch)}</td><td>{"stale" if stale else "fresh"}</td>'
-                    f'<td>{_e(section.get("device", ""))}</td><td>{_e(section.get("date", ""))}</td>'
-                    f'<td class="wrap">{_e(versions)}</td><td class="wrap"><code>{_e(section.get("command", ""))}</code></td></tr>')
+        rows.append(f'<tr><td class="op">{_escape(op)}</td><td>{_escape(arch)}</td><td>{"stale" if stale else "fresh"}</td>'
+                    f'<td>{_escape(section.get("device", ""))}</td><td>{_escape(section.get("date", ""))}</td>'
+                    f'<td class="wrap">{_escape(versions)}</td><td class="wrap"><code>{_escape(section.get("command", ""))}</code></td></tr>')
     return ('<table class="list"><tr><th>op</th><th>arch</th><th>sources</th><th>device</th><th>date</th>'
             "<th>versions</th><th>command</th></tr>" + "".join(rows) + "</table>")
 
@@ -218,8 +218,8 @@ def _errors_html(grid: list[GridCell]) -> str:
             plot = (f'<span class="note">bitwise: exact bits required; the stock op broke the contract on '
                     f'{record["stock_disagreements"]} of {record["examples"]} examples</span>')
             numbers = "<td>0</td><td>—</td><td>0 (bitwise)</td>"
-        rows.append(f'<tr><td class="op">{_e(square.op)}</td><td>{_e(square.cell)}</td><td>{_e(square.arch)}</td>'
-                    f'<td>{_e(square.status)}</td><td>{record["examples"]}</td>{numbers}<td class="wrap">{plot}</td></tr>')
+        rows.append(f'<tr><td class="op">{_escape(square.op)}</td><td>{_escape(square.cell)}</td><td>{_escape(square.arch)}</td>'
+                    f'<td>{_escape(square.status)}</td><td>{record["examples"]}</td>{numbers}<td class="wrap">{plot}</td></tr>')
     if not rows:
         return '<p class="note">No certificate records a cell yet.</p>'
     return ('<table class="list"><tr><th>op</th><th>cell</th><th>arch</th><th>status</th><th>examples</th>'
@@ -256,13 +256,13 @@ def _run_html(run: dict | None) -> str:
         return '<p class="note">No run: the page shows the certificate files only.</p>'
     rows = []
     for result in run["results"]:
-        failure = "" if "failure" not in result else "<pre>" + _e("\n".join(failure_lines(run, result))) + "</pre>"
+        failure = "" if "failure" not in result else "<pre>" + _escape("\n".join(failure_lines(run, result))) + "</pre>"
         status = "certified" if result["status"] == "certified" else "failing"
-        rows.append(f'<tr><td class="op">{_e(result["op"])}</td><td>{_e(result["cell"])}</td>'
-                    f'<td class="status s-{status}">{_e(result["status"])}</td><td>{result["examples"]}</td>'
-                    f'<td>{_e(result.get("seconds", ""))}</td><td class="wrap">{failure}</td></tr>')
+        rows.append(f'<tr><td class="op">{_escape(result["op"])}</td><td>{_escape(result["cell"])}</td>'
+                    f'<td class="status s-{status}">{_escape(result["status"])}</td><td>{result["examples"]}</td>'
+                    f'<td>{_escape(result.get("seconds", ""))}</td><td class="wrap">{failure}</td></tr>')
     judged = run.get("impl") or "the catalog kernels"
-    return (f'<p class="meta">{_e(judged)} on {_e(run["device"])} ({_e(run["arch"])}), {run["max_examples"]} drawn '
+    return (f'<p class="meta">{_escape(judged)} on {_escape(run["device"])} ({_escape(run["arch"])}), {run["max_examples"]} drawn '
             f'examples per cell besides the corners, seed {run["seed"]}</p>'
             '<table class="list"><tr><th>op</th><th>cell</th><th>verdict</th><th>examples</th><th>seconds</th>'
             "<th>failure</th></tr>" + "".join(rows) + "</table>")
@@ -280,11 +280,11 @@ def roofline_svg(table: BenchTable, width: int = 900) -> str:
             case = (row["op"], row["case"])
             y += 6
             parts.append(f'<text x="0" y="{y + 12}" font-size="12" font-weight="600" fill="#212121">'
-                         f'{_e(row["op"])} {_e(row["case"])}</text>')
+                         f'{_escape(row["op"])} {_escape(row["case"])}</text>')
             y += bar_height + gap + 2
         colour = {"kernel": KERNEL_COLOUR, "stock": STOCK_COLOUR}.get(row["impl"], COMPETITOR_COLOUR)
         target = f" — target {row['target']}" if row["target"] else ""
-        parts.append(f'<text x="12" y="{y + 11}" font-size="11" fill="#424242">{_e(row["impl"])}{_e(target)}</text>')
+        parts.append(f'<text x="12" y="{y + 11}" font-size="11" fill="#424242">{_escape(row["impl"])}{_escape(target)}</text>')
         parts.append(f'<rect x="{label_width}" y="{y}" width="{max(row["GB/s"] * scale, 1):.1f}" height="{bar_height}" '
                      f'fill="{colour}"/>')
         parts.append(f'<text x="{label_width + max(row["GB/s"] * scale, 1) + 4:.1f}" y="{y + 11}" font-size="11" '
@@ -306,9 +306,9 @@ def _bench_html(tables: list[BenchTable], unreadable: list[str]) -> str:
         parts = ['<p class="note">No committed tools/bench table under tools/results/ (run '
                  "<code>tools/bench --out tools/results/bench_&lt;device&gt;.md</code> on a GPU).</p>"]
     else:
-        parts = [f'<h3>{_e(table.path)}</h3><p class="meta">{_e(table.header)}</p>{roofline_svg(table)}'
+        parts = [f'<h3>{_escape(table.path)}</h3><p class="meta">{_escape(table.header)}</p>{roofline_svg(table)}'
                  for table in tables]
-    parts += [f'<p class="note">not read: {_e(line)}</p>' for line in unreadable]
+    parts += [f'<p class="note">not read: {_escape(line)}</p>' for line in unreadable]
     return "".join(parts)
 
 
@@ -320,7 +320,7 @@ def render_html(grid: list[GridCell], run: dict | None, tables: list[BenchTable]
 <html lang="en"><head><meta charset="utf-8"><title>kernel-parity certification report</title>
 <style>{CSS}</style></head><body>
 <h1>kernel-parity certification report</h1>
-<p class="meta">{ops} ops, {len({(s.op, s.cell) for s in grid})} cells; every certificate file of the catalog, read {_e(generated)}.
+<p class="meta">{ops} ops, {len({(s.op, s.cell) for s in grid})} cells; every certificate file of the catalog, read {_escape(generated)}.
 A section is stale when the kernel, reference or a module they use changed since it was earned.</p>
 <h2>Status: op x cell x architecture</h2>
 {_grid_html(grid)}
