@@ -42,7 +42,9 @@ def parse_args(argv):
     parser.add_argument("--replay", metavar="JSON", help="run the battery on this one recipe (needs one --cell)")
     parser.add_argument("--no-shrink", action="store_true", help="report a failure without shrinking it")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH; a PATH ending in "
+                        ".html gets a self-contained page of every certificate instead (tools/report.py)")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell)")
     args = parser.parse_args(argv)
     if args.max_examples is not None and args.max_examples < 0:
         raise UsageError(f"--max-examples: {args.max_examples} is negative")
@@ -189,7 +191,8 @@ def main(argv=None) -> int:
                 if sys.stderr.isatty():
                     print("\r\033[K", end="", file=sys.stderr)
                 print(describe(result, args.device, args.impl, time.monotonic() - started), flush=True)
-            report["results"].append({"op": entry.name, "cell": cell.id, **result.record()})
+            report["results"].append({"op": entry.name, "cell": cell.id,
+                                      "seconds": round(time.monotonic() - started, 3), **result.record()})
         if writes_certificates:
             section = {
                 "source_sha256": certificates.source_digest(entry),
@@ -205,12 +208,9 @@ def main(argv=None) -> int:
                 print(f"{entry.name}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
     if args.json:
         print(json.dumps(report, indent=2))
-    if args.report:
-        try:
-            with open(args.report, "w") as handle:
-                json.dump(report, handle, indent=2)
-        except OSError as error:
-            raise UsageError(f"--report: cannot write {args.report}: {error.strerror}") from None
+    from tools.report import write_outputs
+
+    write_outputs(report, args.report, args.junit)
     return 1 if failed else 0
 
 
