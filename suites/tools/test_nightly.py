@@ -21,9 +21,8 @@ def run(capsys, *words) -> tuple[int, dict]:
 
 
 def test_a_flaky_implementation_is_reported_flaky_with_its_reproduction(capsys, tmp_path):
-    # suites/tools/flaky_impls.py fails about half the examples it meets (four of the cell's six corners
-    # can fail): no failure in 4 runs has odds near 0.5**16, and every failing example failing all of its
-    # 1 + 16 replays near 0.5**17 — a flake of this test is rarer than one in ten thousand runs.
+    # suites/tools/flaky_impls.py fails every tenth call it gets: an example (about seven calls) fails
+    # on some replays and passes on others, deterministically in one process
     junit = tmp_path / "nightly.xml"
     code, found = run(capsys, "--impl", "suites.tools.flaky_impls", "--repeat", "4", "--replays", "16",
                       "--junit", str(junit))
