@@ -3,13 +3,17 @@
 On a machine without CUDA, ``ops/__init__`` has set ``TRITON_INTERPRET=1`` before Triton was imported,
 so ``triton.jit`` kernels run under the interpreter on CPU tensors (the ``cpu-interp`` arch).
 Interpreter caveats (bf16 arithmetic, NaN inside reductions): kernels upcast to fp32 after loading and
-keep NaN out of ``tl.max``/``tl.min``.
+keep NaN out of ``tl.max``/``tl.min``. The interpreter's bf16 -> fp32 cast itself is wrong for subnormals
+(-2.755e-40 came back as -5.877e-39, -3.673e-40 as -0.0; Triton 3.6): a kernel that must keep them
+loads the bits and converts with ``bf16_bits_to_float32``.
 """
 from __future__ import annotations
 
 import os
 
 import torch
+import triton
+import triton.language as tl
 
 # The interpreter costs about 3 ms per program whatever its size, so it plans for a small GPU of 16 SMs:
 # small batches still take the split path, without the hundreds of programs an H200's plan launches.
@@ -24,3 +28,10 @@ def sm_count(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return INTERPRETER_SM_COUNT
+
+
+@triton.jit
+def bf16_bits_to_float32(bits):
+    """bf16 bit patterns (loaded as int16) as float32, exactly, subnormals included: the bits become the
+    high half of a float32. On a GPU this shift is what the bf16 cast compiles to anyway."""
+    return (bits.to(tl.int32) << 16).to(tl.float32, bitcast=True)

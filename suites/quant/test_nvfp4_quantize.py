@@ -1,0 +1,118 @@
+"""nvfp4_quantize: every cell through the whole battery, and the battery against wrong quantizers."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oracles.battery import Implementation, strategy_module
+from ops.quant.nvfp4_quantize import ENTRY
+from references.formats import (
+    E2M1_MAX,
+    E2M1_MIDPOINTS,
+    E4M3_MAX,
+    NVFP4_BLOCK,
+    e4m3_satfinite_rne,
+    nvfp4_global_scale,
+    nvfp4_quantize,
+)
+from suites.certification import (
+    arch_marks,
+    assert_certified,
+    assert_rejected,
+    cell_params,
+    certify_cell,
+    machine_device,
+)
+from suites.quant import nvfp4_quantize_impls as impls
+
+pytestmark = arch_marks(ENTRY.archs)
+IMPLS = "suites.quant.nvfp4_quantize_impls"
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_cell(cell):
+    assert_certified(certify_cell(ENTRY, cell))
+
+
+# (wrong implementation, the oracle that must catch it); the corners of decode_activations reach
+# every global-scale mode, hence every bug below, without a single Hypothesis draw.
+WRONG = [
+    ("approximate_division_emulated", "parity"),
+    ("torch_one_division", "parity"),
+    ("trtllm_block_max_test", "parity"),
+    ("torchao_scale_clamp", "parity"),
+    ("ties_away_from_zero", "parity"),
+    ("sign_from_comparison", "parity"),
+    ("high_nibble_first", "parity"),
+    ("flushed_subnormal_scales", "parity"),
+    ("flushed_subnormal_inputs", "parity"),
+    ("tail_left_zero", "parity"),
+    ("rows_read_as_contiguous", "parity"),
+    ("missing_refusal", "refusals"),
+]
+
+
+@pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
+def test_battery_rejects(name, oracle):
+    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    result = certify_cell(ENTRY, ENTRY.cell("decode_activations"), impl, max_examples=0)
+    assert_rejected(result, oracle, impl.label)
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_battery_accepts_another_correct_implementation(cell):
+    impl = Implementation(f"{IMPLS}:correct_via_grid_search", {ENTRY.name: impls.correct_via_grid_search})
+    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+
+
+# -- the strategy reaches the hard cases on purpose -------------------------------------------------
+HARD_CASES = ([f"{m}_{where}" for m in E2M1_MIDPOINTS for where in ("on_midpoint", "one_ulp_above", "one_ulp_below")]
+              + ["zero_block", "all_negative_tiny_block", "saturating_block", "scale_underflow", "out_scale_overflow",
+                 "scale_tie_only_ieee_division_reaches", "K_not_a_multiple_of_64"])
+
+
+def hard_cases_in(x: torch.Tensor, global_scale: torch.Tensor) -> set[str]:
+    """Which of HARD_CASES one input reaches, measured on the contract's own intermediate values."""
+    rows, cols = x.shape
+    blocks = x.float().reshape(rows, cols // NVFP4_BLOCK, NVFP4_BLOCK)
+    _, block_scales = nvfp4_quantize(x, global_scale)
+    sf = block_scales.float()
+    out_scale = torch.where(sf == 0, 0.0, torch.reciprocal(sf * torch.reciprocal(global_scale)))
+    scaled = (blocks * out_scale[..., None]).abs()
+    found = set()
+    for m in E2M1_MIDPOINTS:
+        midpoint = torch.tensor(m, device=x.device)
+        for where, value in (("on_midpoint", midpoint), ("one_ulp_above", torch.nextafter(midpoint, midpoint + 1)),
+                             ("one_ulp_below", torch.nextafter(midpoint, midpoint - 1))):
+            if (scaled == value).any():
+                found.add(f"{m}_{where}")
+    nonzero = (blocks != 0).any(dim=-1)
+    block_max = blocks.abs().amax(dim=-1)
+    by_reciprocal = global_scale * (block_max * torch.reciprocal(torch.tensor(6.0, device=x.device)))
+    cases = {
+        "zero_block": ~nonzero,
+        "all_negative_tiny_block": blocks.signbit().all(dim=-1) & nonzero & (sf > 0) & (sf < 2.0**-6),
+        "saturating_block": (sf == E4M3_MAX) & (scaled > E2M1_MAX).any(dim=-1),
+        "scale_underflow": (sf == 0) & nonzero,
+        "out_scale_overflow": (sf != 0) & out_scale.isinf(),
+        "scale_tie_only_ieee_division_reaches":
+            e4m3_satfinite_rne(by_reciprocal).view(torch.uint8) != block_scales.view(torch.uint8),
+    }
+    found |= {name for name, where in cases.items() if where.any()}
+    if cols % 64:
+        found.add("K_not_a_multiple_of_64")
+    return found
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_corners_reach_every_hard_case(cell):
+    device = machine_device()
+    strategy = strategy_module(ENTRY)
+    reached = set().union(*(hard_cases_in(**strategy.build(recipe, device)) for recipe in strategy.corners(cell, device)))
+    assert reached == set(HARD_CASES), f"not reached: {sorted(set(HARD_CASES) - reached)}"
+
+
+def test_hard_case_census_can_miss():
+    """The census is not vacuous: plain Gaussian data reaches almost none of it."""
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0)).bfloat16()
+    assert len(hard_cases_in(x, nvfp4_global_scale(x))) < len(HARD_CASES) // 2
