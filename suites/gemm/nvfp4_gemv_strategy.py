@@ -4,8 +4,10 @@ A recipe: ``{"M", "N", "K", "x_values", "x_layout", "global_scale", "weights", "
 ``[N, K]`` is built block by block from ``suites/quant/hard_cases`` (midpoint ties and their float32
 neighbours, zero, tiny, underflowing and saturating blocks, E4M3-tie scales; or plain Gaussian rows)
 around a global scale chosen by mode, then quantized by the contract's reference ``nvfp4_quantize``:
-the GEMV gets exactly what the quantizer hands it. ``huge_amax`` is left out: weights near 1e35 times
-activations overflow bf16, outside any model.
+the GEMV gets exactly what the quantizer hands it. ``huge_amax`` and ``tiny_amax`` are left out:
+weights near 1e35 overflow bf16 outputs, and weights near 1e-33 make outputs below bf16's normal range,
+where the stock op flushes subnormals (168 ULP of stock error, measured on the CPU) and the band it
+sets would be too wide to judge anything else in that example; ``nvfp4_quantize`` covers both ends.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from suites.strategies.shapes import seeds
 from suites.strategies.values import FINITE_MODES
 
 WEIGHT_MIXES = {"hard": HARD_BLOCK_KINDS, "random": ("random",)}
-SCALE_MODES = tuple(mode for mode in GLOBAL_SCALE_MODES if mode != "huge_amax")
+SCALE_MODES = tuple(mode for mode in GLOBAL_SCALE_MODES if mode not in ("huge_amax", "tiny_amax"))
 
 
 def recipes(cell, device) -> st.SearchStrategy[dict]:
