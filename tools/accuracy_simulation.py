@@ -23,7 +23,6 @@ numbers the gate prints would then be wrong.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import pathlib
@@ -32,6 +31,7 @@ import sys
 import numpy as np
 from scipy.stats import norm
 
+from ops.catalog import stable_seed
 from oracles import mcnemar
 from tools import accuracy_gate
 
@@ -52,12 +52,6 @@ DISCORDANCE_RATES = (0.0, 0.005, 0.01, 0.02, 0.05, 0.10, 0.20, 0.30, 2 * BASELIN
 DROP_STEP = 0.0005
 DROPS = np.round(np.arange(0.0, 0.08 + DROP_STEP / 2, DROP_STEP), 6)
 DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "results"
-
-
-def stable_seed(*parts: object) -> int:
-    """A 63-bit seed from a sha256 digest of ``parts`` (stable across runs, unlike the salted ``hash``)."""
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def simulate_tables(pairs: int, background: float, drop: float, reps: int) -> np.ndarray:
