@@ -25,6 +25,7 @@ from ops.gemm.gemv_launch import (
     OnBf16Weights,
     accumulate,
     gemv_plan,
+    plan_variants,
     store_rows,
     sum_splits,
 )
@@ -91,6 +92,12 @@ def fp8_gemv(x, w, w_scale) -> torch.Tensor:
     contract.validate(x, w, w_scale)
     plan = gemv_plan(w.shape[0], w.shape[1], E4M3_BITS, sm_count(x.device), interpreting())
     return run_plan(x, w, w_scale, plan)
+
+
+def bench_variants(x, w, w_scale) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    plans = plan_variants(w.shape[0], x.shape[1], E4M3_BITS, sm_count(x.device))
+    return {label: lambda x, w, w_scale, plan=plan: run_plan(x, w, w_scale, plan) for label, plan in plans.items()}
 
 
 def bytes_moved(x, w, w_scale) -> int:

@@ -38,25 +38,38 @@ class GemvPlan:
     tensor_cores: bool  # tl.dot on bf16 operands; the interpreter multiplies and sums in float32 instead
 
 
-def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool) -> GemvPlan:
+def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, block_n: int = GPU_BLOCK_N,
+              num_stages: int = 4, num_warps: int = 4, split_below: float = 0.5) -> GemvPlan:
     """Plan for a weight of ``rows`` (N) x ``cols`` (K) elements of ``weight_bits`` bits each."""
     # 64 rows x 128 bytes: 8 KB of weights per step and program; narrower weights shrink to >= 16 rows.
     # The interpreter pays per program and per step (tens of ms under load), hardly per byte: it takes
     # 256 rows and 256-byte steps (a [256, 16, 256] product: Triton's 2**20-element limit).
     block_k = WEIGHT_BYTES_PER_STEP * 8 // weight_bits  # 256 NVFP4 or 128 E4M3 elements
     block_k *= INTERPRETER_STEP_FACTOR if on_interpreter else 1
-    widest = INTERPRETER_BLOCK_N if on_interpreter else GPU_BLOCK_N
+    widest = INTERPRETER_BLOCK_N if on_interpreter else block_n
     block_n = min(widest, max(16, triton.next_power_of_2(rows)))
     tiles = triton.cdiv(rows, block_n)
-    # One program per SM, four steps of loads in flight, already keeps the copy engine-level bandwidth
-    # (N = 8192 is 128 tiles on 132 SMs, no split, one launch). Under half the SMs, split K, but keep
-    # chunks of at least 4 steps.
+    # Assumed, to be measured by tools/bench --variants: one program per SM with num_stages steps of
+    # loads in flight streams at near copy bandwidth, so N = 8192 (128 tiles on 132 SMs) runs in one
+    # pass and one launch. Below split_below x SMs tiles, K is split, in chunks of at least 4 steps.
     splits = 1
-    if tiles < sms // 2:
+    if tiles < split_below * sms:
         splits = max(1, min(triton.cdiv(sms, tiles), triton.cdiv(cols, 4 * block_k)))
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
-                    num_warps=4, num_stages=4, tensor_cores=not on_interpreter)
+                    num_warps=num_warps, num_stages=num_stages, tensor_cores=not on_interpreter)
+
+
+def plan_variants(rows: int, cols: int, weight_bits: int, sms: int) -> dict[str, GemvPlan]:
+    """GPU launch plans around the default, labelled, for the GEMVs' ``bench_variants``."""
+    variants = {}
+    for block_n in (32, 64, 128):
+        for num_stages in (3, 5):
+            for split_below in (0.5, 2.0):
+                plan = gemv_plan(rows, cols, weight_bits, sms, False, block_n, num_stages,
+                                 8 if block_n == 128 else 4, split_below)
+                variants[f"{block_n} rows, {num_stages} stages, {plan.splits} splits"] = plan
+    return variants
 
 
 @triton.jit

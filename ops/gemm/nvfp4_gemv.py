@@ -27,6 +27,7 @@ from ops.gemm.gemv_launch import (
     OnBf16Weights,
     accumulate,
     gemv_plan,
+    plan_variants,
     store_rows,
     sum_splits,
 )
@@ -120,6 +121,12 @@ def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
     contract.validate(x, packed, block_scales, global_scale)
     plan = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), interpreting())
     return run_plan(x, packed, block_scales, global_scale, plan)
+
+
+def bench_variants(x, packed, block_scales, global_scale) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device))
+    return {label: lambda x, packed, block_scales, global_scale, plan=plan: run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
 
 
 def bytes_moved(x, packed, block_scales, global_scale) -> int:

@@ -51,12 +51,25 @@ INTERPRETER_TILE_ELEMENTS = 65536
 MAX_BLOCKS_PER_PROGRAM_ROW = 32  # 512 columns: 1 KB of a row, whole 128-byte lines of codes
 
 
-def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool) -> LaunchPlan:
-    tile = INTERPRETER_TILE_ELEMENTS if on_interpreter else GPU_TILE_ELEMENTS
-    blocks = min(triton.next_power_of_2(blocks_per_row), MAX_BLOCKS_PER_PROGRAM_ROW)
+def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile_elements: int = GPU_TILE_ELEMENTS,
+                max_blocks: int = MAX_BLOCKS_PER_PROGRAM_ROW, num_warps: int = 4) -> LaunchPlan:
+    tile = INTERPRETER_TILE_ELEMENTS if on_interpreter else tile_elements
+    blocks = min(triton.next_power_of_2(blocks_per_row), max_blocks)
     # short rows are stacked until the tile is full, so K = 16 still moves 8 KB per program
     block_rows = max(1, min(triton.next_power_of_2(rows), tile // (NVFP4_BLOCK * blocks)))
-    return LaunchPlan(block_rows=block_rows, blocks=blocks, num_warps=4)
+    return LaunchPlan(block_rows=block_rows, blocks=blocks, num_warps=num_warps)
+
+
+def bench_variants(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    variants = {}
+    for tile_elements in (4096, 8192, 16384):
+        for max_blocks in (32, 64):
+            for num_warps in (4, 8):
+                plan = launch_plan(x.shape[0], x.shape[1] // NVFP4_BLOCK, False, tile_elements, max_blocks, num_warps)
+                label = f"{plan.block_rows}x{16 * plan.blocks} tile {num_warps}w"
+                variants[label] = lambda x, global_scale, plan=plan: run_plan(x, global_scale, plan)
+    return variants
 
 
 # -- kernel ---------------------------------------------------------------------------------------
