@@ -126,9 +126,11 @@ def params_of(x, w, w_scale):
 
 CELLS = (
     Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
-         "too few rows to fill an H200: K is split", {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(1, 16384)}),
+         "too few rows to fill an H200: K is split",
+         {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(1, 16384)}),
     Cell("wide_outputs", "decode QKV/MLP projections, N 2048..32768 (Llama-3 8B/70B FP8 checkpoints): rows "
-         "across programs, one pass from N = 4224 on an H200", {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(1, 16384)}),
+         "across programs, one pass from N = 4224 on an H200",
+         {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(1, 16384)}),
 )
 
 _SIDE = 8192

@@ -6,7 +6,7 @@ tile per step and multiplies it with the [16, BLOCK_K] activation tile on the te
 16, the smallest dot, so M = 1 and M = 16 cost the same pass over the weights). Products of a bf16
 activation and a dequantized weight (at most 6 significant bits) are exact, the sum is float32.
 
-When N alone gives too few programs (a narrow layer, N < 32 rows per SM), K is split: each split
+When N alone gives too few programs (fewer 64-row tiles than half the SMs), K is split: each split
 writes float32 partials and a second kernel sums them in split order. No atomics: the summation order
 is fixed by the plan, which depends on (N, K) and the device only, so results are deterministic.
 """

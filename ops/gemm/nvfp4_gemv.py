@@ -126,7 +126,8 @@ def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
 def bench_variants(x, packed, block_scales, global_scale) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
     plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device))
-    return {label: lambda x, packed, block_scales, global_scale, plan=plan: run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
+    return {label: lambda x, packed, block_scales, global_scale, plan=plan:
+            run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
 
 
 def bytes_moved(x, packed, block_scales, global_scale) -> int:
@@ -153,9 +154,11 @@ def params_of(x, packed, block_scales, global_scale):
 
 CELLS = (
     Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
-         "too few rows to fill an H200: K is split", {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(NVFP4_BLOCK, 16384)}),
+         "too few rows to fill an H200: K is split",
+         {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(NVFP4_BLOCK, 16384)}),
     Cell("wide_outputs", "decode QKV/MLP projections, N 2048..32768 (Llama-3 8B/70B, Qwen2 72B): rows "
-         "across programs, one pass from N = 4224 on an H200", {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(NVFP4_BLOCK, 16384)}),
+         "across programs, one pass from N = 4224 on an H200",
+         {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(NVFP4_BLOCK, 16384)}),
 )
 
 _SIDE = 8192

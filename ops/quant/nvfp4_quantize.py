@@ -20,7 +20,8 @@ kernel with the plain operators: it is the negative control that the battery mus
 The E4M3 rounding is integer arithmetic on the float32 bits (Triton's float8 cast is not RNE under
 the interpreter: 28 of 2048 random values came back different, measured with Triton 3.6), and the
 E2M1 rounding is seven comparisons against the midpoints, as exact on every device as the products
-they compare.
+they compare. ``x`` is loaded as its bits (``bf16_bits_to_float32``): the interpreter's bf16 cast
+mangles subnormals, which the battery found on the tiny-amax inputs of the strategy.
 """
 from __future__ import annotations
 
@@ -147,7 +148,8 @@ def _quantize_tiles(
     # element 2j -> low nibble of byte j
     low, high = tl.split(tl.reshape(codes, [BLOCK_ROWS, BLOCKS, 8, 2]))
     byte = (block[None, :, None] * 8 + tl.arange(0, 8)[None, None, :]).to(tl.int64)
-    tl.store(packed_ptr + row_offset[:, :, None] * stride_pm + byte, (low | (high << 4)).to(tl.uint8), mask=live[:, :, None])
+    tl.store(packed_ptr + row_offset[:, :, None] * stride_pm + byte, (low | (high << 4)).to(tl.uint8),
+             mask=live[:, :, None])
     tl.store(scales_ptr + row_offset * stride_sm + block[None, :], scale_code.to(tl.uint8), mask=live)
 
 

@@ -40,11 +40,12 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 def corners(cell, device) -> list[dict]:
     """Each corner shape, and each global-scale mode, in turn; hard weights, every activation mode."""
     shapes = corner_shapes(cell, device, NVFP4_BLOCK)
+    count = max(len(shapes), len(SCALE_MODES))
     return [
         {"M": rows, "N": cols, "K": depth, "x_values": FINITE_MODES[i % len(FINITE_MODES)],
          "x_layout": LAYOUTS[i % len(LAYOUTS)], "global_scale": SCALE_MODES[i % len(SCALE_MODES)],
          "weights": "hard", "seed": cell.seed("corner", i)}
-        for i, (rows, cols, depth) in enumerate(shapes[i % len(shapes)] for i in range(max(len(shapes), len(SCALE_MODES))))
+        for i, (rows, cols, depth) in enumerate(shapes[i % len(shapes)] for i in range(count))
     ]
 
 

@@ -123,7 +123,8 @@ def _midpoint_landing(shape, global_scale, generator):
     full_scale = E4M3_MAX * 6 / global_scale
     block_max = (_rand(shape[:-1] + (1,), generator) * full_scale).bfloat16().float()
     out_scale = _contract_out_scale(block_max, global_scale)
-    midpoints = torch.tensor(E2M1_MIDPOINTS, device=generator.device)[_randint(0, len(E2M1_MIDPOINTS), shape, generator)]
+    which = _randint(0, len(E2M1_MIDPOINTS), shape, generator)
+    midpoints = torch.tensor(E2M1_MIDPOINTS, device=generator.device)[which]
     signs = torch.where(_rand(shape, generator) < 0.5, -1.0, 1.0)
     landing = torch.where(out_scale > 0, signs * midpoints / out_scale, 0.0)
     # bf16 rounding may carry a landing value past the block max: keep the block max the maximum
