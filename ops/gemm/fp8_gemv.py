@@ -46,7 +46,7 @@ def _fp8_gemv_tiles(
     y_ptr, stride_ym, partial_ptr, chunk,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-    TENSOR_CORES: tl.constexpr, NUM_STAGES: tl.constexpr,
+    COMPILED: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     split = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -62,7 +62,7 @@ def _fp8_gemv_tiles(
                     mask=live_n[:, None] & live_k[None, :], other=0.0).to(tl.float32)
         x_bits = tl.load(x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk,
                          mask=(offs_m < rows)[:, None] & live_k[None, :], other=0)
-        acc = accumulate(acc, w, x_bits, TENSOR_CORES)
+        acc = accumulate(acc, w, x_bits, COMPILED)
     store_rows(acc, y_ptr, stride_ym, partial_ptr, split, rows, cols, offs_n, tl.load(w_scale_ptr), BLOCK_M, SPLIT)
 
 
@@ -81,7 +81,7 @@ def run_plan(x, w, w_scale, plan: GemvPlan) -> torch.Tensor:
         w, w.stride(0), w.stride(1), w_scale, cols, depth,
         y, y.stride(0), partials, plan.chunk,
         BLOCK_M=ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split,
-        TENSOR_CORES=plan.tensor_cores, NUM_STAGES=plan.num_stages, num_warps=plan.num_warps,
+        COMPILED=plan.compiled, NUM_STAGES=plan.num_stages, num_warps=plan.num_warps,
     )
     if split:
         sum_splits(partials, w_scale, y, invert_scale=False)

@@ -35,7 +35,7 @@ class GemvPlan:
     chunk: int        # K elements per split, a multiple of block_k
     num_warps: int
     num_stages: int
-    tensor_cores: bool  # tl.dot on bf16 operands; the interpreter multiplies and sums in float32 instead
+    compiled: bool    # for a GPU: tensor-core dot, inline PTX; else the interpreter's float32 sums
 
 
 def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, block_n: int = GPU_BLOCK_N,
@@ -57,7 +57,7 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
         splits = max(1, min(triton.cdiv(sms, tiles), triton.cdiv(cols, 4 * block_k)))
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
-                    num_warps=num_warps, num_stages=num_stages, tensor_cores=not on_interpreter)
+                    num_warps=num_warps, num_stages=num_stages, compiled=not on_interpreter)
 
 
 def plan_variants(rows: int, cols: int, weight_bits: int, sms: int) -> dict[str, GemvPlan]:
@@ -73,16 +73,16 @@ def plan_variants(rows: int, cols: int, weight_bits: int, sms: int) -> dict[str,
 
 
 @triton.jit
-def accumulate(acc, weights, x_bits, TENSOR_CORES: tl.constexpr):
-    """acc[n, m] + sum over k of weights[n, k] * x[m, k]; ``weights`` float32 exact in bf16, ``x_bits`` the
-    bf16 activations' bits (int16).
+def accumulate(acc, weights, x_bits, COMPILED: tl.constexpr):
+    """acc[n, m] + sum over k of weights[n, k] * x[m, k]; ``weights`` exact in bf16 (float32 or bf16),
+    ``x_bits`` the bf16 activations' bits (int16).
 
     The interpreter's ``tl.dot`` is wrong on bf16 operands (bit patterns multiplied as integers, off by
     1e11 on a 16x64x32 product) and slow on float32 (numpy's matmul with a dtype argument skips BLAS:
     18 ms for 256x128x16; Triton 3.6, measured): there the products are summed in float32 by ``tl.sum``.
     Both sums are float32 over exact products; only their order differs.
     """
-    if TENSOR_CORES:
+    if COMPILED:
         return tl.dot(weights.to(tl.bfloat16), tl.trans(x_bits.to(tl.bfloat16, bitcast=True)), acc)
     else:
         x = bf16_bits_to_float32(x_bits)

@@ -39,6 +39,54 @@ E2M1_BITS = 4
 
 
 # -- kernel ---------------------------------------------------------------------------------------
+# Four packed bytes (eight E2M1 codes) -> four bf16 pairs, each code's value times its byte's scale.
+# The magnitude index (3 bits) of each code selects, by byte permute (prmt), the high and the low byte
+# of its bf16 value from two 8-entry tables: {0, 0.5, 1, 1.5, 2, 3, 4, 6} = 0x0000 0x3F00 0x3F80 0x3FC0
+# 0x4000 0x4040 0x4080 0x40C0; the code's sign bit is or-ed into bit 15; one bf16x2 fma (+ -0.0)
+# multiplies by the scale, exactly (at most 6 significant bits, no subnormal). $4: the four bytes;
+# $5, $6: their scales as bf16 pairs; $0, $1: low-nibble values (elements 2j); $2, $3: high-nibble.
+# About 4 instructions per weight, against about 8 for the arithmetic decode (SASS for sm_90).
+E2M1_PAIRS_PTX = tl.constexpr("""
+{
+.reg .b32 t, u, sel_lo, sel_hi, hb, lb, lo01, lo23, hi01, hi23, s01, s23, nz;
+mov.b32 nz, 0x80008000;
+and.b32 t, $4, 0x07070707;
+shr.b32 u, t, 4;
+or.b32 u, u, t;
+prmt.b32 sel_lo, u, 0, 0x4420;
+shr.b32 t, $4, 4;
+and.b32 t, t, 0x07070707;
+shr.b32 u, t, 4;
+or.b32 u, u, t;
+prmt.b32 sel_hi, u, 0, 0x4420;
+prmt.b32 hb, 0x3F3F3F00, 0x40404040, sel_lo;
+prmt.b32 lb, 0xC0800000, 0xC0804000, sel_lo;
+prmt.b32 lo01, lb, hb, 0x5140;
+prmt.b32 lo23, lb, hb, 0x7362;
+prmt.b32 hb, 0x3F3F3F00, 0x40404040, sel_hi;
+prmt.b32 lb, 0xC0800000, 0xC0804000, sel_hi;
+prmt.b32 hi01, lb, hb, 0x5140;
+prmt.b32 hi23, lb, hb, 0x7362;
+prmt.b32 s01, $4, 0, 0x1404;
+prmt.b32 s23, $4, 0, 0x3424;
+and.b32 t, s01, 0x80008000;
+or.b32 hi01, hi01, t;
+and.b32 t, s23, 0x80008000;
+or.b32 hi23, hi23, t;
+shl.b32 s01, s01, 4;
+shl.b32 s23, s23, 4;
+and.b32 t, s01, 0x80008000;
+or.b32 lo01, lo01, t;
+and.b32 t, s23, 0x80008000;
+or.b32 lo23, lo23, t;
+fma.rn.bf16x2 $0, lo01, $5, nz;
+fma.rn.bf16x2 $1, lo23, $6, nz;
+fma.rn.bf16x2 $2, hi01, $5, nz;
+fma.rn.bf16x2 $3, hi23, $6, nz;
+}
+""")
+
+
 @triton.jit
 def _e2m1_times_2_pow_14(code):
     """float32 value of E2M1 ``code`` (int32, low 4 bits) times 2**-14, exactly.
@@ -52,6 +100,22 @@ def _e2m1_times_2_pow_14(code):
 
 
 @triton.jit
+def dequantize_pairs(packed, scale, PTX_DECODE: tl.constexpr):
+    """(element 2j, element 2j + 1) of each packed byte j: ``e2m1(nibble) * scale``, exactly.
+
+    ``packed`` uint8, ``scale`` float32 (broadcast against ``packed``). With ``PTX_DECODE`` (GPU only: the
+    interpreter has no inline assembly) bf16 by table lookup, else float32 by arithmetic.
+    """
+    if PTX_DECODE:
+        return tl.inline_asm_elementwise(E2M1_PAIRS_PTX, "=r,=r,=r,=r,r,r,r", [packed, scale.to(tl.bfloat16)],
+                                         dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    else:
+        code = packed.to(tl.int32)
+        scale = scale * 16384.0  # undoes the 2**-14 of the decode
+        return _e2m1_times_2_pow_14(code) * scale, _e2m1_times_2_pow_14(code >> 4) * scale
+
+
+@triton.jit
 def _nvfp4_gemv_tiles(
     # activations
     x_bits_ptr, stride_xm, stride_xk, rows,
@@ -61,7 +125,7 @@ def _nvfp4_gemv_tiles(
     y_ptr, stride_ym, partial_ptr, chunk,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-    TENSOR_CORES: tl.constexpr, NUM_STAGES: tl.constexpr,
+    COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     split = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -75,29 +139,32 @@ def _nvfp4_gemv_tiles(
     for k0 in tl.range(start, start + chunk, BLOCK_K, num_stages=NUM_STAGES):
         byte = k0 // 2 + pairs
         packed = tl.load(packed_ptr + weight_row * stride_pn + byte[None, :],
-                         mask=live_n[:, None] & (byte < depth // 2)[None, :], other=0).to(tl.int32)
+                         mask=live_n[:, None] & (byte < depth // 2)[None, :], other=0)
         group = k0 // 16 + groups
         scale = tl.load(scales_ptr + weight_row * stride_sn + group[None, :],
                         mask=live_n[:, None] & (group < depth // 16)[None, :], other=0.0).to(tl.float32)
-        scale = tl.reshape(scale * 16384.0, [BLOCK_N, BLOCK_K // 16, 1])  # undoes the 2**-14 of the decode
-        low = tl.reshape(_e2m1_times_2_pow_14(packed), [BLOCK_N, BLOCK_K // 16, 8]) * scale
-        high = tl.reshape(_e2m1_times_2_pow_14(packed >> 4), [BLOCK_N, BLOCK_K // 16, 8]) * scale
-        low = tl.reshape(low, [BLOCK_N, BLOCK_K // 2])    # columns k0 + 2j
-        high = tl.reshape(high, [BLOCK_N, BLOCK_K // 2])  # columns k0 + 2j + 1
+        # byte j of a row holds columns k0 + 2j (low nibble) and k0 + 2j + 1 (high), of block j // 8
+        low, high = dequantize_pairs(tl.reshape(packed, [BLOCK_N, BLOCK_K // 16, 8]),
+                                     tl.reshape(scale, [BLOCK_N, BLOCK_K // 16, 1]), PTX_DECODE)
+        low = tl.reshape(low, [BLOCK_N, BLOCK_K // 2])
+        high = tl.reshape(high, [BLOCK_N, BLOCK_K // 2])
 
         column = k0 + tl.arange(0, BLOCK_K)
         x_bits = tl.load(x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk,
                          mask=(offs_m < rows)[:, None] & (column < depth)[None, :], other=0)
         x_even, x_odd = tl.split(tl.reshape(x_bits, [BLOCK_M, BLOCK_K // 2, 2]))
-        acc = accumulate(acc, low, x_even, TENSOR_CORES)
-        acc = accumulate(acc, high, x_odd, TENSOR_CORES)
+        acc = accumulate(acc, low, x_even, COMPILED)
+        acc = accumulate(acc, high, x_odd, COMPILED)
     decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
     store_rows(acc, y_ptr, stride_ym, partial_ptr, split, rows, cols, offs_n, decode_scale, BLOCK_M, SPLIT)
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
-def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan) -> torch.Tensor:
-    """Launch ``plan`` on already-validated inputs (``tools/bench`` sweeps plans through this)."""
+def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: bool | None = None) -> torch.Tensor:
+    """Launch ``plan`` on already-validated inputs (``tools/bench`` sweeps plans through this).
+
+    ``ptx_decode``: the table-lookup decode (default: whenever compiled for a GPU) or the arithmetic one.
+    """
     rows, depth = x.shape
     cols = packed.shape[0]
     y = torch.empty(rows, cols, dtype=torch.bfloat16, device=x.device)
@@ -110,7 +177,8 @@ def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan) -> torch.Ten
         packed, packed.stride(0), block_scales, block_scales.stride(0), global_scale, cols, depth,
         y, y.stride(0), partials, plan.chunk,
         BLOCK_M=ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split,
-        TENSOR_CORES=plan.tensor_cores, NUM_STAGES=plan.num_stages, num_warps=plan.num_warps,
+        COMPILED=plan.compiled, PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode,
+        NUM_STAGES=plan.num_stages, num_warps=plan.num_warps,
     )
     if split:
         sum_splits(partials, global_scale, y, invert_scale=True)
@@ -126,8 +194,12 @@ def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
 def bench_variants(x, packed, block_scales, global_scale) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
     plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device))
-    return {label: lambda x, packed, block_scales, global_scale, plan=plan:
-            run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
+    variants = {label: lambda x, packed, block_scales, global_scale, plan=plan:
+                run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
+    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False)
+    variants["default plan, arithmetic decode"] = lambda x, packed, block_scales, global_scale: run_plan(
+        x, packed, block_scales, global_scale, default, ptx_decode=False)
+    return variants
 
 
 def bytes_moved(x, packed, block_scales, global_scale) -> int:
