@@ -12,7 +12,8 @@ Per step a program decodes a [BLOCK_N, BLOCK_K] tile: byte j of a row holds elem
 and 2j+1 (high nibble), so the low and high nibbles are two [BLOCK_N, BLOCK_K/2] tiles that meet the
 even and odd columns of x. ``e2m1(code) * sf`` has at most 6 significant bits: exact in bf16, so the
 tensor-core product with bf16 x is exact and only the float32 sum rounds; ``1 / global_scale`` (IEEE)
-is applied once per output. See ``gemv_launch`` for the plan and the split-K reduction.
+is applied once per output. On a GPU the decode is a table lookup in inline PTX (``E2M1_PAIRS_PTX``),
+under the interpreter arithmetic. See ``gemv_launch`` for the plan and the split-K reduction.
 """
 from __future__ import annotations
 

@@ -20,8 +20,10 @@ kernel with the plain operators: it is the negative control that the battery mus
 The E4M3 rounding is integer arithmetic on the float32 bits (Triton's float8 cast is not RNE under
 the interpreter: 28 of 2048 random values came back different, measured with Triton 3.6), and the
 E2M1 rounding one float32 add whose ulp is the E2M1 step: both exact on every device, and pinned
-against the references value by value in ``suites/quant/test_nvfp4_quantize.py``. ``x`` is loaded as its bits (``bf16_bits_to_float32``): the interpreter's bf16 cast
-mangles subnormals, which the battery found on the tiny-amax inputs of the strategy.
+against the references value by value in ``suites/quant/test_nvfp4_quantize.py``. ``x`` is loaded as
+its bits (``bf16_bits_to_float32``): the interpreter's bf16 cast mangles subnormals, which the battery
+found on the tiny-amax inputs of the strategy. The PTX for sm_90 (compiled offline) has 9
+``div.rn.f32``, 16-byte loads and no ``.ftz``; the ``IEEE_DIVISION=False`` build has 9 ``div.full.f32``.
 """
 from __future__ import annotations
 
