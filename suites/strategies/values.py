@@ -100,3 +100,18 @@ def finite_rows(rows: int, cols: int, dtype: torch.dtype, mode: str, generator: 
     elif mode == "outliers":
         x = torch.where(_uniform((1, cols), generator, device) < 0.01, x * 1000, x)
     return x.to(dtype)
+
+
+_SAME_WIDTH_INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def random_bits(shape, dtype: torch.dtype, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Every bit pattern equally likely: NaN with payloads, +-inf, -0.0, subnormals, all 256 e4m3 codes.
+
+    For ops that move elements without computing on them (copies, gathers, scatters), whose parity is
+    in bits: a kernel that passes values through a float register or a cast changes some of these.
+    """
+    integer = _SAME_WIDTH_INTS[torch.empty((), dtype=dtype).element_size()]
+    info = torch.iinfo(integer)
+    high = info.max if integer is torch.int64 else info.max + 1   # exclusive; int64 cannot hold 2**63
+    return torch.randint(info.min, high, shape, generator=generator, device=device, dtype=integer).view(dtype)
