@@ -36,7 +36,8 @@ E4M3_BITS = 8
 
 
 # -- kernel ---------------------------------------------------------------------------------------
-@triton.jit
+# Specialized on K, the chunk and the strides only (see nvfp4_gemv: the loads vectorize on those).
+@triton.jit(do_not_specialize=["rows", "cols", "stride_ym"])
 def _fp8_gemv_tiles(
     # activations
     x_bits_ptr, stride_xm, stride_xk, rows,

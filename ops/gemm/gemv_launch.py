@@ -104,7 +104,7 @@ def store_rows(acc, y_ptr, stride_ym, partial_ptr, split, rows, cols, offs_n, sc
                  mask=live)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["splits", "rows", "cols", "stride_ym"])
 def _sum_splits(partial_ptr, splits, rows, cols, scale_ptr, y_ptr, stride_ym,
                 BLOCK: tl.constexpr, INVERT_SCALE: tl.constexpr):
     row = tl.program_id(0)

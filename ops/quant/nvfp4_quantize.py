@@ -119,7 +119,9 @@ def _e2m1_satfinite_rne(y):
     return tl.where(y == y, code, 7)
 
 
-@triton.jit
+# The sizes change from call to call and gain nothing from specialization (each distinct one is a
+# compile); the strides stay specialized: their divisibility by 16 is what lets the loads vectorize.
+@triton.jit(do_not_specialize=["rows", "blocks_per_row"])
 def _quantize_tiles(
     # input
     x_bits_ptr, stride_xm, stride_xk, global_scale_ptr, rows, blocks_per_row,
