@@ -55,7 +55,9 @@ def parse_args(argv):
     parser.add_argument("--replay", metavar="JSON", help="run the battery on this one recipe (needs one --cell)")
     parser.add_argument("--no-shrink", action="store_true", help="report a failure without shrinking it")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH; a PATH ending in "
+                        ".html gets a self-contained page of every certificate instead (tools/report.py)")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell)")
     isolation = parser.add_argument_group("isolation, sanitizers and scale")
     isolation.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                            help="run each cell in a worker process (default: on with --device cuda, off on cpu)")
@@ -198,15 +200,15 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
     return "\n".join(lines)
 
 
-def isolation_flags(args) -> list[str]:
-    """The flags a reproduction line needs to run the cell the way this run did."""
-    flags = ["--isolate"] if args.isolate and args.device == "cpu" else []
-    if args.cell_timeout is not None:
-        flags += ["--cell-timeout", f"{args.cell_timeout:g}"]
-    if args.sanitize:
-        flags += ["--sanitize", args.sanitize]
-    if args.check_quarantine:
-        flags += ["--check-quarantine"] + (["--quarantine", args.quarantine] if args.quarantine else [])
+def isolation_flags(isolation: dict, device: str) -> list[str]:
+    """The flags a reproduction line needs to run a cell the way a run did (its report's "isolation")."""
+    flags = ["--isolate"] if isolation.get("isolated") and device == "cpu" else []
+    if isolation.get("cell_timeout") is not None:
+        flags += ["--cell-timeout", f"{isolation['cell_timeout']:g}"]
+    if isolation.get("sanitize"):
+        flags += ["--sanitize", isolation["sanitize"]]
+    if isolation.get("check_quarantine"):
+        flags += ["--check-quarantine"] + (["--quarantine", isolation["quarantine"]] if isolation["quarantine"] else [])
     return flags
 
 
@@ -321,13 +323,17 @@ def main(argv=None) -> int:
                                or args.sanitize)
     command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     facts = machine_facts(device)
-    flags = isolation_flags(args)
+    isolation = {"isolated": args.isolate, "gpus": args.gpus, "cell_timeout": args.cell_timeout,
+                 "sanitize": args.sanitize, "shard": str(args.shard) if args.shard else None,
+                 "quarantine": args.quarantine, "check_quarantine": args.check_quarantine}
+    flags = isolation_flags(isolation, args.device)
     report = {"arch": arch.value, **facts, "impl": args.impl, "max_examples": max_examples, "seed": args.seed,
-              "isolation": {"isolated": args.isolate, "gpus": args.gpus, "cell_timeout": args.cell_timeout,
-                            "sanitize": args.sanitize, "shard": str(args.shard) if args.shard else None},
-              "results": []}
+              "isolation": isolation, "results": []}
+
+    durations = {}
 
     def announce(result, seconds):
+        durations[result.op, result.cell_id] = seconds or 0.0
         if not args.json:
             if sys.stderr.isatty():
                 print("\r\033[K", end="", file=sys.stderr)
@@ -352,7 +358,8 @@ def main(argv=None) -> int:
                       f"(the ledger shrinks when a bug is fixed)", file=sys.stderr)
         else:
             failed |= result.status not in (certificates.CERTIFIED, QUARANTINED)
-        report["results"].append({"op": entry.name, "cell": cell.id, **result.record()})
+        report["results"].append({"op": entry.name, "cell": cell.id,
+                                  "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
     if writes_certificates:
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         for entry in entries:
@@ -366,12 +373,9 @@ def main(argv=None) -> int:
         print(f"quarantine: {len(planned)} quarantined cells on {arch.value}; each still fails", flush=True)
     if args.json:
         print(json.dumps(report, indent=2))
-    if args.report:
-        try:
-            with open(args.report, "w") as handle:
-                json.dump(report, handle, indent=2)
-        except OSError as error:
-            raise UsageError(f"--report: cannot write {args.report}: {error.strerror}") from None
+    from tools.report import write_outputs
+
+    write_outputs(report, args.report, args.junit)
     return 1 if failed else 0
 
 
