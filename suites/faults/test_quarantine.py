@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from xml.etree import ElementTree
 
 import pytest
 
@@ -15,6 +16,7 @@ from ops.sampling.greedy_argmax import ENTRY
 from oracles.battery import CellResult
 from suites import certification
 from suites.claims import REPO
+from tools import certify
 from tools.certify import certificate_section
 
 pytestmark = pytest.mark.cpu
@@ -86,6 +88,18 @@ def test_a_quarantined_cell_is_not_launched_and_is_reported(tmp_path):
     assert results["decode_small_batch"]["quarantine"] == {"issue": "10", "reason": "a control",
                                                            "ledger": f"{ledger}:3"}
     assert results["empty_batch"]["status"] == "certified"
+
+
+def test_the_html_report_and_junit_show_a_quarantined_cell(tmp_path, capsys):
+    ledger = _ledger(tmp_path, "version: 1\nquarantine:\n" + ENTRY_TEXT)
+    page, xml = tmp_path / "report.html", tmp_path / "cells.xml"
+    assert certify.main(["--op", "greedy_argmax", "--device", "cpu", "--quarantine", str(ledger), "--max-examples", "0",
+                         "--cell", "empty_batch", "--cell", "decode_small_batch", "--report", str(page),
+                         "--junit", str(xml)]) == 0
+    assert "QUARANTINED" in capsys.readouterr().out
+    assert '<td class="status s-quarantined">quarantined</td>' in page.read_text()
+    [skipped] = ElementTree.parse(xml).getroot().iter("skipped")
+    assert skipped.get("message") == f"quarantined ({ledger}:3): a control; issue 10"
 
 
 def test_a_quarantined_cell_says_so_in_the_certificate(tmp_path):
