@@ -25,7 +25,7 @@ ARCH_MARKERS = ("cpu", "sm90", "sm100", "sm103", "sm107")
 LISTS_DIR = pathlib.Path(__file__).resolve().parent.parent / "test_lists"
 
 
-class TestListError(ValueError):
+class ListFormatError(ValueError):
     pass
 
 
@@ -53,53 +53,53 @@ def _node_value(node):
 
 def _mapping(node, where: str) -> dict:
     if not isinstance(node, yaml.MappingNode):
-        raise TestListError(f"{where}: expected a mapping")
+        raise ListFormatError(f"{where}: expected a mapping")
     return {key.value: value for key, value in node.value}
 
 
 def load_list(path: pathlib.Path) -> list[ListedTest]:
-    """Parse and schema-check one list; every problem raises TestListError with file:line."""
+    """Parse and schema-check one list; every problem raises ListFormatError with file:line."""
     path = pathlib.Path(path)
     name = path.name
     try:
         root = yaml.compose(path.read_text())
     except (OSError, yaml.YAMLError) as error:
-        raise TestListError(f"{name}: not readable YAML: {str(error).splitlines()[0]}") from None
+        raise ListFormatError(f"{name}: not readable YAML: {str(error).splitlines()[0]}") from None
     if root is None:
-        raise TestListError(f"{name}:1: empty file")
+        raise ListFormatError(f"{name}:1: empty file")
     top = _mapping(root, f"{name}:1")
     keys = set(top)
     if keys != {"version", path.stem}:
-        raise TestListError(f"{name}:{root.start_mark.line + 1}: top-level keys must be 'version' and "
+        raise ListFormatError(f"{name}:{root.start_mark.line + 1}: top-level keys must be 'version' and "
                             f"'{path.stem}' (the file's name), got {sorted(keys)}")
     blocks = top[path.stem]
     if not isinstance(blocks, yaml.SequenceNode):
-        raise TestListError(f"{name}:{blocks.start_mark.line + 1}: '{path.stem}' must be a list of blocks")
+        raise ListFormatError(f"{name}:{blocks.start_mark.line + 1}: '{path.stem}' must be a list of blocks")
     listed = []
     for block in blocks.value:
         where = f"{name}:{block.start_mark.line + 1}"
         fields = _mapping(block, where)
         if set(fields) != {"condition", "tests"}:
-            raise TestListError(f"{where}: a block has exactly 'condition' and 'tests', got {sorted(fields)}")
+            raise ListFormatError(f"{where}: a block has exactly 'condition' and 'tests', got {sorted(fields)}")
         condition = _mapping(fields["condition"], where)
         unknown = set(condition) - {"ranges", "wildcards", "terms"}
         if unknown:
-            raise TestListError(f"{where}: unknown condition keys {sorted(unknown)}")
+            raise ListFormatError(f"{where}: unknown condition keys {sorted(unknown)}")
         terms = _node_value(condition["terms"]) if "terms" in condition else {}
         if not isinstance(terms, dict) or not isinstance(terms.get("stage"), str):
-            raise TestListError(f"{where}: condition.terms needs a 'stage'")
+            raise ListFormatError(f"{where}: condition.terms needs a 'stage'")
         if terms.get("arch") not in ARCH_MARKERS:
-            raise TestListError(f"{where}: condition.terms.arch must be one of {ARCH_MARKERS}, "
+            raise ListFormatError(f"{where}: condition.terms.arch must be one of {ARCH_MARKERS}, "
                                 f"got {terms.get('arch')!r}")
         for key in ("ranges", "wildcards"):
             if key in condition and not isinstance(_node_value(condition[key]), dict):
-                raise TestListError(f"{where}: condition.{key} must be a mapping")
+                raise ListFormatError(f"{where}: condition.{key} must be a mapping")
         tests = fields["tests"]
         if not isinstance(tests, yaml.SequenceNode):
-            raise TestListError(f"{where}: 'tests' must be a list of test ids")
+            raise ListFormatError(f"{where}: 'tests' must be a list of test ids")
         for test in tests.value:
             if not isinstance(test, yaml.ScalarNode) or not test.value.strip():
-                raise TestListError(f"{name}:{test.start_mark.line + 1}: a test id must be a non-empty string")
+                raise ListFormatError(f"{name}:{test.start_mark.line + 1}: a test id must be a non-empty string")
             listed.append(ListedTest(test.value.strip(), name, test.start_mark.line + 1,
                                      terms["stage"], terms["arch"]))
     return listed

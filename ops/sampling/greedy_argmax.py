@@ -7,8 +7,10 @@ otherwise the first index of the row maximum, ``-0.0 == +0.0``; rows may be stri
 Bytes: read ``R * V * itemsize``, write ``8 * R`` (plus ``12 * R * splits`` of partials when a row
 is split).  It is memory-bound: at 4.3 TB/s copy bandwidth, [1024, 262144] bf16 is 125 us of reads.
 
-A row is reduced per lane: each of BLOCK lanes keeps its first maximum and first NaN over the columns
-it visits (strict ``>`` keeps the earliest), and the lanes are merged once at the end.  When there are
+A row is reduced per lane: each sweep loads an [UNROLL, LANES] tile (UNROLL independent 16-byte loads
+per thread, for bytes in flight), reduces it over UNROLL inside each thread, and each lane keeps its
+first maximum and first NaN over the columns it visits (strict ``>`` keeps the earliest); the lanes
+are merged once at the end.  When there are
 too few rows to fill the GPU, a row is split into chunks reduced by separate programs and merged by a
 second small kernel; chunks are in column order, so the smallest index among equal maxima is still the
 first.  Integer answers are exact, so the plan may depend on R without breaking batch invariance.
@@ -31,27 +33,44 @@ NO_INDEX = 2**30  # above every valid column (V <= 2**20)
 # -- launch plan ----------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class LaunchPlan:
-    block: int       # columns per lane sweep of one program
     num_warps: int
+    lanes: int       # columns one sweep covers per unrolled step: num_warps * 32 threads * one 16-byte load
+    unroll: int      # independent 16-byte loads per thread per sweep (bytes in flight)
     splits: int      # programs per row
-    chunk: int       # columns per program (a multiple of block)
+    chunk: int       # columns per program (a multiple of lanes * unroll)
 
 
-def launch_plan(rows: int, vocab: int, element_size: int, sms: int) -> LaunchPlan:
-    # 8 KB per sweep (4096 bf16 or 2048 fp32 columns) keeps loads in flight at 8 warps.
-    block = max(min(triton.next_power_of_2(vocab), 8192 // element_size), 16)
-    # Fewer rows than 4 programs per SM cannot hide memory latency: split rows, but keep chunks of at
-    # least 1024 columns so the merge stays negligible.
-    target_programs = 4 * sms
+def launch_plan(rows: int, vocab: int, element_size: int, sms: int,
+                programs_per_sm: int = 4, unroll: int = 4, num_warps: int = 8) -> LaunchPlan:
+    vector = 16 // element_size  # columns per 16-byte load
+    # Fewer rows than `programs_per_sm` per SM cannot keep enough loads in flight: split rows, keeping
+    # chunks of at least 1024 columns so the merge stays negligible.
     splits = 1
-    if rows < target_programs:
-        splits = max(1, min(triton.cdiv(target_programs, max(rows, 1)), triton.cdiv(vocab, 1024)))
-    if splits > 1:
-        block = min(block, max(triton.next_power_of_2(triton.cdiv(vocab, splits)), 1024))
-    chunk = triton.cdiv(triton.cdiv(vocab, splits), block) * block
-    splits = triton.cdiv(vocab, chunk)
-    num_warps = 8 if block >= 4096 else 4
-    return LaunchPlan(block=block, num_warps=num_warps, splits=splits, chunk=chunk)
+    if rows < programs_per_sm * sms:
+        splits = max(1, min(triton.cdiv(programs_per_sm * sms, max(rows, 1)), triton.cdiv(vocab, 1024)))
+    per_program = triton.cdiv(vocab, splits)
+    # short rows: shrink the tile rather than sweep thousands of masked columns
+    while num_warps > 1 and num_warps * 32 * vector > per_program:
+        num_warps //= 2
+    lanes = num_warps * 32 * vector
+    unroll = max(1, min(unroll, triton.next_power_of_2(triton.cdiv(per_program, lanes))))
+    sweep = lanes * unroll
+    chunk = triton.cdiv(per_program, sweep) * sweep
+    return LaunchPlan(num_warps=num_warps, lanes=lanes, unroll=unroll, splits=triton.cdiv(vocab, chunk), chunk=chunk)
+
+
+def bench_variants(logits: torch.Tensor) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    rows, vocab = logits.shape
+    variants = {}
+    for programs_per_sm in (2, 4, 8):
+        for unroll in (1, 2, 4, 8):
+            for num_warps in (4, 8):
+                plan = launch_plan(rows, vocab, logits.element_size(), sm_count(logits.device),
+                                   programs_per_sm, unroll, num_warps)
+                label = f"{programs_per_sm}/SM x{unroll} {num_warps}w ({plan.splits} splits)"
+                variants[label] = lambda logits, plan=plan: run_plan(logits, plan)
+    return variants
 
 
 # -- kernels --------------------------------------------------------------------------------------
@@ -62,30 +81,36 @@ def _argmax_chunks(
     # output: the answer (one split) or per-split partials
     out_ptr, part_value_ptr, part_index_ptr, part_nan_ptr, splits,
     # meta
-    BLOCK: tl.constexpr, NO_INDEX: tl.constexpr, ONE_SPLIT: tl.constexpr,
+    LANES: tl.constexpr, UNROLL: tl.constexpr, NO_INDEX: tl.constexpr, ONE_SPLIT: tl.constexpr,
 ):
     row = tl.program_id(0)
     split = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * row_stride
     start = split * chunk
     end = tl.minimum(start + chunk, vocab)
-    lanes = tl.arange(0, BLOCK)
-    lane_value = tl.full([BLOCK], float("-inf"), tl.float32)
-    lane_index = tl.full([BLOCK], NO_INDEX, tl.int32)
-    lane_nan = tl.full([BLOCK], NO_INDEX, tl.int32)
-    # the last split sweeps some fully masked blocks past V: they load nothing
-    for offset in range(start, start + chunk, BLOCK):
-        cols = offset + lanes
+    # [UNROLL, LANES]: each thread holds UNROLL independent 16-byte loads of its lanes, so the
+    # reduction over the unrolled axis stays inside the thread
+    tile = tl.arange(0, UNROLL)[:, None] * LANES + tl.arange(0, LANES)[None, :]
+    lane_value = tl.full([LANES], float("-inf"), tl.float32)
+    lane_index = tl.full([LANES], NO_INDEX, tl.int32)
+    lane_nan = tl.full([LANES], NO_INDEX, tl.int32)
+    # the last split sweeps some fully masked columns past V: they load nothing
+    for offset in range(start, start + chunk, UNROLL * LANES):
+        cols = offset + tile
         in_chunk = cols < end
         x = tl.load(row_ptr + cols, mask=in_chunk, other=float("-inf")).to(tl.float32)
         is_nan = x != x
-        lane_nan = tl.minimum(lane_nan, tl.where(is_nan & in_chunk, cols, NO_INDEX))
+        lane_nan = tl.minimum(lane_nan, tl.min(tl.where(is_nan & in_chunk, cols, NO_INDEX), axis=0))
+        valid = in_chunk & (x == x)
+        x = tl.where(valid, x, float("-inf"))
+        step_max = tl.max(x, axis=0)
+        # == merges -0.0 with +0.0: equal maxima, the smallest column wins
+        step_index = tl.min(tl.where(valid & (x == step_max[None, :]), cols, NO_INDEX), axis=0)
         # strict > keeps a lane's earliest maximum; the first valid column always enters (all -inf rows)
-        take = in_chunk & (x == x) & ((x > lane_value) | (lane_index == NO_INDEX))
-        lane_value = tl.where(take, x, lane_value)
-        lane_index = tl.where(take, cols, lane_index)
+        take = (step_index != NO_INDEX) & ((step_max > lane_value) | (lane_index == NO_INDEX))
+        lane_value = tl.where(take, step_max, lane_value)
+        lane_index = tl.where(take, step_index, lane_index)
     best = tl.max(lane_value, axis=0)
-    # == merges -0.0 with +0.0: equal maxima, smallest index wins
     best_index = tl.min(tl.where((lane_value == best) & (lane_index != NO_INDEX), lane_index, NO_INDEX), axis=0)
     first_nan = tl.min(lane_nan, axis=0)
     if ONE_SPLIT:
@@ -131,7 +156,7 @@ def run_plan(logits: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     _argmax_chunks[(rows, plan.splits)](
         logits, logits.stride(0), vocab, plan.chunk,
         out, part_value, part_index, part_nan, plan.splits,
-        BLOCK=plan.block, NO_INDEX=NO_INDEX, ONE_SPLIT=one_split, num_warps=plan.num_warps,
+        LANES=plan.lanes, UNROLL=plan.unroll, NO_INDEX=NO_INDEX, ONE_SPLIT=one_split, num_warps=plan.num_warps,
     )
     if not one_split:
         _argmax_merge[(rows,)](

@@ -14,7 +14,9 @@ from references.sampling.greedy_argmax import validate
 
 def _first_nan_or_max(values: torch.Tensor) -> torch.Tensor:
     is_nan = values.isnan()
-    best = values.nan_to_num(nan=-torch.inf).max(dim=1, keepdim=True).values
+    # masked_fill, not nan_to_num: nan_to_num also turns +inf into the largest finite value, a bug the
+    # battery found in an earlier version of this function (a row [finite, +inf] answered 0)
+    best = values.masked_fill(is_nan, -torch.inf).max(dim=1, keepdim=True).values
     hit = torch.where(is_nan.any(dim=1, keepdim=True), is_nan, values == best)
     return hit.int().argmax(dim=1)  # the first True: argmax of 0/1 ties at the first one
 
@@ -33,7 +35,8 @@ def last_index_on_ties(logits):
 
 def nan_ignored(logits):
     validate(logits)
-    return reference(logits.float().nan_to_num(nan=-torch.inf))
+    values = logits.float()
+    return reference(values.masked_fill(values.isnan(), -torch.inf))
 
 
 def strided_rows_read_as_contiguous(logits):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.test_lists import TestListError, load_lists, matches
+from tools.test_lists import ListFormatError, load_lists, matches
 
 
 def pytest_addoption(parser):
@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(session, config, items):
         return
     try:
         listed = load_lists(paths)
-    except TestListError as error:
+    except ListFormatError as error:
         raise pytest.UsageError(f"--test-list: {error}") from None
     stage = config.getoption("test_stage")
     listed = [test for test in listed if stage is None or test.stage == stage]

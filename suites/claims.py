@@ -1,0 +1,59 @@
+"""Claims gates: what the catalog claims must be backed by files, tests and fresh certificates.
+
+Each check returns findings (strings naming what is wrong and what to run); ``test_claims.py``
+asserts there are none for the real catalog, and feeds the checks broken inputs to show they fail.
+"""
+from __future__ import annotations
+
+import importlib
+import pathlib
+import subprocess
+import sys
+
+from ops import certificates
+from ops.catalog import Arch
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def suite_path(entry) -> pathlib.Path:
+    return REPO / "suites" / entry.family / f"test_{entry.name}.py"
+
+
+def collected_ids(path: pathlib.Path) -> list[str]:
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          str(path)], capture_output=True, text=True, cwd=REPO)
+    return [line.strip() for line in run.stdout.splitlines() if "::" in line]
+
+
+def entry_findings(entry) -> list[str]:
+    """Reference, cells, strategy and a suite that drives every cell through the battery."""
+    findings = []
+    if not entry.cells:
+        findings.append(f"{entry.name}: declares no cells")
+    if not pathlib.Path(entry.reference_file).is_relative_to(REPO / "references"):
+        findings.append(f"{entry.name}: its reference {entry.reference_file} is not under references/")
+    try:
+        importlib.import_module(f"suites.{entry.family}.{entry.name}_strategy")
+    except ImportError as error:
+        findings.append(f"{entry.name}: no strategy module suites/{entry.family}/{entry.name}_strategy.py ({error})")
+    suite = suite_path(entry)
+    if not suite.exists():
+        return findings + [f"{entry.name}: no suite {suite.relative_to(REPO)}"]
+    ids = collected_ids(suite)
+    for cell in entry.cells:
+        if not any(f"test_cell[{cell.id}]" in nodeid for nodeid in ids):
+            findings.append(f"{entry.name}: {suite.relative_to(REPO)} does not drive cell {cell.id} (no test_cell[{cell.id}])")
+    return findings
+
+
+def certificate_findings(entry) -> list[str]:
+    """Every certificate section present must be fresh (its sources unchanged since it was earned)."""
+    certificate = certificates.load(entry)
+    findings = []
+    for arch_name in certificate["archs"]:
+        arch = Arch(arch_name)
+        if certificates.arch_status(entry, arch, certificate) == "stale":
+            findings.append(f"{entry.name}: the {arch.value} certificate is stale (kernel or reference changed "
+                            f"since it was earned); re-certify: {certificates.recertify_command(entry, arch)}")
+    return findings

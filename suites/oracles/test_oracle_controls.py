@@ -1,0 +1,274 @@
+"""Every oracle against a deliberately wrong implementation it must reject, and a right one it accepts.
+
+The oracles know nothing about ops, so the controls use toy functions: a row maximum, a row sum, a
+copy, an in-place row fill.  Each wrong one breaks exactly the property its oracle judges.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from oracles.band import band_report, check_band, row_ulp
+from oracles.batch_invariance import check_batch_invariance
+from oracles.bitwise import check_bitwise
+from oracles.determinism import check_determinism, run_on_copy
+from oracles.failures import OracleFailure
+from oracles.graph import check_graph_parity
+from oracles.refusals import check_refusals
+from oracles.stateful import check_properties
+from oracles.write_guards import check_write_guards
+from references.validation import Refusal, require_ndim
+from suites.certification import machine_device
+
+pytestmark = [pytest.mark.cpu, pytest.mark.sm90, pytest.mark.sm100, pytest.mark.sm103, pytest.mark.sm107]
+DEVICE = machine_device()
+
+
+def _rows(rows=8, cols=37, seed=0):
+    generator = torch.Generator(device=DEVICE).manual_seed(seed)
+    return torch.randn(rows, cols, generator=generator, device=DEVICE)
+
+
+# -- bitwise ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("actual, expected", [
+    (torch.tensor([-0.0]), torch.tensor([0.0])),                                  # sign of zero
+    (torch.tensor([1], dtype=torch.int32), torch.tensor([1], dtype=torch.int64)),  # dtype
+    (torch.tensor([1.0, 2.0]), torch.tensor([[1.0, 2.0]])),                        # shape
+    (torch.tensor([0x7FC00001], dtype=torch.int32).view(torch.float32),            # NaN payload
+     torch.tensor([0x7FC00000], dtype=torch.int32).view(torch.float32)),
+])
+def test_bitwise_rejects(actual, expected):
+    with pytest.raises(OracleFailure, match="parity"):
+        check_bitwise(actual, expected, "control")
+
+
+def test_bitwise_accepts_equal_bits_including_nan():
+    value = torch.tensor([float("nan"), -0.0, 1.5])
+    check_bitwise(value.clone(), value, "control")
+
+
+# -- band ---------------------------------------------------------------------------------------
+def _sum_truth(x):
+    return x.double().sum(dim=-1, keepdim=True)
+
+
+def _sum_stock(x):
+    return x.sum(dim=-1, keepdim=True, dtype=torch.float32).to(torch.bfloat16)
+
+
+def _sum_in_bf16(x):
+    """Wrong: accumulates in bf16, one rounding per term."""
+    total = torch.zeros(x.shape[0], 1, dtype=torch.bfloat16, device=x.device)
+    for column in range(x.shape[1]):
+        total = total + x[:, column:column + 1].to(torch.bfloat16)
+    return total
+
+
+def test_band_rejects_low_precision_accumulation_and_reports_both_errors():
+    x = (_rows(64, 512) + 3).to(torch.bfloat16)
+    with pytest.raises(OracleFailure, match="stock op"):
+        check_band(_sum_in_bf16(x), _sum_stock(x), _sum_truth(x), "control")
+    report = band_report(_sum_in_bf16(x), _sum_stock(x), _sum_truth(x))
+    assert report.kernel_error_ulp > report.allowed_error_ulp >= 2 * report.stock_error_ulp
+
+
+def test_band_accepts_fp32_accumulation():
+    x = (_rows(64, 512) + 3).to(torch.bfloat16)
+    report = check_band(_sum_stock(x), _sum_stock(x), _sum_truth(x), "control")
+    assert report.kernel_error_ulp <= 0.5 and report.allowed_error_ulp == 1.0
+
+
+def test_band_needs_exact_match_where_truth_is_infinite():
+    truth = torch.tensor([[-torch.inf, 1.0]], dtype=torch.float64)
+    with pytest.raises(OracleFailure):
+        check_band(torch.tensor([[-1e30, 1.0]]), truth.float(), truth, "control")
+
+
+def test_row_ulp_is_one_unit_of_the_row_scale():
+    assert row_ulp(torch.tensor([[1.0, -3.0]], dtype=torch.float64), torch.bfloat16).item() == 2.0 ** -6
+
+
+# -- determinism --------------------------------------------------------------------------------
+def test_determinism_rejects_a_call_counter_in_the_result():
+    calls = itertools.count()
+
+    def drifting(x):
+        return x.amax(dim=1) + next(calls) * 2.0 ** -20
+
+    x = _rows()
+    with pytest.raises(OracleFailure, match="determinism"):
+        check_determinism(drifting, {"x": x}, (), first=run_on_copy(drifting, {"x": x}, ()))
+
+
+def test_determinism_accepts_a_pure_function():
+    x = _rows()
+    check_determinism(torch.amax, {"input": x, "dim": 1}, (), first=run_on_copy(torch.amax, {"input": x, "dim": 1}, ()))
+
+
+# -- batch invariance ---------------------------------------------------------------------------
+def _sum_split_by_batch(x):
+    """Wrong: splits the columns into as many chunks as there are rows, so a row's rounding depends
+    on the batch size (each answer is still a fine fp32 sum: only batch invariance sees it)."""
+    chunks = torch.tensor_split(x, max(1, x.shape[0]), dim=1)
+    return sum(chunk.sum(dim=1) for chunk in chunks)
+
+
+def test_batch_invariance_rejects_a_batch_dependent_reduction_order():
+    x = _rows(16, 1000) * 1e3
+    with pytest.raises(OracleFailure, match="batch_invariance"):
+        check_batch_invariance(_sum_split_by_batch, {"x": x}, ("x",), full=(_sum_split_by_batch(x),))
+
+
+def test_batch_invariance_accepts_a_rowwise_exact_reduction():
+    # amax, not sum: torch's CUDA sum picks its reduction order from the shape, so a row summed alone
+    # and in a batch of 16 differ in the last bit (seen on the H200) -- the oracle is right to say so
+    x = _rows(16, 1000) * 1e3
+    rowwise = lambda x: x.amax(dim=1)  # noqa: E731
+    check_batch_invariance(rowwise, {"x": x}, ("x",), full=(rowwise(x),))
+
+
+# -- write guards -------------------------------------------------------------------------------
+def _double_missing_last(x):
+    out = torch.empty_like(x)
+    out.view(-1)[:-1] = (x * 2).reshape(-1)[:-1]
+    return out
+
+
+def _double_writing_past_the_end(x):
+    out = torch.empty_like(x)
+    out.copy_(x * 2)
+    torch.as_strided(out, (1,), (1,), out.storage_offset() + out.numel()).fill_(0)  # one element too far
+    return out
+
+
+def _double_scribbling_on_input(x):
+    out = x * 2
+    x.view(-1)[0] = 0
+    return out
+
+
+def _double(x):
+    out = torch.empty_like(x)
+    return out.copy_(x * 2)
+
+
+@pytest.mark.parametrize("wrong, finding", [
+    (_double_missing_last, "two different allocation poisons"),
+    (_double_writing_past_the_end, "outside the bounds"),
+    (_double_scribbling_on_input, "modified inputs"),
+])
+def test_write_guards_reject(wrong, finding):
+    with pytest.raises(OracleFailure, match=finding):
+        check_write_guards(wrong, {"x": _rows()})
+
+
+def test_write_guards_read_padding_of_strided_views_as_input():
+    buffer = _rows(8, 40)
+
+    def writes_padding(x):
+        x.as_strided((1,), (1,), x.storage_offset() + x.shape[1]).fill_(1)  # the column just past the view
+        return x.amax(dim=1)
+
+    with pytest.raises(OracleFailure, match="modified inputs"):
+        check_write_guards(writes_padding, {"x": buffer[:, :37]})
+
+
+def _fill_rows(plane, rows):
+    plane[rows] = 1.0
+
+
+def _fill_rows_and_one_past(plane, rows):
+    plane[rows] = 1.0
+    torch.as_strided(plane, (1,), (1,), plane.storage_offset() + plane.numel()).fill_(1.0)
+
+
+def test_write_guards_reject_an_in_place_write_past_its_argument():
+    kwargs = {"plane": _rows(), "rows": torch.tensor([0, 3], device=DEVICE)}
+    check_write_guards(_fill_rows, kwargs, in_place=("plane",))
+    with pytest.raises(OracleFailure, match="in-place argument 'plane'"):
+        check_write_guards(_fill_rows_and_one_past, kwargs, in_place=("plane",))
+
+
+def test_write_guards_accept_a_correct_op():
+    check_write_guards(_double, {"x": _rows()})
+
+
+# -- refusals -----------------------------------------------------------------------------------
+def _validate_2d(x):
+    require_ndim("x", x, 2, "[R, C]")
+
+
+REFUSE_1D = (Refusal("1-D x", lambda device: {"x": torch.ones(4, device=device)}, "x"),)
+
+
+def _silent(x):
+    return x.amax(dim=-1)
+
+
+def _refuses_with_the_wrong_type(x):
+    raise RuntimeError("bad input")
+
+
+def _refuses_without_naming(x):
+    raise ValueError("bad shape")
+
+
+def _refuses_after_mutating(x):
+    x.zero_()
+    _validate_2d(x)
+
+
+@pytest.mark.parametrize("wrong, finding", [
+    (_silent, "accepted"), (_refuses_with_the_wrong_type, "expected ValueError"),
+    (_refuses_without_naming, "does not name"), (_refuses_after_mutating, "mutated"),
+])
+def test_refusals_reject(wrong, finding):
+    with pytest.raises(OracleFailure, match=finding):
+        check_refusals(wrong, REFUSE_1D, DEVICE)
+
+
+def test_refusals_accept_a_validating_op():
+    assert check_refusals(_validate_2d, REFUSE_1D, DEVICE) == 1
+
+
+# -- stateful hook ------------------------------------------------------------------------------
+def _rows_filled_only(impl, kwargs):
+    """A contract property: fill(plane, rows) sets the named rows to 1 and nothing else."""
+    before = kwargs["plane"].clone()
+    impl["fill"](**kwargs)
+    expected = before.clone()
+    expected[kwargs["rows"]] = 1.0
+    if not torch.equal(kwargs["plane"], expected):
+        raise OracleFailure("stateful", "fill changed rows it was not given")
+
+
+def test_stateful_hook_rejects_a_property_violation():
+    kwargs = {"plane": _rows(), "rows": torch.tensor([1], device=DEVICE)}
+    check_properties([_rows_filled_only], {"fill": _fill_rows}, kwargs)
+    with pytest.raises(OracleFailure, match="stateful"):
+        check_properties([_rows_filled_only], {"fill": lambda plane, rows: plane.fill_(1.0)}, kwargs)
+
+
+# -- graph parity (CUDA only) -------------------------------------------------------------------
+_POINTER_CACHE = {}
+
+
+def _cached_by_pointer(x):
+    """Wrong (stale replay state): memoizes a staged copy of its input on the input's address."""
+    staged = _POINTER_CACHE.setdefault(x.data_ptr(), x.clone())
+    return staged.amax(dim=1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_graph_parity_rejects_state_kept_outside_the_graph():
+    cases = [{"x": _rows(seed=seed)} for seed in range(4)]
+    with pytest.raises(OracleFailure, match="graph_parity"):
+        check_graph_parity(_cached_by_pointer, cases, [{"x": _rows(3, 5)}])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_graph_parity_accepts_a_pure_op():
+    cases = [{"x": _rows(seed=seed)} for seed in range(4)]
+    check_graph_parity(lambda x: x.amax(dim=1), cases, [{"x": _rows(3, 5)}])

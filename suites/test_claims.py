@@ -1,0 +1,89 @@
+"""Claims gates (no GPU needed): entries backed by suites, certificates fresh, test lists complete,
+README's quick start is what CI runs.  Each gate also meets a broken input it must reject."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from ops import certificates
+from ops.catalog import Arch, entries
+from suites.claims import REPO, certificate_findings, entry_findings
+
+pytestmark = pytest.mark.cpu
+
+
+@pytest.mark.parametrize("name", list(entries()))
+def test_entry_has_reference_cells_strategy_and_a_suite_driving_every_cell(name):
+    assert entry_findings(entries()[name]) == []
+
+
+@pytest.mark.parametrize("name", list(entries()))
+def test_certificates_are_fresh(name):
+    assert certificate_findings(entries()[name]) == []
+
+
+def test_a_changed_kernel_makes_its_certificate_stale(tmp_path):
+    entry = entries()["greedy_argmax"]
+    kernel_copy = tmp_path / "greedy_argmax.py"
+    shutil.copy(entry.kernel_file, kernel_copy)
+    copy = dataclasses.replace(entry)
+    copy.__class__ = type("CopiedEntry", (type(entry),), {"kernel_file": property(lambda self: str(kernel_copy))})
+    certificates.write_section(copy, Arch.CPU_INTERP, {"source_sha256": certificates.source_digest(copy), "cells": {}})
+    assert certificate_findings(copy) == []
+    kernel_copy.write_text(kernel_copy.read_text() + "\n# an edit\n")
+    findings = certificate_findings(copy)
+    assert len(findings) == 1 and "stale" in findings[0] and "tools/certify-cells --op greedy_argmax" in findings[0]
+
+
+def test_a_suite_missing_a_cell_is_a_finding(tmp_path, monkeypatch):
+    entry = entries()["greedy_argmax"]
+    suite = tmp_path / "suites" / "sampling" / "test_greedy_argmax.py"
+    suite.parent.mkdir(parents=True)
+    suite.write_text("import pytest\npytestmark = pytest.mark.cpu\n"
+                     "@pytest.mark.parametrize('cell', ['decode_small_batch'])\ndef test_cell(cell):\n    pass\n")
+    monkeypatch.setattr("suites.claims.suite_path", lambda entry: suite)
+    monkeypatch.setattr("suites.claims.REPO", tmp_path)
+    findings = entry_findings(entry)
+    assert any("does not drive cell empty_batch" in f for f in findings), findings
+
+
+def _check_lists(*paths):
+    return subprocess.run([sys.executable, "tools/check-test-lists", "--json", *map(str, paths)],
+                          capture_output=True, text=True, cwd=REPO)
+
+
+def test_test_lists_pass_check_test_lists():
+    run = _check_lists()
+    assert run.returncode == 0, json.loads(run.stdout)["findings"] if run.stdout else run.stderr
+
+
+def test_an_unlisted_test_and_a_stale_id_fail_check_test_lists(tmp_path):
+    partial = tmp_path / "l0_partial.yml"
+    partial.write_text("version: 0.0.1\nl0_partial:\n- condition:\n    terms: {stage: pre_merge, arch: cpu}\n"
+                       "  tests:\n  - suites/test_claims.py\n  - suites/no_such_test.py\n  - suites/test_claims.py\n")
+    run = _check_lists(partial)
+    findings = json.loads(run.stdout)["findings"]
+    assert run.returncode == 1
+    assert any(f.startswith("unlisted: suites/oracles/") for f in findings)
+    assert any(f.startswith("stale: l0_partial.yml:7") for f in findings)
+    assert any(f.startswith("duplicate: l0_partial.yml:8") for f in findings)
+
+
+def test_a_malformed_list_names_its_line(tmp_path):
+    bad = tmp_path / "l0_bad.yml"
+    bad.write_text("version: 0.0.1\nl0_bad:\n- condition:\n    terms: {stage: pre_merge, arch: sm42}\n  tests: []\n")
+    run = _check_lists(bad)
+    assert run.returncode == 1 and "l0_bad.yml:3" in run.stdout and "sm42" in run.stdout
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    command = next(line.strip() for line in ci.splitlines() if line.strip().startswith("python -m pytest"))
+    assert command in readme, f"README.md does not show the test command CI runs: {command}"

@@ -1,0 +1,150 @@
+"""tools/bench: kernel vs stock op (and competitors) on the GPU, as ratios measured in one run.
+
+For every ``BenchCase`` of the chosen ops (declared in each catalog entry) it prints the kernel's
+median time, the stock op's, their ratio, the bytes the op must move, the achieved bandwidth, and that
+bandwidth as a share of a device-to-device copy measured in the same run (bytes read + written).
+Times are medians of CUDA-graph replays (``triton.testing.do_bench_cudagraph``): serving engines run
+decode steps as graphs, and graph replay keeps the host's launch overhead out of microsecond kernels.
+A call that cannot be captured is timed eagerly (``do_bench``, L2 flushed) and marked so.
+``--variants`` also times the launch-plan variants a kernel module offers (``bench_variants``).
+Never a pass/fail on time: targets are printed beside the numbers, for a person to read.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import shlex
+import sys
+
+from tools.cli import ArgumentParser, UsageError, run_main
+
+COPY_ELEMENTS = 2**30  # fp32: 4 GiB each way, far past the 60 MB L2 (a uint8 copy ran at 2.7 TB/s, fp32 4.3)
+
+
+@dataclasses.dataclass
+class Row:
+    op: str
+    case: str
+    impl: str
+    time_us: float
+    timing: str              # "graph" or "eager"
+    bytes_moved: int
+    copy_gbps: float
+    stock_time_us: float
+    target: str
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes_moved / (self.time_us * 1e-6) / 1e9
+
+    @property
+    def copy_share(self) -> float:
+        return self.gbps / self.copy_gbps
+
+    @property
+    def speedup_vs_stock(self) -> float:
+        return self.stock_time_us / self.time_us
+
+
+def median_us(fn) -> tuple[float, str]:
+    """Median time of ``fn`` in microseconds, and how it was taken."""
+    import torch
+    import triton.testing
+
+    fn()  # compile and autotune outside any capture
+    torch.cuda.synchronize()
+    try:
+        with torch.cuda.stream(torch.cuda.Stream()):
+            return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3, "graph"
+    except Exception:  # noqa: BLE001 - not capturable: time it eagerly instead, and say so
+        torch.cuda.synchronize()
+        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3, "eager"
+
+
+def copy_bandwidth_gbps(device) -> float:
+    import torch
+
+    source = torch.randn(COPY_ELEMENTS, device=device)
+    target = torch.empty_like(source)
+    seconds = median_us(lambda: target.copy_(source))[0] * 1e-6
+    del source, target
+    return 2 * 4 * COPY_ELEMENTS / seconds / 1e9
+
+
+def bench_entry(entry, device, copy_gbps: float, variants: bool) -> list[Row]:
+    import importlib
+
+    rows = []
+    module = importlib.import_module(entry.kernel.__module__)
+    for case in entry.bench:
+        kwargs = case.make(device)
+        moved = case.bytes_moved(**kwargs)
+        stock_us, stock_timing = median_us(lambda: entry.stock(**kwargs))
+        timed = {"kernel": entry.kernel, "stock": entry.stock, **case.competitors}
+        if variants and hasattr(module, "bench_variants"):
+            timed.update({f"variant {name}": fn for name, fn in module.bench_variants(**kwargs).items()})
+        for impl, fn in timed.items():
+            time_us, timing = (stock_us, stock_timing) if impl == "stock" else median_us(lambda: fn(**kwargs))
+            rows.append(Row(entry.name, case.label, impl, time_us, timing, moved, copy_gbps, stock_us, case.target))
+        del kwargs
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| op | case | impl | time (us) | timed as | vs stock | GB/s | % of copy | target |",
+             "|---|---|---|---:|---|---:|---:|---:|---|"]
+    for row in rows:
+        lines.append(f"| {row.op} | {row.case} | {row.impl} | {row.time_us:.2f} | {row.timing} | "
+                     f"{row.speedup_vs_stock:.2f}x | "
+                     f"{row.gbps:.0f} | {100 * row.copy_share:.1f}% | {row.target if row.impl == 'kernel' else ''} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = ArgumentParser(prog="tools/bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--op", action="append", default=[], metavar="NAME", help="op to bench (default: all)")
+    parser.add_argument("--variants", action="store_true", help="also time the kernels' launch-plan variants")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--out", metavar="PATH", help="also write the table (markdown, with its command) to PATH")
+    args = parser.parse_args(argv)
+    import torch
+
+    from ops import catalog
+
+    if not torch.cuda.is_available():
+        raise UsageError("tools/bench measures GPU kernels: no CUDA device on this machine")
+    registry = catalog.entries()
+    unknown = [name for name in args.op if name not in registry]
+    if unknown:
+        raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
+    device = torch.device("cuda")
+    copy_gbps = copy_bandwidth_gbps(device)
+    print(f"device {torch.cuda.get_device_name(device)}: copy bandwidth {copy_gbps:.0f} GB/s (read + write)",
+          file=sys.stderr, flush=True)
+    rows = []
+    for name in args.op or registry:
+        rows += bench_entry(registry[name], device, copy_gbps, args.variants)
+        print(f"  {name}: done", file=sys.stderr, flush=True)
+    command = "tools/bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    header = (f"`{command}` on {torch.cuda.get_device_name(device)}, "
+              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}; "
+              f"copy bandwidth {copy_gbps:.0f} GB/s (device-to-device, read + write, same run)")
+    text = f"{header}\n\n{table(rows)}\n"
+    if args.json:
+        print(json.dumps({"header": header, "copy_gbps": copy_gbps,
+                          "rows": [{**dataclasses.asdict(r), "gbps": r.gbps, "copy_share": r.copy_share,
+                                    "speedup_vs_stock": r.speedup_vs_stock} for r in rows]}, indent=2))
+    else:
+        print(text)
+    if args.out:
+        try:
+            with open(args.out, "w") as handle:
+                handle.write(text)
+        except OSError as error:
+            raise UsageError(f"--out: cannot write {args.out}: {error.strerror}") from None
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
