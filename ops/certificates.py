@@ -12,7 +12,7 @@ import hashlib
 import json
 import pathlib
 
-from ops.catalog import Arch, Entry
+from ops.catalog import Arch, Entry, op
 
 CERTIFIED = "certified"
 FAILED = "failed"
@@ -23,10 +23,13 @@ def certificate_path(entry: Entry) -> pathlib.Path:
 
 
 def source_digest(entry: Entry) -> str:
-    """sha256 of the kernel module (kernel + launch plan + entry and its cells) and the reference."""
+    """sha256 of the kernel module (kernel + launch plan + entry and its cells) and the reference, and of
+    its contract siblings' (ops of one contract share kernels and properties: gdn_verify runs
+    gdn_decode's kernel, and its replay property calls gdn_decode and gdn_commit)."""
     digest = hashlib.sha256()
-    for role, path in (("kernel", entry.kernel_file), ("reference", entry.reference_file)):
-        digest.update(role.encode() + b"\0" + pathlib.Path(path).read_bytes() + b"\0")
+    for member in (entry, *(op(name) for name in entry.siblings)):
+        for role, path in (("kernel", member.kernel_file), ("reference", member.reference_file)):
+            digest.update(role.encode() + b"\0" + pathlib.Path(path).read_bytes() + b"\0")
     return digest.hexdigest()
 
 

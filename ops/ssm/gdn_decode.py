@@ -101,22 +101,27 @@ def _gdn_tokens(
     live = (slot >= 0) & (slot < num_slots)
     count = tl.load(count_ptr + row * count_stride, mask=count_given != 0, other=tokens)
     count = tl.where(live, tl.minimum(tl.maximum(count, 0), tokens), 0)
-    stores_state = live | (write_padding != 0)
+    stores_state = in_block & (live | (write_padding != 0))
 
     h = tl.load(state_ptr + slot * state_stride_slot + block, mask=in_block & live, other=0.0)
     if STATE_BF16:
         h = bf16_to_fp32(h)
+    # token 0's addresses; each token moves them on by the token strides
+    q_ptrs = q_ptr + row * q_stride_b + head_qk * q_stride_h + ks
+    k_ptrs = k_ptr + row * k_stride_b + head_qk * k_stride_h + ks
+    v_ptrs = v_ptr + row * v_stride_b + head_v * v_stride_h + vs
+    g_ptrs = g_ptr + row * g_stride_b + head_v * g_stride_h
+    beta_ptrs = beta_ptr + row * beta_stride_b + head_v * beta_stride_h
+    o_ptrs = o_ptr + row * o_stride_b + head_v * o_stride_h + vs
+    dst_ptrs = dst_ptr + slot * dst_stride_slot + row * dst_stride_b + block
     for t in range(0, tokens):
         active = t < count
-        q = bf16_to_fp32(tl.load(q_ptr + row * q_stride_b + t * q_stride_t + head_qk * q_stride_h + ks,
-                                 mask=k_in & active, other=0.0))
-        k = bf16_to_fp32(tl.load(k_ptr + row * k_stride_b + t * k_stride_t + head_qk * k_stride_h + ks,
-                                 mask=k_in & active, other=0.0))
-        v = bf16_to_fp32(tl.load(v_ptr + row * v_stride_b + t * v_stride_t + head_v * v_stride_h + vs,
-                                 mask=v_in & active, other=0.0))
-        g = tl.load(g_ptr + row * g_stride_b + t * g_stride_t + head_v * g_stride_h, mask=active, other=0.0)
-        beta = tl.load(beta_ptr + row * beta_stride_b + t * beta_stride_t + head_v * beta_stride_h,
-                       mask=active, other=0.0)
+        k_mask = k_in & active
+        q = bf16_to_fp32(tl.load(q_ptrs, mask=k_mask, other=0.0))
+        k = bf16_to_fp32(tl.load(k_ptrs, mask=k_mask, other=0.0))
+        v = bf16_to_fp32(tl.load(v_ptrs, mask=v_in & active, other=0.0))
+        g = tl.load(g_ptrs, mask=active, other=0.0)
+        beta = tl.load(beta_ptrs, mask=active, other=0.0)
         if QK_L2NORM:
             q = tl.math.div_rn(q, tl.math.sqrt_rn(tl.sum(q * q, axis=0) + 1e-6))
             k = tl.math.div_rn(k, tl.math.sqrt_rn(tl.sum(k * k, axis=0) + 1e-6))
@@ -128,13 +133,18 @@ def _gdn_tokens(
         if STATE_BF16:
             h = bf16_to_fp32(fp32_to_bf16(h))   # the rounded value is the state from here on
         # inactive tokens (past the count, padding rows) may load garbage: where() drops it
-        o = tl.where(active, o, 0.0)
-        tl.store(o_ptr + row * o_stride_b + t * o_stride_t + head_v * o_stride_h + vs, fp32_to_bf16(o), mask=v_in)
+        tl.store(o_ptrs, fp32_to_bf16(tl.where(active, o, 0.0)), mask=v_in)
         out = tl.where(active, h, 0.0)
         if STATE_BF16:
             out = fp32_to_bf16(out)
-        tl.store(dst_ptr + slot * dst_stride_slot + row * dst_stride_b + t * dst_stride_t + block, out,
-                 mask=in_block & stores_state)
+        tl.store(dst_ptrs, out, mask=stores_state)
+        q_ptrs += q_stride_t
+        k_ptrs += k_stride_t
+        v_ptrs += v_stride_t
+        g_ptrs += g_stride_t
+        beta_ptrs += beta_stride_t
+        o_ptrs += o_stride_t
+        dst_ptrs += dst_stride_t
 
 
 # -- host wrappers ----------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import torch
 
-from oracles.failures import OracleFailure
 from oracles.stateful import check_rows_unchanged
 from oracles.tensors import clone_inputs
 from references.formats.bf16 import round_float64_to_bf16

@@ -19,7 +19,6 @@ from __future__ import annotations
 import torch
 
 from oracles.bitwise import check_bitwise
-from oracles.failures import OracleFailure
 from oracles.stateful import check_rows_unchanged
 from oracles.tensors import clone_inputs
 from references.formats.bf16 import round_float64_to_bf16
@@ -27,7 +26,7 @@ from references.ssm.gdn_decode import (live_rows, make_inputs, recurrence, valid
                                        validate_scalars, validate_tokens)
 from references.validation import Refusal, require_same_device
 
-REPLAY_TOKENS = 3   # drafted tokens per row when gdn_decode's own inputs are lifted into a replay
+REPLAY_TOKENS = 2   # drafted tokens per row when gdn_decode's own inputs are lifted into a replay
 
 
 def validate(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False) -> None:
@@ -59,11 +58,11 @@ def stock(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False):
 
 # -- replay equivalence -----------------------------------------------------------------------------
 def accepted_counts(num_tokens: torch.Tensor, tokens: int) -> torch.Tensor:
-    """How many drafted tokens each row commits: row b rejects all (b % 3 == 0), accepts about half
-    (b % 3 == 1) or accepts all (b % 3 == 2) of its ``num_tokens``, so every call mixes the three."""
+    """How many drafted tokens each row commits: row b accepts all (b % 3 == 0: row 0, so every batch
+    replays all its tokens), none (b % 3 == 1) or about half (b % 3 == 2) of its ``num_tokens``."""
     count = num_tokens.clamp(0, tokens)
     kind = torch.arange(count.shape[0], device=count.device) % 3
-    return torch.where(kind == 0, 0, torch.where(kind == 1, (count + 1) // 2, count)).to(torch.int32)
+    return torch.where(kind == 0, count, torch.where(kind == 1, 0, (count + 1) // 2)).to(torch.int32)
 
 
 def replay_equivalence(impl, kwargs) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from oracles.battery import Implementation
 from references.ssm import gdn_commit as commit_contract
 from references.ssm import gdn_decode as decode_contract
 from references.ssm import gdn_verify as verify_contract
@@ -150,3 +151,27 @@ def commit_through_minus_one(state, slots, checkpoints, num_accepted):
     commit_contract.validate(state, slots, checkpoints, num_accepted)
     keep = num_accepted > 0
     state[slots[keep].long()] = checkpoints[keep, num_accepted[keep].long() - 1]
+
+
+def stray_write_within_band(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
+    """Right, then one stray write: the largest value of a slot no row owns moves by one ulp (a stale
+    copy of a slot written back through another precision would look like this)."""
+    o = gdn_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm)
+    owned = torch.zeros(state.shape[0], dtype=torch.bool, device=state.device)
+    owned[slots[live_rows(slots, state.shape[0])].long()] = True
+    free = (~owned).nonzero()[:, 0]
+    if free.numel():
+        slot = state[free[0]]
+        flat = slot.view(-1)
+        at = flat.float().abs().nan_to_num(0).argmax()
+        bits = {2: torch.int16, 4: torch.int32}[state.element_size()]
+        flat.view(bits)[at] += 1   # sign-magnitude: one more unit in the last place, away from zero
+    return o
+
+
+# -- for the suites -----------------------------------------------------------------------------------
+def judged(name: str, op: str = "gdn_decode") -> Implementation:
+    """The correct implementation above, with ``op`` replaced by the function ``name`` of this module."""
+    functions = {"gdn_decode": gdn_decode, "gdn_verify": gdn_verify, "gdn_commit": gdn_commit}
+    functions[op] = globals()[name]
+    return Implementation(f"suites.ssm.gdn_impls:{name}", functions)
