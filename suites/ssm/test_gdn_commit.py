@@ -34,7 +34,7 @@ def test_battery_rejects(name, cell_id, oracle):
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_battery_accepts_another_correct_implementation(cell):
     impl = judged("gdn_commit", op="gdn_commit")
-    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=2), impl.label)
+    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=1), impl.label)
 
 
 def test_accepted_counts_past_the_draft_commit_its_last_checkpoint():

@@ -47,7 +47,7 @@ def test_battery_rejects(name, cell_id, oracle):
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_battery_accepts_another_correct_implementation(cell):
     impl = judged("gdn_decode")
-    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=2), impl.label)
+    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=1), impl.label)
 
 
 def _corner(cell_id: str, **fields) -> dict:
