@@ -31,7 +31,7 @@ def gdn_verify(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=Fals
     o = torch.empty(batch, tokens, heads_v, dv, dtype=torch.bfloat16, device=q.device)
     checkpoints = torch.empty(batch, tokens, *state.shape[1:], dtype=state.dtype, device=q.device)
     # padding rows and tokens past a row's count are written as zeros: every element is written
-    decode.launch_tokens(decode.plan_for(q, v, state), q, k, v, g, beta, scale, qk_l2norm, num_tokens, state,
+    decode.launch_tokens(decode.plan_for(q, v), q, k, v, g, beta, scale, qk_l2norm, num_tokens, state,
                          slots, o, checkpoints, (0, checkpoints.stride(0), checkpoints.stride(1)), write_padding=True)
     return o, checkpoints
 
