@@ -2,7 +2,8 @@
 
 A certificate is a JSON file beside its kernel (``ops/sampling/greedy_argmax.py`` ->
 ``ops/sampling/greedy_argmax.cert.json``), written only by ``tools/certify-cells``.  Each arch section
-records the sha256 of the kernel and reference sources it was earned on; when the sources change the
+records the sha256 of the kernel and reference sources it was earned on (with every module of ops/ and
+references/ they use: a kernel shared by sibling ops, number formats, launch helpers); when they change the
 section is *stale* and certified dispatch stops routing to the kernel.  A missing arch reads as unknown.
 """
 from __future__ import annotations
@@ -11,8 +12,10 @@ import functools
 import hashlib
 import json
 import pathlib
+import sys
+import types
 
-from ops.catalog import Arch, Entry, op
+from ops.catalog import Arch, Entry
 
 CERTIFIED = "certified"
 FAILED = "failed"
@@ -22,14 +25,34 @@ def certificate_path(entry: Entry) -> pathlib.Path:
     return pathlib.Path(entry.kernel_file).with_suffix(".cert.json")
 
 
+# The catalog and the certificates themselves describe kernels; they are not part of one.
+_NOT_KERNEL_SOURCES = {"ops", "ops.catalog", "ops.certificates", "references"}
+
+
+def used_sources(entry: Entry) -> list[pathlib.Path]:
+    """Modules of ``ops/`` and ``references/`` that the kernel or reference module uses, transitively:
+    a kernel shared by sibling ops (``rollback_restore`` runs ``rollback_save``'s), contract helpers,
+    number formats (``references/formats``), launch helpers (``ops/triton_backend``)."""
+    own = {entry.kernel.__module__, entry.reference.__module__}
+    pending, seen = list(own), set(own)
+    while pending:
+        for value in vars(sys.modules[pending.pop()]).values():
+            name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            if (isinstance(name, str) and name.startswith(("ops.", "references.")) and name not in seen
+                    and name not in _NOT_KERNEL_SOURCES):
+                seen.add(name)
+                pending.append(name)
+    return sorted(pathlib.Path(sys.modules[name].__file__) for name in seen - own)
+
+
 def source_digest(entry: Entry) -> str:
-    """sha256 of the kernel module (kernel + launch plan + entry and its cells) and the reference, and of
-    its contract siblings' (ops of one contract share kernels and properties: gdn_verify runs
-    gdn_decode's kernel, and its replay property calls gdn_decode and gdn_commit)."""
+    """sha256 of the kernel module (kernel + launch plan + entry and its cells), the reference, and the
+    modules they use (``used_sources``)."""
     digest = hashlib.sha256()
-    for member in (entry, *(op(name) for name in entry.siblings)):
-        for role, path in (("kernel", member.kernel_file), ("reference", member.reference_file)):
-            digest.update(role.encode() + b"\0" + pathlib.Path(path).read_bytes() + b"\0")
+    for role, path in (("kernel", entry.kernel_file), ("reference", entry.reference_file)):
+        digest.update(role.encode() + b"\0" + pathlib.Path(path).read_bytes() + b"\0")
+    for path in used_sources(entry):
+        digest.update(b"uses\0" + path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 

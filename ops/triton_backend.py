@@ -15,9 +15,9 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-# The interpreter costs about 3 ms per program whatever its size, so it plans for a small GPU of 16 SMs:
+# The interpreter costs milliseconds per program whatever its size, so it plans for a small GPU of 4 SMs:
 # small batches still take the split path, without the hundreds of programs an H200's plan launches.
-INTERPRETER_SM_COUNT = 16
+INTERPRETER_SM_COUNT = 4
 
 
 def interpreting() -> bool:

@@ -32,15 +32,18 @@ def check_graph_parity(fn: Callable, cases: Sequence[dict], interleaved: Sequenc
     static = clone_inputs(cases[0])
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up (compilation, autotuning) outside the capture
-        fn(**clone_inputs(cases[0]))
+    with torch.cuda.stream(side):
+        # warm up (compile, autotune) on the very buffers to be captured, as serving engines do: state
+        # an op keeps keyed on them outside the graph is then stale in every replay
+        fn(**static)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph), warnings.catch_warnings():
+        with warnings.catch_warnings():
             # an empty batch launches nothing: an empty graph is the right capture of it
             warnings.filterwarnings("ignore", message="The CUDA Graph is empty")
-            captured = as_outputs(fn(**static))
+            with torch.cuda.graph(graph):
+                captured = as_outputs(fn(**static))
     except Exception as error:  # noqa: BLE001 - a call that cannot be captured is the finding
         raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "
                                             f"{type(error).__name__}: {error}") from None

@@ -108,6 +108,11 @@ def machine_facts(device) -> dict:
                          "triton": triton.__version__, "nvidia-cutlass-dsl": cutlass_version}}
 
 
+def _progress_line(line: str) -> None:
+    """On a terminal, one self-overwriting status line per cell (logs get only the cell results)."""
+    print(f"\r  {line}\033[K", end="", file=sys.stderr, flush=True)
+
+
 def describe(result, device: str, impl: str | None, seconds: float | None = None) -> str:
     line = (f"{result.op}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
             f"(kernel {result.worst_kernel_error_ulp:.3g} ULP, stock {result.worst_stock_error_ulp:.3g} ULP, "
@@ -177,10 +182,12 @@ def main(argv=None) -> int:
             else:
                 result = run_cell(entry, implementations[entry.name], cell, device, max_examples=max_examples,
                                   seed=args.seed, shrink=not args.no_shrink,
-                                  progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
+                                  progress=_progress_line if sys.stderr.isatty() else None)
             results.append(result)
             failed |= result.status != certificates.CERTIFIED
             if not args.json:
+                if sys.stderr.isatty():
+                    print("\r\033[K", end="", file=sys.stderr)
                 print(describe(result, args.device, args.impl, time.monotonic() - started), flush=True)
             report["results"].append({"op": entry.name, "cell": cell.id, **result.record()})
         if writes_certificates:

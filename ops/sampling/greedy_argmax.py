@@ -7,10 +7,9 @@ otherwise the first index of the row maximum, ``-0.0 == +0.0``; rows may be stri
 Bytes: read ``R * V * itemsize``, write ``8 * R`` (plus ``12 * R * splits`` of partials when a row
 is split).  It is memory-bound: at 4.3 TB/s copy bandwidth, [1024, 262144] bf16 is 125 us of reads.
 
-A row is reduced per lane: each sweep loads an [UNROLL, LANES] tile (UNROLL independent 16-byte loads
-per thread, for bytes in flight), reduces it over UNROLL inside each thread, and each lane keeps its
-first maximum and first NaN over the columns it visits (strict ``>`` keeps the earliest); the lanes
-are merged once at the end.  When there are
+A row is reduced per lane: each of BLOCK lanes keeps its first maximum over the columns it visits
+(strict ``>`` keeps the earliest), and the lanes are merged once at the end; a chunk that holds a NaN
+is swept a second time for its first NaN.  Short rows (V <= 1024) are reduced several to a program.  When there are
 too few rows to fill the GPU, a row is split into chunks reduced by separate programs and merged by a
 second small kernel; chunks are in column order, so the smallest index among equal maxima is still the
 first.  Integer answers are exact, so the plan may depend on R without breaking batch invariance.
@@ -34,41 +33,55 @@ NO_INDEX = 2**30  # above every valid column (V <= 2**20)
 @dataclasses.dataclass(frozen=True)
 class LaunchPlan:
     num_warps: int
-    lanes: int       # columns one sweep covers per unrolled step: num_warps * 32 threads * one 16-byte load
-    unroll: int      # independent 16-byte loads per thread per sweep (bytes in flight)
+    block: int       # columns per sweep of one program
     splits: int      # programs per row
-    chunk: int       # columns per program (a multiple of lanes * unroll)
+    chunk: int       # columns per program (a multiple of block)
+    rows_per_program: int = 0  # short rows: a [rows_per_program, block] tile per program, no split
+
+
+SHORT_ROW_COLUMNS = 1024  # rows this short are reduced several per program, in one tile
+TILE_ELEMENTS = 4096
+
+
+def _floor_power_of_2(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
 
 
 def launch_plan(rows: int, vocab: int, element_size: int, sms: int,
-                programs_per_sm: int = 4, unroll: int = 4, num_warps: int = 8) -> LaunchPlan:
+                programs_per_sm: int = 16, sweep_bytes: int = 2048, num_warps: int = 8) -> LaunchPlan:
     vector = 16 // element_size  # columns per 16-byte load
-    # Fewer rows than `programs_per_sm` per SM cannot keep enough loads in flight: split rows, keeping
-    # chunks of at least 1024 columns so the merge stays negligible.
+    columns = max(triton.next_power_of_2(vocab), 16)
+    if columns <= SHORT_ROW_COLUMNS:
+        # a program per short row would be mostly launch cost: take several rows per tile, while
+        # keeping at least one program per SM
+        rows_per_program = _floor_power_of_2(min(TILE_ELEMENTS // columns, triton.cdiv(max(rows, 1), sms)))
+        warps = _floor_power_of_2(max(1, min(num_warps, rows_per_program * columns // (32 * vector))))
+        return LaunchPlan(num_warps=warps, block=columns, splits=1, chunk=columns, rows_per_program=rows_per_program)
+    # Fewer rows than `programs_per_sm` per SM leave SMs idle or short of loads in flight: split rows,
+    # keeping chunks of at least 1024 columns so the merge stays negligible.  (H200, 2026-11-29, bf16:
+    # 16 programs per SM and 2 KB sweeps timed best of 32 plans at [1024, 262144], 137 us = 92% of copy
+    # bandwidth, and at [256, 152064], 25 us = 2.1x torch.argmax; tools/results/bench_greedy_variants.md)
     splits = 1
     if rows < programs_per_sm * sms:
         splits = max(1, min(triton.cdiv(programs_per_sm * sms, max(rows, 1)), triton.cdiv(vocab, 1024)))
     per_program = triton.cdiv(vocab, splits)
-    # short rows: shrink the tile rather than sweep thousands of masked columns
-    while num_warps > 1 and num_warps * 32 * vector > per_program:
-        num_warps //= 2
-    lanes = num_warps * 32 * vector
-    unroll = max(1, min(unroll, triton.next_power_of_2(triton.cdiv(per_program, lanes))))
-    sweep = lanes * unroll
-    chunk = triton.cdiv(per_program, sweep) * sweep
-    return LaunchPlan(num_warps=num_warps, lanes=lanes, unroll=unroll, splits=triton.cdiv(vocab, chunk), chunk=chunk)
+    block = max(min(sweep_bytes // element_size, triton.next_power_of_2(per_program)), 32 * vector)
+    # short chunks: fewer warps rather than sweeps of mostly masked columns
+    warps = _floor_power_of_2(max(1, min(num_warps, block // (32 * vector))))
+    chunk = triton.cdiv(per_program, block) * block
+    return LaunchPlan(num_warps=warps, block=block, splits=triton.cdiv(vocab, chunk), chunk=chunk)
 
 
 def bench_variants(logits: torch.Tensor) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
     rows, vocab = logits.shape
     variants = {}
-    for programs_per_sm in (2, 4, 8):
-        for unroll in (1, 2, 4, 8):
+    for programs_per_sm in (4, 8, 16, 32):
+        for sweep_bytes in (2048, 4096, 8192, 16384):
             for num_warps in (4, 8):
                 plan = launch_plan(rows, vocab, logits.element_size(), sm_count(logits.device),
-                                   programs_per_sm, unroll, num_warps)
-                label = f"{programs_per_sm}/SM x{unroll} {num_warps}w ({plan.splits} splits)"
+                                   programs_per_sm, sweep_bytes, num_warps)
+                label = f"{programs_per_sm}/SM {sweep_bytes // 1024}KB {num_warps}w ({plan.splits} splits)"
                 variants[label] = lambda logits, plan=plan: run_plan(logits, plan)
     return variants
 
@@ -81,38 +94,42 @@ def _argmax_chunks(
     # output: the answer (one split) or per-split partials
     out_ptr, part_value_ptr, part_index_ptr, part_nan_ptr, splits,
     # meta
-    LANES: tl.constexpr, UNROLL: tl.constexpr, NO_INDEX: tl.constexpr, ONE_SPLIT: tl.constexpr,
+    BLOCK: tl.constexpr, NO_INDEX: tl.constexpr, ONE_SPLIT: tl.constexpr,
 ):
     row = tl.program_id(0)
     split = tl.program_id(1)
     row_ptr = logits_ptr + row.to(tl.int64) * row_stride
     start = split * chunk
     end = tl.minimum(start + chunk, vocab)
-    # [UNROLL, LANES]: each thread holds UNROLL independent 16-byte loads of its lanes, so the
-    # reduction over the unrolled axis stays inside the thread
-    tile = tl.arange(0, UNROLL)[:, None] * LANES + tl.arange(0, LANES)[None, :]
-    lane_value = tl.full([LANES], float("-inf"), tl.float32)
-    lane_index = tl.full([LANES], NO_INDEX, tl.int32)
-    lane_nan = tl.full([LANES], NO_INDEX, tl.int32)
-    # the last split sweeps some fully masked columns past V: they load nothing
-    for offset in range(start, start + chunk, UNROLL * LANES):
-        cols = offset + tile
-        in_chunk = cols < end
-        x = tl.load(row_ptr + cols, mask=in_chunk, other=float("-inf")).to(tl.float32)
-        is_nan = x != x
-        lane_nan = tl.minimum(lane_nan, tl.min(tl.where(is_nan & in_chunk, cols, NO_INDEX), axis=0))
-        valid = in_chunk & (x == x)
-        x = tl.where(valid, x, float("-inf"))
-        step_max = tl.max(x, axis=0)
-        # == merges -0.0 with +0.0: equal maxima, the smallest column wins
-        step_index = tl.min(tl.where(valid & (x == step_max[None, :]), cols, NO_INDEX), axis=0)
-        # strict > keeps a lane's earliest maximum; the first valid column always enters (all -inf rows)
-        take = (step_index != NO_INDEX) & ((step_max > lane_value) | (lane_index == NO_INDEX))
-        lane_value = tl.where(take, step_max, lane_value)
-        lane_index = tl.where(take, step_index, lane_index)
+    full_end = start + (end - start) // BLOCK * BLOCK
+    lanes = tl.arange(0, BLOCK)
+    # The hot loop is four instructions a column (convert, compare, max, select of the sweep's offset):
+    # it is issue-bound otherwise (H200: 15 a column ran at 60% of copy bandwidth).  NaN is not looked
+    # for here: the NaN-propagating max leaves NaN in a lane that saw one, and only such chunks search
+    # again.  Each lane starts at its own first column, so an all -inf chunk answers its first column.
+    lane_value = tl.full([BLOCK], float("-inf"), tl.float32)
+    lane_offset = tl.zeros([BLOCK], tl.int32) + start
+    for offset in range(start, full_end, BLOCK):
+        x = tl.load(row_ptr + offset + lanes).to(tl.float32)
+        lane_offset = tl.where(x > lane_value, offset, lane_offset)  # strict: the earliest stays
+        lane_value = tl.maximum(lane_value, x, propagate_nan=tl.PropagateNan.ALL)
+    x = tl.load(row_ptr + full_end + lanes, mask=full_end + lanes < end, other=float("-inf")).to(tl.float32)
+    lane_offset = tl.where(x > lane_value, full_end, lane_offset)
+    lane_value = tl.maximum(lane_value, x, propagate_nan=tl.PropagateNan.ALL)
+    lane_index = lane_offset + lanes
+
+    first_nan = tl.full([], NO_INDEX, tl.int32)
+    if tl.max((lane_value != lane_value).to(tl.int32), axis=0) > 0:
+        lane_nan = tl.full([BLOCK], NO_INDEX, tl.int32)
+        for offset in range(start, end, BLOCK):
+            cols = offset + lanes
+            x = tl.load(row_ptr + cols, mask=cols < end, other=0.0).to(tl.float32)
+            lane_nan = tl.minimum(lane_nan, tl.where(x != x, cols, NO_INDEX))
+        first_nan = tl.min(lane_nan, axis=0)
+        lane_value = tl.where(lane_value != lane_value, float("-inf"), lane_value)  # keep NaN out of tl.max
     best = tl.max(lane_value, axis=0)
-    best_index = tl.min(tl.where((lane_value == best) & (lane_index != NO_INDEX), lane_index, NO_INDEX), axis=0)
-    first_nan = tl.min(lane_nan, axis=0)
+    # == merges -0.0 with +0.0: equal maxima, the smallest column wins
+    best_index = tl.min(tl.where(lane_value == best, lane_index, NO_INDEX), axis=0)
     if ONE_SPLIT:
         tl.store(out_ptr + row, tl.where(first_nan != NO_INDEX, first_nan, best_index).to(tl.int64))
     else:
@@ -120,6 +137,26 @@ def _argmax_chunks(
         tl.store(part_value_ptr + slot, best)
         tl.store(part_index_ptr + slot, best_index)
         tl.store(part_nan_ptr + slot, first_nan)
+
+
+@triton.jit
+def _argmax_short_rows(
+    logits_ptr, row_stride, rows, vocab,
+    out_ptr,
+    ROWS: tl.constexpr, COLS: tl.constexpr, NO_INDEX: tl.constexpr,
+):
+    row = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, COLS)[None, :]
+    inside = (row[:, None] < rows) & (cols < vocab)
+    x = tl.load(logits_ptr + row[:, None].to(tl.int64) * row_stride + cols, mask=inside,
+                other=float("-inf")).to(tl.float32)
+    first_nan = tl.min(tl.where(inside & (x != x), cols, NO_INDEX), axis=1)
+    valid = inside & (x == x)
+    x = tl.where(valid, x, float("-inf"))
+    best = tl.max(x, axis=1)
+    # == merges -0.0 with +0.0; an all -inf row has every column equal to its max: column 0
+    first_max = tl.min(tl.where(valid & (x == best[:, None]), cols, NO_INDEX), axis=1)
+    tl.store(out_ptr + row, tl.where(first_nan != NO_INDEX, first_nan, first_max).to(tl.int64), mask=row < rows)
 
 
 @triton.jit
@@ -148,6 +185,12 @@ def run_plan(logits: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     out = torch.empty(rows, dtype=torch.int64, device=logits.device)
     if rows == 0:
         return out
+    if plan.rows_per_program:
+        _argmax_short_rows[(triton.cdiv(rows, plan.rows_per_program),)](
+            logits, logits.stride(0), rows, vocab, out,
+            ROWS=plan.rows_per_program, COLS=plan.block, NO_INDEX=NO_INDEX, num_warps=plan.num_warps,
+        )
+        return out
     one_split = plan.splits == 1
     parts = (1,) if one_split else (rows, plan.splits)
     part_value = torch.empty(parts, dtype=torch.float32, device=logits.device)
@@ -156,7 +199,7 @@ def run_plan(logits: torch.Tensor, plan: LaunchPlan) -> torch.Tensor:
     _argmax_chunks[(rows, plan.splits)](
         logits, logits.stride(0), vocab, plan.chunk,
         out, part_value, part_index, part_nan, plan.splits,
-        LANES=plan.lanes, UNROLL=plan.unroll, NO_INDEX=NO_INDEX, ONE_SPLIT=one_split, num_warps=plan.num_warps,
+        BLOCK=plan.block, NO_INDEX=NO_INDEX, ONE_SPLIT=one_split, num_warps=plan.num_warps,
     )
     if not one_split:
         _argmax_merge[(rows,)](

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from oracles.stateful import check_rows_unchanged
+from oracles.in_place import check_in_place_step
 from oracles.tensors import clone_inputs
 from references.formats.bf16 import round_float64_to_bf16
 from references.validation import (Refusal, refuse, require_dtype, require_ndim, require_same_device,
@@ -207,15 +207,16 @@ def stock(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
 
 # -- stateful property ------------------------------------------------------------------------------
 def writes_only_live_slots(impl, kwargs) -> None:
-    """Every slot no live row names is bitwise unchanged by a decode call (band parity would let a small
-    write through, and a padding row written "through -1" lands on the pool's last slot in torch)."""
+    """A decode call changes no byte of the pool's storage outside the live rows' slots (band parity
+    would let a small write through, and a padding row written "through -1" lands on the pool's last
+    slot in torch).  What the live slots hold is the band's to judge: their expected value is the pool
+    itself, read after the call."""
     call = clone_inputs(kwargs)
-    before = call["state"].clone()
-    impl["gdn_decode"](**call)
-    slots = call["slots"]
-    owned = torch.zeros(before.shape[0], dtype=torch.bool, device=before.device)
-    owned[slots[live_rows(slots, before.shape[0])].long()] = True
-    check_rows_unchanged(before, call["state"], owned, "gdn_decode: slots no live row names")
+    state, slots = call["state"], call["slots"]
+    owned = torch.zeros(state.shape[0], dtype=torch.bool, device=state.device)
+    owned[slots[live_rows(slots, state.shape[0])].long()] = True
+    check_in_place_step(state, lambda: impl["gdn_decode"](**call), owned, state,
+                        "gdn_decode: the pool outside the live rows' slots")
 
 
 # -- refused inputs ---------------------------------------------------------------------------------

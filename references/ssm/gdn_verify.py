@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from oracles.bitwise import check_bitwise
-from oracles.stateful import check_rows_unchanged
+from oracles.in_place import check_in_place_step
 from oracles.tensors import clone_inputs
 from references.formats.bf16 import round_float64_to_bf16
 from references.ssm.gdn_decode import (live_rows, make_inputs, recurrence, validate_pool, validate_row_ints,
@@ -68,19 +68,21 @@ def accepted_counts(num_tokens: torch.Tensor, tokens: int) -> torch.Tensor:
 def replay_equivalence(impl, kwargs) -> None:
     """verify + commit(a) == a successive decode calls, bitwise, on gdn_verify's inputs.
 
-    Besides the final state, every checkpoint ``t < a`` must equal the pool after ``t + 1`` decode calls
+    Besides the final pool, every checkpoint ``t < a`` must equal the pool after ``t + 1`` decode calls
     and every ``o[:, t]`` the output of call ``t`` (commit(t + 1) would copy that checkpoint).  Rows that
-    have committed all their tokens sit out the later decode calls as padding rows (slot -1).
+    have committed all their tokens sit out the later decode calls as padding rows (slot -1).  Verify
+    must leave the pool's whole storage untouched, and commit change nothing but the committed slots.
     """
     verify, commit, decode = impl["gdn_verify"], impl["gdn_commit"], impl["gdn_decode"]
-    before = kwargs["state"].clone()
-    slots, pool_slots = kwargs["slots"], before.shape[0]
+    slots, pool_slots = kwargs["slots"], kwargs["state"].shape[0]
     speculative = clone_inputs(kwargs)
-    o, checkpoints = verify(**speculative)
-    check_rows_unchanged(before, speculative["state"], torch.zeros(pool_slots, dtype=torch.bool, device=before.device),
-                         "gdn_verify must leave the pool untouched")
+    pool = speculative["state"]
+    verified = []
+    check_in_place_step(pool, lambda: verified.extend(verify(**speculative)),
+                        torch.zeros(pool_slots, dtype=torch.bool, device=pool.device), pool,
+                        "gdn_verify must leave the pool untouched")
+    o, checkpoints = verified
     accepted = accepted_counts(kwargs["num_tokens"], kwargs["q"].shape[1])
-    commit(state=speculative["state"], slots=speculative["slots"], checkpoints=checkpoints, num_accepted=accepted)
 
     replayed = kwargs["state"].clone()
     live = live_rows(slots, pool_slots)
@@ -94,11 +96,13 @@ def replay_equivalence(impl, kwargs) -> None:
                                              f"(rows {rows.tolist()[:8]})", oracle="stateful")
         check_bitwise(replayed[slots[rows].long()], checkpoints[rows, t],
                       f"state after gdn_decode call {t + 1} vs gdn_verify's checkpoints[:, {t}]", oracle="stateful")
-    check_bitwise(speculative["state"], replayed, "pool after gdn_verify + gdn_commit(a) vs after a gdn_decode "
-                                                  f"calls (a = {accepted.tolist()[:8]})", oracle="stateful")
-    committed = torch.zeros(pool_slots, dtype=torch.bool, device=before.device)
+    committed = torch.zeros(pool_slots, dtype=torch.bool, device=pool.device)
     committed[slots[live & (accepted >= 1)].long()] = True
-    check_rows_unchanged(before, speculative["state"], committed, "gdn_verify + gdn_commit: slots not committed")
+    check_in_place_step(pool, lambda: commit(state=pool, slots=speculative["slots"], checkpoints=checkpoints,
+                                             num_accepted=accepted), committed, replayed,
+                        f"gdn_commit(a) after gdn_verify vs a gdn_decode calls (a = {accepted.tolist()[:8]})")
+    check_bitwise(pool, replayed, "pool after gdn_verify + gdn_commit(a) vs after a gdn_decode calls "
+                                  "(slots no row committed included)", oracle="stateful")
 
 
 def replay_equivalence_of_decode_inputs(impl, kwargs) -> None:

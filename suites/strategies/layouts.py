@@ -6,12 +6,23 @@
 - ``column_offset``: ``buf[:, k:k + cols]`` (a non-zero storage offset, rows padded both sides).
 Memory between and around rows is filled with NaN and huge values: an op that reads outside its
 rows turns them into wrong answers.
+
+Layouts an N-D ``[n0, ..., last]`` argument (a paged cache plane, a stack of slots) may have:
+- ``contiguous``: a plain tensor.
+- ``interleaved``: ``buf[:, 0]`` of ``[n0, 2, ...]`` — the K half of a fused KV cache: dim 0 strides
+  over twice the rest, and the other half (garbage) lies between every two of its entries.
+- ``padded_last``: ``buf[..., :last]`` of a last dim 3 wider: the trailing dims are not dense.
+Their garbage is the byte 0xA5 (a NaN in no float width; -91 in int8): the caller fills the view.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 LAYOUTS = ("contiguous", "padded_rows", "every_other_row", "column_offset")
+ND_LAYOUTS = ("contiguous", "interleaved", "padded_last")
+ND_GARBAGE = 0xA5
 
 
 def _garbage(shape, dtype, device) -> torch.Tensor:
@@ -31,3 +42,24 @@ def row_view(rows: int, cols: int, dtype: torch.dtype, layout: str, device: torc
     if layout == "column_offset":
         return _garbage((rows, cols + 12), dtype, device)[:, 5:5 + cols]
     raise ValueError(f"layout: {layout!r} is not one of {LAYOUTS}")
+
+
+def nd_view(shape: tuple[int, ...], dtype: torch.dtype, layout: str, device: torch.device) -> torch.Tensor:
+    """A ``shape`` view (at least 2-D) in ``layout``, garbage everywhere; its elements are for the caller to fill."""
+    shape = tuple(shape)
+    if layout == "contiguous":
+        buffer_shape = shape
+    elif layout == "interleaved":
+        buffer_shape = (shape[0], 2, *shape[1:])
+    elif layout == "padded_last":
+        buffer_shape = (*shape[:-1], shape[-1] + 3)
+    else:
+        raise ValueError(f"layout: {layout!r} is not one of {ND_LAYOUTS}")
+    elements = math.prod(buffer_shape)
+    buffer = torch.full((elements * dtype.itemsize,), ND_GARBAGE, dtype=torch.uint8, device=device)
+    buffer = buffer.view(dtype).view(buffer_shape)
+    if layout == "interleaved":
+        return buffer[:, 0]
+    if layout == "padded_last":
+        return buffer[..., :shape[-1]]
+    return buffer

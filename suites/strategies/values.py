@@ -74,3 +74,18 @@ def row_values(rows: int, cols: int, dtype: torch.dtype, mode: str, generator: t
         every_other = row[row % 2 == 0]
         x[every_other, earlier[every_other]] = top
     return x.to(dtype)
+
+
+_SAME_WIDTH_INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def random_bits(shape, dtype: torch.dtype, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """Every bit pattern equally likely: NaN with payloads, +-inf, -0.0, subnormals, all 256 e4m3 codes.
+
+    For ops that move elements without computing on them (copies, gathers, scatters), whose parity is
+    in bits: a kernel that passes values through a float register or a cast changes some of these.
+    """
+    integer = _SAME_WIDTH_INTS[torch.empty((), dtype=dtype).element_size()]
+    info = torch.iinfo(integer)
+    high = info.max if integer is torch.int64 else info.max + 1   # exclusive; int64 cannot hold 2**63
+    return torch.randint(info.min, high, shape, generator=generator, device=device, dtype=integer).view(dtype)

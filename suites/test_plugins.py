@@ -1,0 +1,64 @@
+"""The pytest plugins: arch markers refuse a run that would skip everything; --test-list runs exactly
+its ids and refuses ids that select nothing."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from suites.claims import REPO
+
+pytestmark = pytest.mark.cpu
+
+
+def _pytest(*words, rootdir=REPO):
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"),
+                           "--rootdir", str(rootdir), *words],
+                          capture_output=True, text=True, cwd=rootdir, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _probe(tmp_path, source: str) -> str:
+    """A test module outside the repo (so parallel runs of the suites never collect it)."""
+    (tmp_path / "test_probe.py").write_text(source)
+    return "test_probe.py"
+
+
+def test_asking_for_an_absent_arch_fails_loudly():
+    run = _pytest("suites/sampling/test_greedy_argmax.py", "-m", "sm103", "--co")
+    assert run.returncode != 0 and "every one of them would be skipped" in run.stdout + run.stderr
+
+
+def test_allow_arch_mismatch_accepts_and_skips_with_the_reason(tmp_path):
+    probe = _probe(tmp_path, "import pytest\npytestmark = pytest.mark.sm103\ndef test_blackwell_only():\n    pass\n")
+    refused = _pytest(probe, "-m", "sm103", rootdir=tmp_path)
+    allowed = _pytest(probe, "-m", "sm103", "--allow-arch-mismatch", "-rs", rootdir=tmp_path)
+    assert refused.returncode != 0
+    assert allowed.returncode == 0 and "valid on sm103; this machine is cpu" in allowed.stdout, allowed.stdout
+
+
+def test_not_an_arch_is_no_request():
+    run = _pytest("suites/test_plugins.py::test_not_an_arch_is_no_request", "-m", "not sm103", "--co")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_test_without_an_arch_marker_is_a_collection_error(tmp_path):
+    run = _pytest(_probe(tmp_path, "def test_nothing_claimed():\n    assert True\n"), "--co", rootdir=tmp_path)
+    assert run.returncode != 0 and "without an arch marker" in run.stdout + run.stderr
+
+
+def test_a_test_list_runs_exactly_its_ids(tmp_path):
+    listing = tmp_path / "l0_probe.yml"
+    listing.write_text("version: 0.0.1\nl0_probe:\n- condition:\n    terms: {stage: pre_merge, arch: cpu}\n"
+                       "  tests:\n  - suites/test_dispatch.py::test_cells_need_snake_case_ids_and_a_why\n")
+    run = _pytest("--test-list", str(listing))
+    assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout
+
+
+def test_a_listed_id_that_selects_nothing_is_an_error(tmp_path):
+    listing = tmp_path / "l0_probe.yml"
+    listing.write_text("version: 0.0.1\nl0_probe:\n- condition:\n    terms: {stage: pre_merge, arch: cpu}\n"
+                       "  tests:\n  - suites/test_dispatch.py::test_no_such_test\n")
+    run = _pytest("--test-list", str(listing))
+    assert run.returncode != 0 and "l0_probe.yml:6: suites/test_dispatch.py::test_no_such_test" in run.stdout + run.stderr
