@@ -129,6 +129,17 @@ def test_batch_invariance_accepts_a_rowwise_exact_reduction():
     check_batch_invariance(rowwise, {"x": x}, ("x",), full=(rowwise(x),))
 
 
+def _sum_with_optional_weights(x, weights=None):
+    return _sum_split_by_batch(x if weights is None else x * weights)
+
+
+def test_batch_invariance_leaves_an_optional_batch_argument_passed_as_none():
+    x = _rows(16, 1000) * 1e3
+    with pytest.raises(OracleFailure, match="batch_invariance"):
+        check_batch_invariance(_sum_with_optional_weights, {"x": x, "weights": None}, ("x", "weights"),
+                               full=(_sum_with_optional_weights(x),))
+
+
 # -- write guards -------------------------------------------------------------------------------
 def _double_missing_last(x):
     out = torch.empty_like(x)
