@@ -33,7 +33,8 @@ def test_fla_decode_is_inside_the_band(state_dtype):
     kwargs = {name: value[:, 0] if name in ("q", "k", "v", "g", "beta") else value
               for name, value in draft.items() if name != "num_tokens"}
     report = band_report(run_on_copy(FLA["gdn_decode"], kwargs, entry.in_place),
-                         run_on_copy(entry.stock, kwargs, entry.in_place), as_outputs(entry.truth(**clone_inputs(kwargs))))
+                         run_on_copy(entry.stock, kwargs, entry.in_place),
+                         as_outputs(entry.truth(**clone_inputs(kwargs))))
     assert report.passed, report
 
 
