@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 
-from oracles.band import band_report, check_band, row_ulp
+from oracles.band import band_reports, check_band, row_ulp
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import check_bitwise
 from oracles.determinism import check_determinism, run_on_copy
@@ -70,8 +70,18 @@ def test_band_rejects_low_precision_accumulation_and_reports_both_errors():
     x = (_rows(64, 512) + 3).to(torch.bfloat16)
     with pytest.raises(OracleFailure, match="stock op"):
         check_band(_sum_in_bf16(x), _sum_stock(x), _sum_truth(x), "control")
-    report = band_report(_sum_in_bf16(x), _sum_stock(x), _sum_truth(x))
+    [report] = band_reports(_sum_in_bf16(x), _sum_stock(x), _sum_truth(x))
     assert report.kernel_error_ulp > report.allowed_error_ulp >= 2 * report.stock_error_ulp
+
+
+def test_band_judges_each_output_against_its_own_stock_error():
+    """A loose stock op on one output (here an fp32 output the stock op gets 1000 ULPs wrong) must not
+    widen the band of another output."""
+    x = (_rows(64, 512) + 3).to(torch.bfloat16)
+    truth = (_sum_truth(x), _sum_truth(x))
+    loose_stock_second = _sum_truth(x).float() * (1 + 1000 * 2.0 ** -23)
+    with pytest.raises(OracleFailure, match="output 0"):
+        check_band((_sum_in_bf16(x), _sum_truth(x).float()), (_sum_stock(x), loose_stock_second), truth, "control")
 
 
 def test_band_accepts_fp32_accumulation():
