@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from oracles.band import band_report
+from oracles.band import check_band
 from oracles.determinism import run_on_copy
 from oracles.failures import OracleFailure
 from oracles.tensors import as_outputs, clone_inputs
@@ -32,10 +32,8 @@ def test_fla_decode_is_inside_the_band(state_dtype):
     draft = _draft(state_dtype)
     kwargs = {name: value[:, 0] if name in ("q", "k", "v", "g", "beta") else value
               for name, value in draft.items() if name != "num_tokens"}
-    report = band_report(run_on_copy(FLA["gdn_decode"], kwargs, entry.in_place),
-                         run_on_copy(entry.stock, kwargs, entry.in_place),
-                         as_outputs(entry.truth(**clone_inputs(kwargs))))
-    assert report.passed, report
+    check_band(run_on_copy(FLA["gdn_decode"], kwargs, entry.in_place), run_on_copy(entry.stock, kwargs, entry.in_place),
+               as_outputs(entry.truth(**clone_inputs(kwargs))), "fla-core's decode")
 
 
 def test_fla_verify_replays_decode_bit_for_bit_on_an_fp32_pool():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oracles.band import band_report
+from oracles.band import check_band
 from oracles.battery import Implementation
 from oracles.determinism import run_on_copy
 from oracles.failures import OracleFailure
@@ -69,9 +69,8 @@ def test_a_stray_write_inside_the_band_passes_parity_and_fails_the_pool_check():
     kwargs = _corner("fp32_state", padding="ends")
     impl = judged("stray_write_within_band")
     actual = run_on_copy(impl["gdn_decode"], kwargs, ENTRY.in_place)
-    report = band_report(actual, run_on_copy(ENTRY.stock, kwargs, ENTRY.in_place),
-                         as_outputs(ENTRY.truth(**clone_inputs(kwargs))))
-    assert report.passed, report
+    check_band(actual, run_on_copy(ENTRY.stock, kwargs, ENTRY.in_place),
+               as_outputs(ENTRY.truth(**clone_inputs(kwargs))), "a decode with one stray write")
     with pytest.raises(OracleFailure, match="stateful"):
         writes_only_live_slots(impl, kwargs)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oracles.band import band_report
+from oracles.band import check_band
 from oracles.determinism import run_on_copy
 from oracles.failures import OracleFailure
 from oracles.tensors import as_outputs, clone_inputs
@@ -66,9 +66,8 @@ def test_an_fp32_running_state_is_caught_by_replay_not_by_the_band():
     on this 2-token draft, while decode, which rounds between tokens, parts from it at token 1."""
     kwargs = _typical_bf16_draft(tokens=2)
     impl = judged("fp32_running_state", op="gdn_verify")
-    report = band_report(run_on_copy(impl["gdn_verify"], kwargs, ()), run_on_copy(ENTRY.stock, kwargs, ()),
-                         as_outputs(ENTRY.truth(**clone_inputs(kwargs))))
-    assert report.passed, report
+    check_band(run_on_copy(impl["gdn_verify"], kwargs, ()), run_on_copy(ENTRY.stock, kwargs, ()),
+               as_outputs(ENTRY.truth(**clone_inputs(kwargs))), "a verify with an fp32 running state")
     with pytest.raises(OracleFailure, match=r"\[stateful\].*token 1"):
         replay_equivalence(impl, kwargs)
 
@@ -86,6 +85,6 @@ def test_token_counts_outside_the_contract_are_clamped():
     o, checkpoints = ENTRY.kernel(**clone_inputs(kwargs))
     expected_o, expected_checkpoints = ENTRY.reference(**clone_inputs(kwargs))
     assert not o[0].any() and not checkpoints[0].any() and checkpoints[1].all()
-    report = band_report((o, checkpoints), ENTRY.stock(**clone_inputs(kwargs)),
-                         as_outputs(ENTRY.truth(**clone_inputs(kwargs))))
-    assert report.passed and torch.equal(expected_checkpoints[0], checkpoints[0]), report
+    check_band((o, checkpoints), ENTRY.stock(**clone_inputs(kwargs)), as_outputs(ENTRY.truth(**clone_inputs(kwargs))),
+               "gdn_verify with token counts 0 and T + 3")
+    assert torch.equal(expected_checkpoints[0], checkpoints[0])
