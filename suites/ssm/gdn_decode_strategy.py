@@ -55,6 +55,6 @@ def corners(cell, device) -> list[dict]:
 def build(recipe: dict, device) -> dict:
     builder = Builder(recipe, device)
     slots = builder.slots()
-    state = builder.unused_slots_keep_garbage(builder.pool(), slots)
+    state = builder.with_live_states(builder.pool(), slots)
     drafted = builder.tokens((builder.batch,), garbage=slots < 0)
     return {**drafted, "state": state, "slots": slots, "scale": builder.scale, "qk_l2norm": recipe["qk_l2norm"]}

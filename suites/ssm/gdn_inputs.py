@@ -138,7 +138,7 @@ class Builder:
         magnitude = {"typical": 0.5, "edges": 0.5, "large": 1e3}[self.recipe["values"]]
         values = self.randn(self.pool_slots, *slot_shape) * magnitude
         fresh = self.coin(self.pool_slots, 1, 1, 1, p=0.3 if self.recipe["values"] == "edges" else 0.0)
-        garbage = self.coin(self.pool_slots, 1, 1, 1, p=0.2)  # freed slots; rows only ever own others
+        garbage = self.coin(self.pool_slots, 1, 1, 1, p=0.2)  # freed slots (with_live_states refills owned ones)
         values = torch.where(fresh, 0.0, values)
         values = torch.where(garbage, GARBAGE, values)
         if self.recipe["layout"] == "strided_pool":
@@ -149,8 +149,8 @@ class Builder:
         state.copy_(values)
         return state
 
-    def unused_slots_keep_garbage(self, state: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        """Garbage only where no row reads: the live rows' slots get real states again."""
+    def with_live_states(self, state: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """The slots rows read get real states again: garbage stays where no row reads."""
         owned = slots[slots >= 0].long()
         magnitude = {"typical": 0.5, "edges": 0.5, "large": 1e3}[self.recipe["values"]]
         real = (self.randn(owned.numel(), *state.shape[1:]) * magnitude).to(state.dtype)

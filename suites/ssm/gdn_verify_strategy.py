@@ -45,7 +45,7 @@ def build(recipe: dict, device) -> dict:
     builder = Builder(recipe, device)
     batch, tokens = builder.batch, recipe["T"]
     slots = builder.slots()
-    state = builder.unused_slots_keep_garbage(builder.pool(), slots)
+    state = builder.with_live_states(builder.pool(), slots)
     if recipe["tokens"] == "full":
         num_tokens = torch.full((batch,), tokens, device=builder.device)
     elif recipe["tokens"] == "ones":
