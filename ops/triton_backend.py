@@ -16,6 +16,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 # The interpreter costs milliseconds per program whatever its size, so it plans for a small GPU of 4 SMs:
 # small batches still take the split path, without the hundreds of programs an H200's plan launches.
@@ -34,9 +35,9 @@ def sm_count(device: torch.device) -> int:
 
 @triton.jit
 def bf16_bits_to_float32(bits):
-    """bf16 bit patterns (loaded as int16) as float32, exactly, subnormals included: the bits become the
-    high half of a float32. On a GPU this shift is what the bf16 cast compiles to anyway."""
-    return (bits.to(tl.int32) << 16).to(tl.float32, bitcast=True)
+    """bf16 values, or their bit patterns loaded as int16, as float32, exactly, subnormals included: the
+    bits become the high half of a float32. On a GPU this shift is what the bf16 cast compiles to anyway."""
+    return (bits.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -49,3 +50,17 @@ def float32_to_bf16_rne(values):
     bits = values.to(tl.int32, bitcast=True)
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
     return tl.where(values == values, rounded, 0x7FC0).to(tl.int16).to(tl.bfloat16, bitcast=True)
+
+
+# tl.exp on fp32 compiles to ex2.approx of x * log2(e) on NVIDIA GPUs (error grows with |x|); libdevice's
+# expf is within 2 ulp, and is what torch's exp runs on CUDA.  The interpreter has no libdevice, and
+# numpy's float32 exp (a SIMD path) was measured 1.17 ulp off where torch's was 0.17: there the exp is
+# taken in float64 and rounded once to fp32.
+if interpreting():
+    @triton.jit
+    def exp_fp32(x):
+        return tl.exp(x.to(tl.float64)).to(tl.float32)
+else:
+    @triton.jit
+    def exp_fp32(x):
+        return libdevice.exp(x)
