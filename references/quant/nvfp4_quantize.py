@@ -5,8 +5,13 @@ E4M3 satfinite block scales, E2M1 codes with ties to the even code, element 2j i
 this module is the contract's face towards the catalog and the battery.
 
 There is no PyTorch op for NVFP4 quantization: what a user runs today is that same formula written
-in eager PyTorch, a dozen kernels and several float32 copies of ``x``. So the stock op is the
-reference itself, run eagerly; it is also what certified dispatch falls back to, and it is right.
+in eager PyTorch on the inputs' device, a dozen kernels and several float32 copies of ``x``; that is the
+stock op, and what certified dispatch falls back to.
+
+The reference computes on the CPU, whose float32 arithmetic is IEEE round-to-nearest-even: on the H200
+the same torch ops on CUDA tensors disagreed with it on 1981 of 8192 block scales of one input
+(2026-11-29, ``torch 2.11``), while the Triton kernel, with ``div_rn``, agreed on every byte.  So the
+stock op on a GPU is not exact, and each certificate's ``stock_disagreements`` counts where.
 """
 from __future__ import annotations
 
@@ -21,12 +26,15 @@ def validate(x, global_scale) -> None:
 
 
 def nvfp4_quantize(x: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(packed uint8 [M, K/2], block_scales float8_e4m3fn [M, K/16])``, exactly as the contract says."""
-    return formats.nvfp4_quantize(x, global_scale)
+    """``(packed uint8 [M, K/2], block_scales float8_e4m3fn [M, K/16])``, exactly as the contract says
+    (computed on the CPU: the module docstring says why), on the inputs' device."""
+    validate(x, global_scale)
+    packed, block_scales = formats.nvfp4_quantize(x.cpu(), global_scale.cpu())
+    return packed.to(x.device), block_scales.to(x.device)
 
 
 def stock(x: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The formula in eager PyTorch (the module docstring says why that is the stock op)."""
+    """The formula in eager PyTorch on the inputs' device (the module docstring says why that is the stock op)."""
     return formats.nvfp4_quantize(x, global_scale)
 
 
