@@ -119,8 +119,10 @@ def _json_number(value: float):
 class Battery:
     """Runs every applicable oracle on one op's implementation, on one device."""
 
-    def __init__(self, entry, impl: Implementation, device: torch.device, strategy=None, watch: Watch | None = None):
+    def __init__(self, entry, impl: Implementation, device: torch.device, strategy=None, watch: Watch | None = None,
+                 graph_parity: bool = True):
         self.entry = entry
+        self.graph_parity = graph_parity
         self.impl = impl
         self.fn = impl[entry.name]
         self.device = torch.device(device)
@@ -174,7 +176,9 @@ class Battery:
             ran.add("batch_invariance")
         # 4. graph parity
         self._enter("graph_parity")
-        if graph_parity_applies(self.device):
+        if not self.graph_parity:
+            result.oracles_skipped["graph_parity"] = "not asked of this implementation"
+        elif graph_parity_applies(self.device):
             same_shape = [self.strategy.build({**recipe, "seed": recipe["seed"] + i}, self.device)
                           for i in range(MIN_REPLAYS + 1)]
             check_graph_parity(fn, same_shape, [kwargs], entry.in_place)
@@ -212,9 +216,9 @@ class Battery:
 
 def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, seed: int = 0,
              shrink: bool = True, strategy=None, progress: Callable[[str], None] | None = None,
-             watch: Watch | None = None) -> CellResult:
+             watch: Watch | None = None, graph_parity: bool = True) -> CellResult:
     """Run the whole battery over one cell: corners, then ``max_examples`` Hypothesis draws."""
-    battery = Battery(entry, impl, device, strategy, watch)
+    battery = Battery(entry, impl, device, strategy, watch, graph_parity)
     result = CellResult(entry.name, cell.id, "certified")
 
     def check(recipe: dict) -> None:
