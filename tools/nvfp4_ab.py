@@ -6,10 +6,11 @@ The story, top to bottom:
 2. A small MLP (64-128-128-10, ReLU) trained at run time in fp32, deterministically (fixed seeds,
    deterministic algorithms, one CPU thread, so the same weights on every machine of this build).
 3. The test set evaluated twice with bf16 activations and fp32 accumulation, differing only in the
-   weights: once the bf16-rounded weights, once the same bf16 weights quantized to NVFP4 and
-   dequantized through the reference (``references.formats.nvfp4``: per-row 16-element blocks, e4m3
-   block scales, one fp32 global scale per matrix, as the nvfp4_quantize contract in CONTRACTS.md
-   says). This is the reference path of what an NVFP4 GEMV kernel computes on the GPU.
+   weights: once the bf16-rounded weights, once the same bf16 weights quantized to NVFP4 through the
+   catalog (``op("nvfp4_quantize")``: certified dispatch runs the kernel where the cell is certified
+   for this device, the contract's formula otherwise) and dequantized by the reference
+   (``references.formats.nvfp4``: per-row 16-element blocks, e4m3 block scales, one fp32 global scale
+   per matrix). Quantization is bitwise-specified, so both routes give the same bits.
 4. Each evaluation written as lm-evaluation-harness would write a multiple-choice task with
    ``--log_samples`` (``<out>/<model>/samples_digits_<date>.jsonl``: per doc the log-likelihood of
    each of the 10 classes, ``acc``), then ``accuracy-gate BF16 NVFP4`` judges the pair; its report and
@@ -27,7 +28,8 @@ import tempfile
 
 import torch
 
-from references.formats.nvfp4 import nvfp4_dequantize, nvfp4_quantize
+from ops.catalog import op
+from references.formats.nvfp4 import nvfp4_dequantize
 from tools import accuracy_gate
 
 PROG = "nvfp4-ab"
@@ -90,13 +92,13 @@ def bf16_weights(linears: list[torch.nn.Linear]) -> list[torch.Tensor]:
 
 
 def nvfp4_weights(linears: list[torch.nn.Linear]) -> list[torch.Tensor]:
-    """Each bf16 weight [N, K] quantized to NVFP4 and dequantized back to fp32 by the reference."""
+    """Each bf16 weight [N, K] quantized to NVFP4 through the catalog and dequantized back to fp32."""
     dequantized = []
     for linear in linears:
         weight = linear.weight.detach().to(torch.bfloat16)
         amax = weight.float().abs().max()
         global_scale = torch.tensor([NVFP4_RANGE / amax.item() if amax > 0 else 1.0], dtype=torch.float32)
-        packed, block_scales = nvfp4_quantize(weight, global_scale)
+        packed, block_scales = op("nvfp4_quantize")(weight, global_scale)
         dequantized.append(nvfp4_dequantize(packed, block_scales, global_scale))
     return dequantized
 
