@@ -96,7 +96,10 @@ def test_shared_modules_strategies_and_uncommitted_files_select_their_ops(repo):
     assert found["ops"]["greedy_argmax"]["changed"] == {
         "suites/sampling/greedy_argmax_impls.py": "alternative implementations"}
     assert found["tests"]["ids"][-1] == "suites/test_claims.py"
-    assert found["verdict"] == "pass" and found["findings"] == []
+    # the kernel edit makes the committed sm90 certificates of both ops that run it stale
+    assert found["verdict"] == "fail"
+    assert [finding.split(":")[0] for finding in found["findings"]] == ["rollback_restore", "rollback_save"]
+    assert all("sm90 certificate is stale (made stale by this change)" in f for f in found["findings"])
 
 
 def test_no_change_in_a_clone_without_history_passes_and_runs_nothing(repo):
