@@ -1,6 +1,7 @@
 """Batch invariance: a row's output is bitwise the same alone, in a larger batch, and moved.
 
-``batch_args`` name the arguments whose dim 0 is the batch; every output is batched on dim 0.
+``batch_args`` name the arguments whose dim 0 is the batch (an optional one passed as None stays None);
+every output is batched on dim 0.
 The full batch is compared with each checked row alone (sliced, so a strided view stays strided: the
 full batch is the larger batch, and may take another launch path) and with the batch rotated by one
 (every row at another position).
@@ -18,7 +19,8 @@ from oracles.tensors import as_outputs, clone_inputs
 def _take_rows(kwargs: dict, batch_args: tuple[str, ...], rows: torch.Tensor | slice) -> dict:
     picked = dict(clone_inputs(kwargs))
     for name in batch_args:
-        picked[name] = kwargs[name][rows]
+        if kwargs[name] is not None:
+            picked[name] = kwargs[name][rows]
     return picked
 
 

@@ -1,8 +1,10 @@
 """tools/certify-cells: run the oracle battery per (op, cell) on this machine and write certificates.
 
-Without ``--impl`` it judges the catalog kernels and writes each certificate beside its kernel (for
-the arch of ``--device``).  With ``--impl MODULE[:ATTR]`` it judges any implementation of the
-contract — yours or someone else's — and writes no certificate.
+Without ``--impl`` it judges the catalog kernels — every backend of each op, or the one ``--backend``
+names — and writes each certificate beside its kernel (for the arch of ``--device``).  With
+``--impl MODULE[:ATTR]`` it judges any implementation of the contract — yours or someone else's — once
+per op, on the cells of the op's first kernel, wherever our kernels claim to run; it writes no
+certificate.
 
 Exit status: 0 every cell passed; 1 a cell failed (op, cell, oracle, minimal recipe and a one-line
 reproduction are printed); 2 a usage, import or input error (one line).
@@ -30,6 +32,8 @@ def parse_args(argv):
         epilog="Example: tools/certify-cells --op greedy_argmax --impl mypkg.kernels:argmax --device cpu")
     parser.add_argument("--op", action="append", default=[], metavar="NAME",
                         help="op to certify (repeatable; default: every op in the catalog)")
+    parser.add_argument("--backend", metavar="NAME",
+                        help="only the chosen ops' kernels of this backend (triton, cute; default: every backend)")
     parser.add_argument("--impl", metavar="MODULE[:ATTR]",
                         help="judge this implementation instead of the catalog kernel (writes no certificate)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -84,12 +88,15 @@ def load_implementation(spec: str, entries):
     return implementations
 
 
-def reproduction(op_name: str, cell_id: str, device: str, recipe: dict, impl: str | None) -> str:
+def reproduction(op_name: str, cell_id: str, device: str, recipe: dict, impl: str | None,
+                 backend: str | None = None) -> str:
     from oracles.battery import recipe_json
 
     words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device]
     if impl:
         words += ["--impl", impl]
+    if backend:
+        words += ["--backend", backend]
     return " ".join(shlex.quote(w) for w in words + ["--replay", recipe_json(recipe)])
 
 
@@ -108,8 +115,11 @@ def machine_facts(device) -> dict:
                          "triton": triton.__version__, "nvidia-cutlass-dsl": cutlass_version}}
 
 
-def describe(result, device: str, impl: str | None, seconds: float | None = None) -> str:
-    line = (f"{result.op}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
+def describe(result, device: str, impl: str | None, seconds: float | None = None, backend: str | None = None) -> str:
+    """One line per cell (``op/cell``, or ``op[backend]/cell`` for a catalog kernel), and for a failure
+    the oracle, the finding, the minimal recipe and a one-line reproduction."""
+    where = f"{result.op}[{backend}]" if backend else result.op
+    line = (f"{where}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
             f"(kernel {result.worst_kernel_error_ulp:.3g} ULP, stock {result.worst_stock_error_ulp:.3g} ULP, "
             f"stock disagreements {result.stock_disagreements})")
     if seconds is not None:
@@ -124,10 +134,10 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
         f"  oracle:  {failure.oracle}",
         f"  finding: {failure.message}",
         f"  minimal: {recipe_json(failure.recipe or {})}",
-        f"  reproduce: {reproduction(result.op, result.cell_id, device, failure.recipe or {}, impl)}"
+        f"  reproduce: {reproduction(result.op, result.cell_id, device, failure.recipe or {}, impl, backend)}"
         if failure.recipe and 'seed' in failure.recipe else
         f"  reproduce: tools/certify-cells --op {result.op} --cell {result.cell_id} --device {device}"
-        + (f" --impl {impl}" if impl else ""),
+        + (f" --impl {impl}" if impl else "") + (f" --backend {backend}" if backend else ""),
     ])
 
 
@@ -148,9 +158,16 @@ def main(argv=None) -> int:
     unknown = [name for name in args.op if name not in registry]
     if unknown:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
-    entries = [registry[name] for name in (args.op or registry)]
-    implementations = load_implementation(args.impl, entries) if args.impl else \
-        {entry.name: Implementation.of_kernels(entry) for entry in entries}
+    entries = [entry for name in (args.op or registry) for entry in catalog.kernels(name)
+               if args.backend in (None, entry.backend)]
+    if not entries:
+        raise UsageError(f"--backend: no {args.backend} kernel of {', '.join(args.op or registry)}")
+    if args.impl:
+        first_of_op = {}
+        for entry in entries:
+            first_of_op.setdefault(entry.name, entry)
+        entries = list(first_of_op.values())
+    implementations = load_implementation(args.impl, entries) if args.impl else {}
     max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
     writes_certificates = not (args.impl or args.cell or args.replay)
     command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
@@ -159,8 +176,11 @@ def main(argv=None) -> int:
               "results": []}
     failed = False
     for entry in entries:
-        if arch not in entry.archs:
-            print(f"{entry.name}: does not claim {arch.value}; skipped", file=sys.stderr)
+        backend = None if args.impl else entry.backend
+        label = entry.name if args.impl else f"{entry.name}[{entry.backend}]"
+        impl = implementations[entry.name] if args.impl else Implementation.of_kernels(entry)
+        if arch not in entry.archs and not args.impl:
+            print(f"{label}: does not claim {arch.value}; skipped", file=sys.stderr)
             continue
         cells = entry.cells
         if args.cell:
@@ -173,16 +193,16 @@ def main(argv=None) -> int:
         for cell in cells:
             started = time.monotonic()
             if args.replay is not None:
-                result = replay(entry, implementations[entry.name], cell, device, args.replay)
+                result = replay(entry, impl, cell, device, args.replay)
             else:
-                result = run_cell(entry, implementations[entry.name], cell, device, max_examples=max_examples,
+                result = run_cell(entry, impl, cell, device, max_examples=max_examples,
                                   seed=args.seed, shrink=not args.no_shrink,
                                   progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
             results.append(result)
             failed |= result.status != certificates.CERTIFIED
             if not args.json:
-                print(describe(result, args.device, args.impl, time.monotonic() - started), flush=True)
-            report["results"].append({"op": entry.name, "cell": cell.id, **result.record()})
+                print(describe(result, args.device, args.impl, time.monotonic() - started, backend), flush=True)
+            report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id, **result.record()})
         if writes_certificates:
             section = {
                 "source_sha256": certificates.source_digest(entry),
@@ -195,7 +215,7 @@ def main(argv=None) -> int:
             }
             path = certificates.write_section(entry, arch, section)
             if not args.json:
-                print(f"{entry.name}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
+                print(f"{label}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
     if args.json:
         print(json.dumps(report, indent=2))
     if args.report:

@@ -86,6 +86,14 @@ def test_band_needs_exact_match_where_truth_is_infinite():
         check_band(torch.tensor([[-1e30, 1.0]]), truth.float(), truth, "control")
 
 
+def test_band_leaves_an_output_whose_truth_is_none_to_the_properties_and_still_judges_the_rest():
+    x = (_rows(64, 512) + 3).to(torch.bfloat16)
+    unjudged = torch.tensor([123.0])  # far from anything: only a property could judge it
+    check_band((_sum_stock(x), unjudged), (_sum_stock(x), torch.tensor([0.0])), (_sum_truth(x), None), "control")
+    with pytest.raises(OracleFailure, match="stock op"):
+        check_band((_sum_in_bf16(x), unjudged), (_sum_stock(x), unjudged), (_sum_truth(x), None), "control")
+
+
 def test_row_ulp_is_one_unit_of_the_row_scale():
     assert row_ulp(torch.tensor([[1.0, -3.0]], dtype=torch.float64), torch.bfloat16).item() == 2.0 ** -6
 
@@ -119,6 +127,15 @@ def test_batch_invariance_rejects_a_batch_dependent_reduction_order():
     x = _rows(16, 1000) * 1e3
     with pytest.raises(OracleFailure, match="batch_invariance"):
         check_batch_invariance(_sum_split_by_batch, {"x": x}, ("x",), full=(_sum_split_by_batch(x),))
+
+
+def test_batch_invariance_passes_an_absent_optional_batch_argument_through():
+    x = _rows(16, 1000) * 1e3
+    gated = lambda x, gate: x.amax(dim=1) if gate is None else (x * gate).amax(dim=1)  # noqa: E731
+    check_batch_invariance(gated, {"x": x, "gate": None}, ("x", "gate"), full=(gated(x, None),))
+    split = lambda x, gate: _sum_split_by_batch(x)  # noqa: E731
+    with pytest.raises(OracleFailure, match="batch_invariance"):
+        check_batch_invariance(split, {"x": x, "gate": None}, ("x", "gate"), full=(split(x, None),))
 
 
 def test_batch_invariance_accepts_a_rowwise_exact_reduction():
