@@ -155,6 +155,8 @@ def main(argv=None) -> int:
     if arch is None:
         raise UsageError(f"--device {args.device}: unknown architecture {torch.cuda.get_device_capability(device)}")
     registry = catalog.entries()
+    for module, why in catalog.UNAVAILABLE.items():
+        print(f"{module}: not in the catalog on this machine: {why}", file=sys.stderr)
     unknown = [name for name in args.op if name not in registry]
     if unknown:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
