@@ -5,6 +5,8 @@ oracles, whichever kernel they certify."""
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 
 import pytest
 
@@ -19,6 +21,8 @@ from suites.certification import (
     machine_device,
 )
 from suites.launches import aten_launches
+from references.norm import rms_norm_gated as contract
+from suites.norm import quack_adapter
 from suites.norm import rms_norm_gated_impls as impls
 from suites.norm.rms_norm_gated_strategy import build
 
@@ -72,3 +76,32 @@ def test_stock_op_is_a_torch_composition_of_many_kernels():
               "x_layout": "contiguous", "z_layout": "contiguous", "weight_layout": "contiguous",
               "values": "normal", "eps": 1e-6, "seed": 0}
     assert len(aten_launches(ENTRY.stock, build(recipe, machine_device()))) >= 10
+
+
+# -- the quack adapter's glue, with a stand-in for quack (quack itself runs on the GPU run only) -------
+def _stand_in_quack(monkeypatch, rmsnorm):
+    quack = types.ModuleType("quack")
+    quack.rmsnorm = rmsnorm
+    monkeypatch.setitem(sys.modules, "quack", quack)
+
+
+def _plain_rms_norm(x, weight, eps):
+    return contract.rms_norm_gated(x, None, weight, eps, x.shape[1])
+
+
+@pytest.mark.parametrize("entry_point", ["rms_norm_gated", "rms_norm_gated_contiguous"])
+def test_quack_adapter_passes_a_right_rms_norm_through_on_its_cell(monkeypatch, entry_point):
+    _stand_in_quack(monkeypatch, _plain_rms_norm)
+    impl = Implementation(f"suites.norm.quack_adapter:{entry_point}", {ENTRY.name: getattr(quack_adapter, entry_point)})
+    assert_certified(certify_cell(ENTRY, ENTRY.cell("plain_rms_norm"), impl, max_examples=4), impl.label)
+
+
+def test_quack_adapter_neither_hides_a_wrong_rms_norm_nor_passes_a_gated_cell(monkeypatch):
+    _stand_in_quack(monkeypatch, lambda x, weight, eps: _plain_rms_norm(x, weight, 0.5))
+    impl = Implementation("suites.norm.quack_adapter:rms_norm_gated", {ENTRY.name: quack_adapter.rms_norm_gated})
+    assert_rejected(certify_cell(ENTRY, ENTRY.cell("plain_rms_norm"), impl, max_examples=4, shrink=False),
+                    "parity", impl.label)
+    _stand_in_quack(monkeypatch, _plain_rms_norm)
+    result = certify_cell(ENTRY, ENTRY.cell("gated_whole_row"), impl, max_examples=1, shrink=False)
+    assert_rejected(result, "parity", impl.label)
+    assert "NotImplementedError" in result.failure.message and "plain_rms_norm" in result.failure.message
