@@ -15,6 +15,7 @@ import json
 import pathlib
 import sys
 import types
+from typing import Callable
 
 from ops.catalog import Arch, Entry
 
@@ -30,30 +31,37 @@ def certificate_path(entry: Entry) -> pathlib.Path:
 _NOT_KERNEL_SOURCES = {"ops", "ops.catalog", "ops.certificates", "references"}
 
 
+def modules_used(roots, prefixes: tuple[str, ...], excluded=frozenset()) -> set[str]:
+    """Names of the modules under ``prefixes`` that the modules named ``roots`` use, transitively,
+    through any name they bind (an imported module, or a function or class from one); roots excluded."""
+    pending, seen = list(roots), set(roots)
+    while pending:
+        for value in vars(sys.modules[pending.pop()]).values():
+            name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+            if isinstance(name, str) and name.startswith(prefixes) and name not in seen and name not in excluded:
+                seen.add(name)
+                pending.append(name)
+    return seen - set(roots)
+
+
 def used_sources(entry: Entry) -> list[pathlib.Path]:
     """Modules of ``ops/`` and ``references/`` that the kernel or reference module uses, transitively:
     a kernel shared by sibling ops (``rollback_restore`` runs ``rollback_save``'s), contract helpers,
     number formats (``references/formats``), launch helpers (``ops/triton_backend``)."""
-    own = {entry.kernel.__module__, entry.reference.__module__}
-    pending, seen = list(own), set(own)
-    while pending:
-        for value in vars(sys.modules[pending.pop()]).values():
-            name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
-            if (isinstance(name, str) and name.startswith(("ops.", "references.")) and name not in seen
-                    and name not in _NOT_KERNEL_SOURCES):
-                seen.add(name)
-                pending.append(name)
-    return sorted(pathlib.Path(sys.modules[name].__file__) for name in seen - own)
+    used = modules_used({entry.kernel.__module__, entry.reference.__module__}, ("ops.", "references."),
+                        _NOT_KERNEL_SOURCES)
+    return sorted(pathlib.Path(sys.modules[name].__file__) for name in used)
 
 
-def source_digest(entry: Entry) -> str:
+def source_digest(entry: Entry, read_bytes: Callable[[pathlib.Path], bytes] = pathlib.Path.read_bytes) -> str:
     """sha256 of the kernel module (kernel + launch plan + entry and its cells), the reference, and the
-    modules they use (``used_sources``)."""
+    modules they use (``used_sources``).  ``read_bytes`` reads a source (``tools/gate`` reads them at
+    another git revision)."""
     digest = hashlib.sha256()
     for role, path in (("kernel", entry.kernel_file), ("reference", entry.reference_file)):
-        digest.update(role.encode() + b"\0" + pathlib.Path(path).read_bytes() + b"\0")
+        digest.update(role.encode() + b"\0" + read_bytes(pathlib.Path(path)) + b"\0")
     for path in used_sources(entry):
-        digest.update(b"uses\0" + path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(b"uses\0" + path.name.encode() + b"\0" + read_bytes(path) + b"\0")
     return digest.hexdigest()
 
 
@@ -99,7 +107,7 @@ def why_not_certified(entry: Entry, arch: Arch, cell_id: str) -> str | None:
 
 def recertify_command(entry: Entry, arch: Arch) -> str:
     device = "cpu" if arch is Arch.CPU_INTERP else "cuda"
-    return f"tools/certify-cells --op {entry.name} --backend {entry.backend} --device {device}  # on a {arch.value} machine"
+    return f"tools/certify-cells --op {entry.name} --device {device} --backend {entry.backend}  # on a {arch.value} machine"
 
 
 def write_section(entry: Entry, arch: Arch, section: dict) -> pathlib.Path:

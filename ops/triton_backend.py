@@ -3,8 +3,11 @@
 On a machine without CUDA, ``ops/__init__`` has set ``TRITON_INTERPRET=1`` before Triton was imported,
 so ``triton.jit`` kernels run under the interpreter on CPU tensors (the ``cpu-interp`` arch).
 Interpreter caveats (bf16 arithmetic, NaN inside reductions): kernels upcast to fp32 after loading and
-keep NaN out of ``tl.max``/``tl.min``; where bf16 subnormals or the rounding of a bf16 store matter,
-they convert with :func:`bf16_to_fp32` / :func:`fp32_to_bf16` below (the interpreter's own casts are wrong).
+keep NaN out of ``tl.max``/``tl.min``. The interpreter's bf16 -> fp32 cast itself is wrong for subnormals
+(-2.755e-40 came back as -5.877e-39, -3.673e-40 as -0.0; Triton 3.6): a kernel that must keep them
+loads the bits and converts with ``bf16_bits_to_float32``. Its fp32 -> bf16 cast truncates instead of
+rounding to nearest even (2041 of 4096 Gaussian values differ from torch's cast; the GPU's
+``cvt.rn.bf16.f32`` rounds): kernels round with ``float32_to_bf16_rne``.
 """
 from __future__ import annotations
 
@@ -30,26 +33,23 @@ def sm_count(device: torch.device) -> int:
     return INTERPRETER_SM_COUNT
 
 
-# -- exact conversions and functions kernels share -------------------------------------------------
-# The interpreter converts bf16 <-> fp32 by hand and gets it wrong: bf16 subnormals upcast to 0 or to
-# the wrong value, and fp32 -> bf16 truncates (or, asked for RTNE, rounds half up without carrying into
-# the exponent).  These do it on the bits, which is exact under the interpreter and on the GPU alike.
 @triton.jit
-def bf16_to_fp32(x):
-    """bf16 -> fp32, exactly (every bf16 is an fp32: shift the 16 bits up)."""
-    return (x.to(tl.uint16, bitcast=True).to(tl.uint32) << 16).to(tl.float32, bitcast=True)
+def bf16_bits_to_float32(bits):
+    """bf16 values, or their bit patterns loaded as int16, as float32, exactly, subnormals included: the
+    bits become the high half of a float32. On a GPU this shift is what the bf16 cast compiles to anyway."""
+    return (bits.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def fp32_to_bf16(x):
-    """fp32 -> bf16, round to nearest even: torch's cast for every non-NaN value; NaN becomes 0x7FC0."""
-    bits = x.to(tl.uint32, bitcast=True)
-    upper = bits >> 16
-    # ties to even: the lower half plus 0x7FFF plus upper's last bit carries exactly when rounding up
-    # (never past 2**32: no wrap-around for the interpreter's overflow check to trip on)
-    carry = ((bits & 0xFFFF) + 0x7FFF + (upper & 1)) >> 16
-    rounded = tl.where(x != x, 0x7FC0, upper + carry)
-    return rounded.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+def float32_to_bf16_rne(values):
+    """float32 -> bf16, round to nearest even, on every device (the interpreter's cast truncates).
+
+    Adding 0x7FFF plus the lowest kept bit to the bits rounds the dropped half to nearest, ties to even,
+    a carry into the exponent included (up to inf, as the GPU cast does); NaN stays a quiet NaN.
+    """
+    bits = values.to(tl.int32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return tl.where(values == values, rounded, 0x7FC0).to(tl.int16).to(tl.bfloat16, bitcast=True)
 
 
 # tl.exp on fp32 compiles to ex2.approx of x * log2(e) on NVIDIA GPUs (error grows with |x|); libdevice's

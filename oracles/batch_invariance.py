@@ -1,7 +1,7 @@
 """Batch invariance: a row's output is bitwise the same alone, in a larger batch, and moved.
 
-``batch_args`` name the arguments whose dim 0 is the batch (an optional one passed as None stays None);
-every output is batched on dim 0.
+``batch_args`` name the arguments whose dim 0 is the batch (an optional one passed as None stays
+None); every output is batched on dim 0.
 The full batch is compared with each checked row alone (sliced, so a strided view stays strided: the
 full batch is the larger batch, and may take another launch path) and with the batch rotated by one
 (every row at another position).

@@ -40,6 +40,11 @@ from oracles.tensors import as_outputs, clone_inputs
 from oracles.write_guards import check_write_guards
 
 ORACLES = ("parity", "determinism", "batch_invariance", "graph_parity", "write_guards", "stateful", "refusals")
+REFUSALS_RECIPE = {"refusals": "the contract's table"}
+
+Watch = Callable[[str, dict], None]
+"""``watch(oracle, recipe)``: told before each oracle starts on a recipe, so that a runner outside the
+process can name the oracle and the example when the process dies (``tools/isolation.py``)."""
 
 
 def strategy_module(entry):
@@ -81,6 +86,7 @@ class CellResult:
     oracles_run: list = dataclasses.field(default_factory=list)
     oracles_skipped: dict = dataclasses.field(default_factory=dict)
     failure: OracleFailure | None = None
+    annotations: dict = dataclasses.field(default_factory=dict)  # what the runner adds: faults, quarantine
 
     def record(self) -> dict:
         """The certificate's entry for this cell."""
@@ -96,7 +102,20 @@ class CellResult:
         if self.failure is not None:
             record["failure"] = {"oracle": self.failure.oracle, "message": self.failure.message,
                                  "recipe": self.failure.recipe}
-        return record
+        return {**record, **self.annotations}
+
+    @classmethod
+    def from_record(cls, op: str, cell_id: str, record: dict) -> "CellResult":
+        """The inverse of :meth:`record` (how a result crosses from a worker process)."""
+        known = {"status", "examples", "worst_kernel_error_ulp", "worst_stock_error_ulp", "stock_disagreements",
+                 "oracles", "skipped", "failure"}
+        failure = None
+        if "failure" in record:
+            failure = OracleFailure(record["failure"]["oracle"], record["failure"]["message"])
+            failure.recipe = record["failure"]["recipe"]
+        return cls(op, cell_id, record["status"], record["examples"], float(record["worst_kernel_error_ulp"]),
+                   float(record["worst_stock_error_ulp"]), record["stock_disagreements"], list(record["oracles"]),
+                   dict(record["skipped"]), failure, {k: v for k, v in record.items() if k not in known})
 
 
 def _json_number(value: float):
@@ -106,16 +125,25 @@ def _json_number(value: float):
 class Battery:
     """Runs every applicable oracle on one op's implementation, on one device."""
 
-    def __init__(self, entry, impl: Implementation, device: torch.device, strategy=None):
+    def __init__(self, entry, impl: Implementation, device: torch.device, strategy=None, watch: Watch | None = None):
         self.entry = entry
         self.impl = impl
         self.fn = impl[entry.name]
         self.device = torch.device(device)
         self.strategy = strategy or strategy_module(entry)
+        self.watch = watch
+        self.recipe: dict = {}
+
+    def _enter(self, oracle: str) -> None:
+        """``oracle`` runs now on ``self.recipe`` (its finding, if it raises; told to ``watch``)."""
+        self.current = oracle
+        if self.watch:
+            self.watch(oracle, self.recipe)
 
     def check_recipe(self, recipe: dict, result: CellResult) -> None:
         """Run oracles 1-6 on one recipe; any exception the implementation raises is that oracle's finding."""
-        self.current = "parity"
+        self.recipe = recipe
+        self._enter("parity")
         try:
             self._check_recipe(recipe, result)
         except OracleFailure:
@@ -145,15 +173,15 @@ class Battery:
             result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
             result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
         # 2. determinism
-        self.current = "determinism"
+        self._enter("determinism")
         check_determinism(fn, kwargs, in_place, first=actual)
         # 3. batch invariance
-        self.current = "batch_invariance"
+        self._enter("batch_invariance")
         if entry.batch_invariant:
             check_batch_invariance(fn, kwargs, entry.batch_args, full=actual[:len(actual) - len(in_place)])
             ran.add("batch_invariance")
         # 4. graph parity
-        self.current = "graph_parity"
+        self._enter("graph_parity")
         if graph_parity_applies(self.device):
             same_shape = [self.strategy.build({**recipe, "seed": recipe["seed"] + i}, self.device)
                           for i in range(MIN_REPLAYS + 1)]
@@ -162,10 +190,10 @@ class Battery:
         else:
             result.oracles_skipped["graph_parity"] = f"no CUDA graphs on {self.device.type}"
         # 5. write guards
-        self.current = "write_guards"
+        self._enter("write_guards")
         check_write_guards(fn, kwargs, in_place)
         # 6. stateful properties
-        self.current = "stateful"
+        self._enter("stateful")
         if entry.properties:
             check_properties(entry.properties, self.impl, kwargs)
             ran.add("stateful")
@@ -180,18 +208,21 @@ class Battery:
             return None
 
     def check_refusals(self, result: CellResult) -> None:
+        self.recipe = REFUSALS_RECIPE
+        self._enter("refusals")
         try:
             check_refusals(self.fn, self.entry.refusals, self.device)
         except OracleFailure as failure:
-            failure.recipe = {"refusals": "the contract's table"}
+            failure.recipe = REFUSALS_RECIPE
             raise
         result.oracles_run = sorted(set(result.oracles_run) | {"refusals"})
 
 
 def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, seed: int = 0,
-             shrink: bool = True, strategy=None, progress: Callable[[str], None] | None = None) -> CellResult:
+             shrink: bool = True, strategy=None, progress: Callable[[str], None] | None = None,
+             watch: Watch | None = None) -> CellResult:
     """Run the whole battery over one cell: corners, then ``max_examples`` Hypothesis draws."""
-    battery = Battery(entry, impl, device, strategy)
+    battery = Battery(entry, impl, device, strategy, watch)
     result = CellResult(entry.name, cell.id, "certified")
 
     def check(recipe: dict) -> None:
@@ -232,9 +263,10 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
     return result
 
 
-def replay(entry, impl: Implementation, cell, device, recipe: dict, strategy=None) -> CellResult:
+def replay(entry, impl: Implementation, cell, device, recipe: dict, strategy=None,
+           watch: Watch | None = None) -> CellResult:
     """Run the battery on one recipe (what a reproduction line does)."""
-    battery = Battery(entry, impl, device, strategy)
+    battery = Battery(entry, impl, device, strategy, watch)
     result = CellResult(entry.name, cell.id, "certified")
     try:
         battery.check_recipe(recipe, result)

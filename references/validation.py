@@ -8,6 +8,7 @@ need a sync.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Callable, Iterable
 
 import torch
@@ -66,6 +67,13 @@ def require_range(argument: str, value: int, lo: int, hi: int | None, what: str)
     if value < lo or (hi is not None and value > hi):
         bound = f">= {lo}" if hi is None else f"in {lo}..{hi}"
         raise refuse(argument, f"{what} is {value}", f"{what} must be {bound}")
+
+
+def require_number(argument: str, value: object) -> float:
+    """A plain real number (a Python or NumPy scalar, not a bool or a tensor): host metadata, no sync."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{argument}: expected a real number, got {type(value).__name__} — pass a Python float")
+    return float(value)
 
 
 def require_same_device(tensors: dict[str, torch.Tensor]) -> None:

@@ -2,6 +2,7 @@
 its ids and refuses ids that select nothing."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -12,10 +13,16 @@ from suites.claims import REPO
 pytestmark = pytest.mark.cpu
 
 
-def _pytest(*words):
+def _pytest(*words, rootdir=REPO):
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"),
-                           "--rootdir", str(REPO), *words],
-                          capture_output=True, text=True, cwd=REPO)
+                           "--rootdir", str(rootdir), *words],
+                          capture_output=True, text=True, cwd=rootdir, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _probe(tmp_path, source: str) -> str:
+    """A test module outside the repo (so parallel runs of the suites never collect it)."""
+    (tmp_path / "test_probe.py").write_text(source)
+    return "test_probe.py"
 
 
 def test_asking_for_an_absent_arch_fails_loudly():
@@ -23,14 +30,10 @@ def test_asking_for_an_absent_arch_fails_loudly():
     assert run.returncode != 0 and "every one of them would be skipped" in run.stdout + run.stderr
 
 
-def test_allow_arch_mismatch_accepts_and_skips_with_the_reason():
-    probe = REPO / "suites" / "test_zz_sm103_probe.py"
-    probe.write_text("import pytest\npytestmark = pytest.mark.sm103\ndef test_blackwell_only():\n    pass\n")
-    try:
-        refused = _pytest(str(probe), "-m", "sm103")
-        allowed = _pytest(str(probe), "-m", "sm103", "--allow-arch-mismatch", "-rs")
-    finally:
-        probe.unlink()
+def test_allow_arch_mismatch_accepts_and_skips_with_the_reason(tmp_path):
+    probe = _probe(tmp_path, "import pytest\npytestmark = pytest.mark.sm103\ndef test_blackwell_only():\n    pass\n")
+    refused = _pytest(probe, "-m", "sm103", rootdir=tmp_path)
+    allowed = _pytest(probe, "-m", "sm103", "--allow-arch-mismatch", "-rs", rootdir=tmp_path)
     assert refused.returncode != 0
     assert allowed.returncode == 0 and "valid on sm103; this machine is cpu" in allowed.stdout, allowed.stdout
 
@@ -40,13 +43,8 @@ def test_not_an_arch_is_no_request():
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def test_a_test_without_an_arch_marker_is_a_collection_error():
-    unmarked = REPO / "suites" / "test_zz_unmarked_probe.py"
-    unmarked.write_text("def test_nothing_claimed():\n    assert True\n")
-    try:
-        run = _pytest(str(unmarked), "--co")
-    finally:
-        unmarked.unlink()
+def test_a_test_without_an_arch_marker_is_a_collection_error(tmp_path):
+    run = _pytest(_probe(tmp_path, "def test_nothing_claimed():\n    assert True\n"), "--co", rootdir=tmp_path)
     assert run.returncode != 0 and "without an arch marker" in run.stdout + run.stderr
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import re
 import shlex
 import sys
 
@@ -104,6 +105,28 @@ def table(rows: list[Row]) -> str:
                      f"{row.speedup_vs_stock:.2f}x | "
                      f"{row.gbps:.0f} | {100 * row.copy_share:.1f}% | {row.target if row.impl == 'kernel' else ''} |")
     return "\n".join(lines)
+
+
+# The columns of ``table``, read back by ``read_table`` (tools/report.py plots the committed tables).
+_TABLE_FIELDS = {"op": str, "case": str, "impl": str, "time (us)": float, "timed as": str, "vs stock": float,
+                 "GB/s": float, "% of copy": float, "target": str}
+
+
+def read_table(text: str) -> tuple[float, list[dict]]:
+    """What ``--out`` wrote: the copy bandwidth (GB/s) and the rows as dicts keyed by the table's headers
+    (``vs stock`` as a ratio, ``% of copy`` as a percentage).  ValueError when ``text`` is not such a table."""
+    match = re.search(r"copy bandwidth (\d+(?:\.\d+)?) GB/s", text.partition("\n")[0])
+    lines = [line.strip().strip("|").split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    if match is None or not lines or [h.strip() for h in lines[0]] != list(_TABLE_FIELDS):
+        raise ValueError("not a tools/bench table: no copy bandwidth in its first line, or other columns")
+    rows = []
+    for cells in lines[1:]:
+        cells = [cell.strip() for cell in cells]
+        if len(cells) != len(_TABLE_FIELDS):
+            raise ValueError(f"a row of {len(cells)} columns, not {len(_TABLE_FIELDS)}: {' | '.join(cells)}")
+        rows.append({name: kind(cell.rstrip("x%")) if kind is float else cell
+                     for (name, kind), cell in zip(_TABLE_FIELDS.items(), cells)})
+    return float(match.group(1)), rows
 
 
 def main(argv=None) -> int:

@@ -1,16 +1,25 @@
 """tools/certify-cells: run the oracle battery per (op, cell) on this machine and write certificates.
 
-Without ``--impl`` it judges the catalog kernels — every backend of each op, or the one ``--backend``
-names — and writes each certificate beside its kernel (for the arch of ``--device``).  With
-``--impl MODULE[:ATTR]`` it judges any implementation of the contract — yours or someone else's — once
-per op, on the cells of the op's first kernel, wherever our kernels claim to run; it writes no
+Without ``--impl`` it judges the catalog kernels — every backend of each op (Triton, CuTe DSL), or the
+one ``--backend`` names — and writes each certificate beside its kernel (for the arch of ``--device``).
+With ``--impl MODULE[:ATTR]`` it judges any implementation of the contract — yours or someone else's —
+once per op, on the cells of the op's first kernel, whatever our kernels claim; it writes no
 certificate.
 
+Isolation (``tools/isolation.py``; on by default with ``--device cuda``): each cell runs in a worker
+process, so an illegal address, a device assert or a hang (``--cell-timeout``) fails that cell with
+the oracle and example that were running, and the run goes on in a fresh worker.  ``--gpus all|N``
+runs one worker per GPU; ``--sanitize TOOL`` runs each cell under compute-sanitizer; ``--shard I/N``
+runs one deterministic share of the cells (``tools/shards.py``).  Cells in the quarantine ledger
+(``ops/quarantine.py``) are never launched for the catalog kernel and are recorded as quarantined;
+``--check-quarantine`` runs exactly those and fails when one now passes.
+
 Exit status: 0 every cell passed; 1 a cell failed (op, cell, oracle, minimal recipe and a one-line
-reproduction are printed); 2 a usage, import or input error (one line).
+reproduction are printed), or a quarantined cell now passes; 2 a usage, import or input error (one line).
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import importlib
 import json
@@ -19,10 +28,14 @@ import platform
 import shlex
 import sys
 import time
+from typing import Sequence
 
 from tools.cli import ArgumentParser, UsageError, run_main
+from tools.isolation import SANITIZER_TOOLS
+from tools.shards import parse_shard
 
 DEFAULT_MAX_EXAMPLES = {"cpu": 6, "cuda": 100}
+DEFAULT_CELL_TIMEOUT_S = 1800  # a hang is a cell that never ends; this only bounds how long CI waits for one
 
 
 def parse_args(argv):
@@ -46,10 +59,47 @@ def parse_args(argv):
     parser.add_argument("--replay", metavar="JSON", help="run the battery on this one recipe (needs one --cell)")
     parser.add_argument("--no-shrink", action="store_true", help="report a failure without shrinking it")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH")
+    parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH; a PATH ending in "
+                        ".html gets a self-contained page of every certificate instead (tools/report.py)")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell)")
+    isolation = parser.add_argument_group("isolation, sanitizers and scale")
+    isolation.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                           help="run each cell in a worker process (default: on with --device cuda, off on cpu)")
+    isolation.add_argument("--cell-timeout", type=float, metavar="SECONDS",
+                           help=f"a cell with no result by then is a hang (default {DEFAULT_CELL_TIMEOUT_S}; isolates)")
+    isolation.add_argument("--gpus", metavar="all|N", help="one worker per GPU over the first N visible GPUs, or all")
+    isolation.add_argument("--sanitize", choices=SANITIZER_TOOLS,
+                           help="run each cell under compute-sanitizer with this tool; any report fails the cell "
+                                "(writes no certificate)")
+    isolation.add_argument("--shard", metavar="I/N",
+                           help="only the cells of shard I of N (1-based; writes no certificate)")
+    isolation.add_argument("--quarantine", metavar="YAML",
+                           help="the quarantine ledger (default ops/quarantine.yml)")
+    isolation.add_argument("--check-quarantine", action="store_true",
+                           help="run only the ledger's cells for this arch, isolated; exit 1 if one now passes")
+    isolation.add_argument("--list", action="store_true", help="print the (op, cell) ids this run would run, and exit")
     args = parser.parse_args(argv)
     if args.max_examples is not None and args.max_examples < 0:
         raise UsageError(f"--max-examples: {args.max_examples} is negative")
+    if args.cell_timeout is not None and args.cell_timeout <= 0:
+        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not positive")
+    if args.gpus is not None:
+        if args.device != "cuda":
+            raise UsageError("--gpus needs --device cuda")
+        if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) > 0):
+            raise UsageError(f"--gpus {args.gpus!r}: expected 'all' or a positive number")
+    if args.sanitize and args.device != "cuda":
+        raise UsageError(f"--sanitize {args.sanitize}: compute-sanitizer checks CUDA kernels; it needs --device cuda")
+    try:
+        args.shard = parse_shard(args.shard) if args.shard is not None else None
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    needs_workers = [flag for flag, given in (("--cell-timeout", args.cell_timeout is not None),
+                                              ("--gpus", args.gpus is not None), ("--sanitize", args.sanitize),
+                                              ("--check-quarantine", args.check_quarantine)) if given]
+    if args.isolate is False and needs_workers:
+        raise UsageError(f"--no-isolate: {needs_workers[0]} runs cells in worker processes")
+    args.isolate = args.isolate if args.isolate is not None else bool(needs_workers) or args.device == "cuda"
     if args.replay is not None:
         if len(args.cell) != 1 or len(args.op) != 1:
             raise UsageError("--replay needs exactly one --op and one --cell")
@@ -88,16 +138,17 @@ def load_implementation(spec: str, entries):
     return implementations
 
 
-def reproduction(op_name: str, cell_id: str, device: str, recipe: dict, impl: str | None,
-                 backend: str | None = None) -> str:
+def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, impl: str | None,
+                 flags: Sequence[str] = ()) -> str:
+    """The one command that runs this cell again (on this one recipe, when it has a seed)."""
     from oracles.battery import recipe_json
 
-    words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device]
+    words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device, *flags]
     if impl:
         words += ["--impl", impl]
-    if backend:
-        words += ["--backend", backend]
-    return " ".join(shlex.quote(w) for w in words + ["--replay", recipe_json(recipe)])
+    if recipe and "seed" in recipe:
+        words += ["--replay", recipe_json(recipe)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def machine_facts(device) -> dict:
@@ -115,11 +166,21 @@ def machine_facts(device) -> dict:
                          "triton": triton.__version__, "nvidia-cutlass-dsl": cutlass_version}}
 
 
-def describe(result, device: str, impl: str | None, seconds: float | None = None, backend: str | None = None) -> str:
-    """One line per cell (``op/cell``, or ``op[backend]/cell`` for a catalog kernel), and for a failure
-    the oracle, the finding, the minimal recipe and a one-line reproduction."""
-    where = f"{result.op}[{backend}]" if backend else result.op
-    line = (f"{where}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
+def _progress_line(line: str) -> None:
+    """On a terminal, one self-overwriting status line per cell (logs get only the cell results)."""
+    print(f"\r  {line}\033[K", end="", file=sys.stderr, flush=True)
+
+
+def describe(result, device: str, impl: str | None, seconds: float | None = None, flags: Sequence[str] = ()) -> str:
+    """What a run prints for one cell: the verdict, and for a failure where, why and how to reproduce it."""
+    from ops.quarantine import QUARANTINED, citation
+    from oracles.battery import recipe_json
+
+    if result.status == QUARANTINED:
+        held = result.annotations["quarantine"]
+        return (f"{result.op}/{result.cell_id}: QUARANTINED ({held['ledger']}: "
+                f"{citation(held['issue'], held['reason'])}): not launched")
+    line = (f"{result.op}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
             f"(kernel {result.worst_kernel_error_ulp:.3g} ULP, stock {result.worst_stock_error_ulp:.3g} ULP, "
             f"stock disagreements {result.stock_disagreements})")
     if seconds is not None:
@@ -127,62 +188,43 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
     if result.failure is None:
         return line
     failure = result.failure
-    from oracles.battery import recipe_json
+    lines = [line,
+             f"  oracle:  {failure.oracle}",
+             f"  finding: {failure.message}",
+             f"  minimal: {recipe_json(failure.recipe or {})}"]
+    fault = result.annotations.get("fault")
+    if fault:
+        lines.append(f"  worker:  {fault['kind']} ({fault['worker']}); its last lines:")
+        lines += [f"    | {text}" for text in fault["stderr_tail"]]
+    sanitizer = result.annotations.get("sanitizer")
+    if sanitizer:
+        lines.append(f"  {sanitizer['tool']}:")
+        lines += [f"    | {text}" for text in sanitizer["report"][:8]]
+    lines.append(f"  reproduce: {reproduction(result.op, result.cell_id, device, failure.recipe, impl, flags)}")
+    return "\n".join(lines)
 
-    return "\n".join([
-        line,
-        f"  oracle:  {failure.oracle}",
-        f"  finding: {failure.message}",
-        f"  minimal: {recipe_json(failure.recipe or {})}",
-        f"  reproduce: {reproduction(result.op, result.cell_id, device, failure.recipe or {}, impl, backend)}"
-        if failure.recipe and 'seed' in failure.recipe else
-        f"  reproduce: tools/certify-cells --op {result.op} --cell {result.cell_id} --device {device}"
-        + (f" --impl {impl}" if impl else "") + (f" --backend {backend}" if backend else ""),
-    ])
+
+def isolation_flags(isolation: dict, device: str) -> list[str]:
+    """The flags a reproduction line needs to run a cell the way a run did (its report's "isolation")."""
+    flags = ["--isolate"] if isolation.get("isolated") and device == "cpu" else []
+    if isolation.get("cell_timeout") is not None:
+        flags += ["--cell-timeout", f"{isolation['cell_timeout']:g}"]
+    if isolation.get("sanitize"):
+        flags += ["--sanitize", isolation["sanitize"]]
+    if isolation.get("check_quarantine"):
+        flags += ["--check-quarantine"] + (["--quarantine", isolation["quarantine"]] if isolation["quarantine"] else [])
+    return flags
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    import torch
+def plan(args, entries, arch, ledger) -> list[tuple]:
+    """``(entry, cell, quarantined or None)`` for every cell this run covers, in catalog order."""
+    from ops import quarantine
+    from tools.shards import select
 
-    from ops import catalog, certificates
-    from oracles.battery import Implementation, replay, run_cell
-
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda: no CUDA device on this machine")
-    device = torch.device(args.device)
-    arch = catalog.arch_of(device)
-    if arch is None:
-        raise UsageError(f"--device {args.device}: unknown architecture {torch.cuda.get_device_capability(device)}")
-    registry = catalog.entries()
-    for module, why in catalog.UNAVAILABLE.items():
-        print(f"{module}: not in the catalog on this machine: {why}", file=sys.stderr)
-    unknown = [name for name in args.op if name not in registry]
-    if unknown:
-        raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
-    entries = [entry for name in (args.op or registry) for entry in catalog.kernels(name)
-               if args.backend in (None, entry.backend)]
-    if not entries:
-        raise UsageError(f"--backend: no {args.backend} kernel of {', '.join(args.op or registry)}")
-    if args.impl:
-        first_of_op = {}
-        for entry in entries:
-            first_of_op.setdefault(entry.name, entry)
-        entries = list(first_of_op.values())
-    implementations = load_implementation(args.impl, entries) if args.impl else {}
-    max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
-    writes_certificates = not (args.impl or args.cell or args.replay)
-    command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    facts = machine_facts(device)
-    report = {"arch": arch.value, **facts, "impl": args.impl, "max_examples": max_examples, "seed": args.seed,
-              "results": []}
-    failed = False
+    planned = []
     for entry in entries:
-        backend = None if args.impl else entry.backend
-        label = entry.name if args.impl else f"{entry.name}[{entry.backend}]"
-        impl = implementations[entry.name] if args.impl else Implementation.of_kernels(entry)
         if arch not in entry.archs and not args.impl:
-            print(f"{label}: does not claim {arch.value}; skipped", file=sys.stderr)
+            print(f"{entry.name} [{entry.backend}]: does not claim {arch.value}; skipped", file=sys.stderr)
             continue
         cells = entry.cells
         if args.cell:
@@ -191,42 +233,197 @@ def main(argv=None) -> int:
                 raise UsageError(f"--cell: {entry.name} has no cell {', '.join(missing)}; "
                                  f"cells: {', '.join(c.id for c in entry.cells)}")
             cells = [entry.cell(c) for c in args.cell]
-        results = []
-        for cell in cells:
+        for cell in select(cells, args.shard, key=lambda cell: (entry.name, cell.id)):
+            # the ledger speaks of the catalog kernels: an --impl is judged on every cell
+            held = quarantine.lookup(ledger, entry.name, cell.id, arch) if not args.impl or args.check_quarantine \
+                else None
+            if not args.check_quarantine or held:
+                planned.append((entry, cell, held))
+    return planned
+
+
+def certificate_section(entry, results: dict, facts: dict, *, command: str, max_examples: int, seed: int,
+                        date: str) -> dict:
+    """An arch section of ``entry``'s certificate: cells in the catalog's order, whichever finished first."""
+    from ops import certificates
+
+    return {
+        "source_sha256": certificates.source_digest(entry),
+        **facts,
+        "date": date,
+        "command": command,
+        "max_examples": max_examples,
+        "seed": seed,
+        "cells": {cell.id: results[entry.name, cell.id].record() for cell in entry.cells
+                  if (entry.name, cell.id) in results},
+    }
+
+
+def run_tasks(args, tasks, on_result) -> dict:
+    """Every task's result, keyed by ``(op, cell)``: in worker processes, or in this one."""
+    from tools.certify_worker import execute
+    from tools.isolation import WorkerStartError, cpu_slot, gpu_slots, run_isolated
+
+    if not args.isolate:
+        results = {}
+        for task in tasks:
             started = time.monotonic()
-            if args.replay is not None:
-                result = replay(entry, impl, cell, device, args.replay)
-            else:
-                result = run_cell(entry, impl, cell, device, max_examples=max_examples,
-                                  seed=args.seed, shrink=not args.no_shrink,
-                                  progress=lambda line: print(f"  {line}", file=sys.stderr, flush=True))
-            results.append(result)
-            failed |= result.status != certificates.CERTIFIED
-            if not args.json:
-                print(describe(result, args.device, args.impl, time.monotonic() - started, backend), flush=True)
-            report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id, **result.record()})
-        if writes_certificates:
-            section = {
-                "source_sha256": certificates.source_digest(entry),
-                **facts,
-                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "command": command,
-                "max_examples": max_examples,
-                "seed": args.seed,
-                "cells": {result.cell_id: result.record() for result in results},
-            }
-            path = certificates.write_section(entry, arch, section)
-            if not args.json:
-                print(f"{label}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
+            results[task.key] = execute(task, progress=_progress_line if sys.stderr.isatty() else None)
+            on_result(results[task.key], time.monotonic() - started)
+        return results
+    slots = gpu_slots(None if args.gpus == "all" else int(args.gpus or 1)) if args.device == "cuda" else [cpu_slot()]
+
+    def note(slot, line):
+        if sys.stderr.isatty():
+            _progress_line(f"[{slot.label}] {line}" if len(slots) > 1 else line)
+
+    try:
+        return run_isolated(tasks, slots, cell_timeout=args.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
+                            sanitize=args.sanitize, on_note=note, on_result=on_result)
+    except WorkerStartError as error:
+        raise UsageError(str(error)) from None
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from ops import catalog
+    from tools.isolation import find_sanitizer
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device on this machine")
+    if args.sanitize and not find_sanitizer():
+        raise UsageError(f"--sanitize {args.sanitize}: compute-sanitizer not found on PATH, in $CUDA_HOME/bin "
+                         f"or in /usr/local/cuda/bin")
+    device = torch.device(args.device)
+    arch = catalog.arch_of(device)
+    if arch is None:
+        raise UsageError(f"--device {args.device}: unknown architecture {torch.cuda.get_device_capability(device)}")
+    if args.gpus is not None:
+        check_gpus(args.gpus)
+    registry = catalog.entries()
+    for module, why in catalog.UNAVAILABLE.items():
+        print(f"{module}: not in the catalog on this machine: {why}", file=sys.stderr)
+    unknown = [name for name in args.op if name not in registry]
+    if unknown:
+        raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
+    if args.impl:  # an outside implementation: once per op, on its first kernel's cells
+        runs = {None: [registry[name] for name in (args.op or registry)]}
+        load_implementation(args.impl, runs[None])  # a bad --impl is a usage error here, not in every worker
+    else:  # each backend's kernels are a run of their own (a worker task names its backend)
+        runs = {}
+        for name in args.op or registry:
+            for entry in catalog.kernels(name):
+                if args.backend in (None, entry.backend):
+                    runs.setdefault(entry.backend, []).append(entry)
+        if not runs:
+            raise UsageError(f"--backend: no {args.backend} kernel of {', '.join(args.op or registry)}")
+    max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
+    facts = machine_facts(device)
+    isolation = {"isolated": args.isolate, "gpus": args.gpus, "cell_timeout": args.cell_timeout,
+                 "sanitize": args.sanitize, "shard": str(args.shard) if args.shard else None,
+                 "quarantine": args.quarantine, "check_quarantine": args.check_quarantine}
+    report = {"arch": arch.value, **facts, "impl": args.impl, "max_examples": max_examples, "seed": args.seed,
+              "isolation": isolation, "results": []}
+    failed, planned = False, 0
+    for backend, entries in runs.items():
+        run_failed, run_planned = certify_kernels(args, argv, entries, backend, arch, device, report)
+        failed, planned = failed or run_failed, planned + run_planned
+    if args.list:
+        return 0
+    if args.check_quarantine and not failed and not args.json:
+        print(f"quarantine: {planned} quarantined cells on {arch.value}; each still fails", flush=True)
     if args.json:
         print(json.dumps(report, indent=2))
-    if args.report:
-        try:
-            with open(args.report, "w") as handle:
-                json.dump(report, handle, indent=2)
-        except OSError as error:
-            raise UsageError(f"--report: cannot write {args.report}: {error.strerror}") from None
+    from tools.report import write_outputs
+
+    write_outputs(report, args.report, args.junit)
     return 1 if failed else 0
+
+
+def certify_kernels(args, argv, entries, backend: str | None, arch, device, report: dict) -> tuple[bool, int]:
+    """Run the cells of ``entries`` — one backend's kernels, or (``backend`` None) the ops an --impl is
+    judged on — adding their results to ``report``, and write their certificates.  Returns whether a
+    cell failed, and how many cells were planned."""
+    from ops import certificates, quarantine
+    from ops.quarantine import QUARANTINED
+    from oracles.battery import CellResult
+    from tools.certify_worker import CellTask
+
+    try:
+        ledger = quarantine.load(args.quarantine or quarantine.LEDGER)
+    except quarantine.QuarantineError as error:
+        raise UsageError(f"quarantine ledger: {error}") from None
+    planned = plan(args, entries, arch, ledger)
+    if args.list:
+        for entry, cell, held in planned:
+            print(f"{entry.name}" + (f"[{backend}]" if backend else "") + f"/{cell.id}"
+                  + (f"  (quarantined: {held.where})" if held and not args.check_quarantine else ""))
+        return False, len(planned)
+    max_examples = report["max_examples"]
+    writes_certificates = not (args.impl or args.cell or args.replay or args.shard or args.check_quarantine
+                               or args.sanitize)
+    command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    facts = {"device": report["device"], "versions": report["versions"]}
+    flags = isolation_flags(report["isolation"], args.device) + (["--backend", backend] if backend else [])
+
+    durations = {}
+
+    def announce(result, seconds):
+        durations[result.op, result.cell_id] = seconds or 0.0
+        if not args.json:
+            if sys.stderr.isatty():
+                print("\r\033[K", end="", file=sys.stderr)
+            print(describe(result, args.device, args.impl, seconds, flags), flush=True)
+
+    results = {}
+    for entry, cell, held in planned:
+        if held and not args.check_quarantine:
+            results[entry.name, cell.id] = CellResult(entry.name, cell.id, QUARANTINED, annotations=held.record())
+            announce(results[entry.name, cell.id], None)
+    tasks = [CellTask(entry.name, cell.id, args.device, args.impl, max_examples, args.seed, not args.no_shrink,
+                      args.replay, backend) for entry, cell, held in planned if args.check_quarantine or not held]
+    results.update(run_tasks(args, tasks, announce))
+    failed = False
+    for entry, cell, held in planned:
+        result = results[entry.name, cell.id]
+        if args.check_quarantine:
+            result.annotations.update(held.record())
+            if result.status == certificates.CERTIFIED:
+                failed = True
+                print(f"{held.where}: {entry.name}/{cell.id} now passes on {arch.value}: delete its entry "
+                      f"(the ledger shrinks when a bug is fixed)", file=sys.stderr)
+        else:
+            failed |= result.status not in (certificates.CERTIFIED, QUARANTINED)
+        report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id,
+                                  "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
+    if writes_certificates:
+        date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        for entry in entries:
+            if any(planned_entry is entry for planned_entry, _, _ in planned):
+                section = certificate_section(entry, results, facts, command=command, max_examples=max_examples,
+                                              seed=args.seed, date=date)
+                path = certificates.write_section(entry, arch, section)
+                if not args.json:
+                    print(f"{entry.name} [{entry.backend}]: wrote the {arch.value} section of "
+                          f"{os.path.relpath(path)}", flush=True)
+    return failed, len(planned)
+
+
+def check_gpus(gpus: str) -> None:
+    """--gpus N within what is visible, all of one kind (a certificate section names one device)."""
+    import torch
+
+    from tools.isolation import gpu_slots
+
+    visible = len(gpu_slots(None))
+    if gpus != "all" and int(gpus) > visible:
+        raise UsageError(f"--gpus {gpus}: only {visible} GPUs are visible")
+    count = visible if gpus == "all" else int(gpus)
+    names = {torch.cuda.get_device_name(i) for i in range(count)}
+    if len(names) > 1:
+        raise UsageError(f"--gpus {gpus}: the GPUs differ ({', '.join(sorted(names))}); certify on one kind at a time")
 
 
 if __name__ == "__main__":

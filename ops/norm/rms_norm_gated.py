@@ -31,7 +31,7 @@ import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, Entry, Parity
 from ops.norm import rms_norm_gated_cells as claims
-from ops.triton_backend import bf16_to_fp32, exp_fp32, fp32_to_bf16
+from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne
 from references.norm import rms_norm_gated as contract
 
 NO_GATE, NORM_THEN_GATE, GATE_THEN_NORM = 0, 1, 2
@@ -89,11 +89,11 @@ def _rms_norm_gated_rows(
     in_row = (lane < group_size) & (col < width)
     inside = (row < rows) & in_row
     row = row.to(tl.int64)
-    x = bf16_to_fp32(tl.load(x_ptr + row * x_row_stride + col * x_col_stride, mask=inside, other=0.0))
-    w = bf16_to_fp32(tl.load(w_ptr + col * w_stride, mask=in_row, other=0.0))
+    x = bf16_bits_to_float32(tl.load(x_ptr + row * x_row_stride + col * x_col_stride, mask=inside, other=0.0))
+    w = bf16_bits_to_float32(tl.load(w_ptr + col * w_stride, mask=in_row, other=0.0))
     u = x
     if GATE != 0:
-        z = bf16_to_fp32(tl.load(z_ptr + row * z_row_stride + col * z_col_stride, mask=inside, other=0.0))
+        z = bf16_bits_to_float32(tl.load(z_ptr + row * z_row_stride + col * z_col_stride, mask=inside, other=0.0))
         gate = tl.math.div_rn(z, 1.0 + exp_fp32(-z))  # silu(z)
         if GATE == 2:
             u = x * gate
@@ -103,7 +103,7 @@ def _rms_norm_gated_rows(
     y = u * rstd[:, :, None] * w
     if GATE == 1:
         y = y * gate
-    y = fp32_to_bf16(y)
+    y = float32_to_bf16_rne(y)
     tl.store(y_ptr + row * width + col, y, mask=inside)
     if WRITE_AMAX:
         # |y| as int32 bits (see the module docstring for why an integer max is exact and order-free)

@@ -1,12 +1,15 @@
-"""``pytest --test-list FILE [--test-stage STAGE]``: run exactly the tests a YAML list names.
+"""``pytest --test-list FILE [--test-stage STAGE] [--shard I/N]``: run exactly the tests a YAML list names.
 
 An id that selects nothing is an error (a list must not rot silently), as is a list that fails its
-schema.  ``--test-stage`` keeps only the blocks whose ``terms.stage`` matches.
+schema.  ``--test-stage`` keeps only the blocks whose ``terms.stage`` matches.  ``--shard I/N`` then
+keeps shard I of N of the selected tests, by a stable digest of each node id (``tools/shards.py``):
+N runners given ``--shard 1/N`` .. ``--shard N/N`` run every selected test exactly once between them.
 """
 from __future__ import annotations
 
 import pytest
 
+from tools.shards import parse_shard, select
 from tools.test_lists import ListFormatError, load_lists, matches
 
 
@@ -16,13 +19,15 @@ def pytest_addoption(parser):
                     help="run exactly the tests listed in this YAML test list (repeatable)")
     group.addoption("--test-stage", default=None, metavar="STAGE",
                     help="with --test-list: only the blocks whose terms.stage is STAGE")
+    group.addoption("--shard", default=None, metavar="I/N",
+                    help="only shard I of N (1-based) of the selected tests, split by a stable digest of node ids")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(session, config, items):
+def listed_items(config, items) -> list:
+    """The collected items the --test-list files select (all of them without a list)."""
     paths = config.getoption("test_list")
     if not paths:
-        return
+        return list(items)
     try:
         listed = load_lists(paths)
     except ListFormatError as error:
@@ -33,8 +38,18 @@ def pytest_collection_modifyitems(session, config, items):
     if unmatched:
         lines = "\n".join(f"  {test.where}: {test.test_id}" for test in unmatched)
         raise pytest.UsageError(f"--test-list: {len(unmatched)} listed ids match no collected test:\n{lines}")
-    selected = [item for item in items if any(matches(item.nodeid, test.test_id) for test in listed)]
-    deselected = [item for item in items if item not in selected]
+    return [item for item in items if any(matches(item.nodeid, test.test_id) for test in listed)]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session, config, items):
+    try:
+        shard = parse_shard(config.getoption("shard")) if config.getoption("shard") else None
+    except ValueError as error:
+        raise pytest.UsageError(str(error)) from None
+    selected = select(listed_items(config, items), shard, key=lambda item: (item.nodeid,))
+    kept = set(selected)
+    deselected = [item for item in items if item not in kept]
     if deselected:
         config.hook.pytest_deselected(items=deselected)
     items[:] = selected

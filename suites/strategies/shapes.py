@@ -28,5 +28,24 @@ def sizes(span: Span, cap: int | None = None) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from(edge_sizes(span, cap)), st.integers(span.lo, hi))
 
 
+def multiples(span: Span, step: int, cap: int | None = None) -> st.SearchStrategy[int]:
+    """A multiple of ``step`` in ``span`` (and <= ``cap``), half the time on an edge.
+
+    For sizes whose granularity a format fixes (NVFP4's K is a multiple of 16). The edges are both
+    bounds, one step inside each, and every block edge one step either side, so sizes that are not a
+    multiple of a 64-wide tile (``64 + 16``, ``3 * 64 - 16``) come up early.
+    """
+    lo = -(-span.lo // step) * step
+    hi = (span.hi if cap is None else max(span.lo, min(span.hi, cap))) // step * step
+    if lo > hi:
+        raise ValueError(f"span: no multiple of {step} in {span.lo}..{hi}")
+    candidates = {lo, lo + step, hi, hi - step}
+    for block in BLOCKS:
+        for multiple in (block, 2 * block, 3 * block):
+            candidates.update({multiple - step, multiple, multiple + step})
+    edges = sorted(v for v in candidates if lo <= v <= hi and v % step == 0)
+    return st.one_of(st.sampled_from(edges), st.integers(lo // step, hi // step).map(lambda k: k * step))
+
+
 def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**31 - 1)

@@ -12,6 +12,12 @@ Modes (rows are the last-but-one axis of a 2-D ``[rows, cols]`` tensor):
 - ``signed_zeros``: non-positive rows whose maximum is zero, written as both -0.0 and +0.0.
 - ``tail_max``: the row maximum planted in the last column, and again at a random earlier column
   in every other row (a tie that the earliest index must win).
+
+Finite modes (``finite_rows``), for inputs a contract requires finite (activations of a matmul):
+- ``normal``: Gaussian, scale 1.
+- ``row_scales``: each row Gaussian times its own power of two in 2**-30..2**30.
+- ``zero_rows``: about a third of the rows all zeros (+0.0 and -0.0), the rest Gaussian.
+- ``outliers``: Gaussian with a few columns 1000x larger in every row (LLM activation outliers).
 """
 from __future__ import annotations
 
@@ -73,6 +79,26 @@ def row_values(rows: int, cols: int, dtype: torch.dtype, mode: str, generator: t
         earlier = _random_columns(rows, cols, generator, device)
         every_other = row[row % 2 == 0]
         x[every_other, earlier[every_other]] = top
+    return x.to(dtype)
+
+
+FINITE_MODES = ("normal", "row_scales", "zero_rows", "outliers")
+
+
+def finite_rows(rows: int, cols: int, dtype: torch.dtype, mode: str, generator: torch.Generator,
+                device: torch.device) -> torch.Tensor:
+    """A finite ``[rows, cols]`` tensor of ``dtype`` in finite value ``mode`` (module docstring)."""
+    if mode not in FINITE_MODES:
+        raise ValueError(f"mode: {mode!r} is not one of {FINITE_MODES}")
+    x = torch.randn((rows, cols), generator=generator, device=device)
+    if mode == "row_scales":
+        x = x * torch.exp2(torch.randint(-30, 31, (rows, 1), generator=generator, device=device).float())
+    elif mode == "zero_rows":
+        zero = _uniform((rows, 1), generator, device) < 1 / 3
+        sign = _uniform((rows, cols), generator, device) < 0.5
+        x = torch.where(zero, torch.where(sign, -0.0, 0.0), x)
+    elif mode == "outliers":
+        x = torch.where(_uniform((1, cols), generator, device) < 0.01, x * 1000, x)
     return x.to(dtype)
 
 

@@ -1,0 +1,388 @@
+"""attention/paged_decode — one decode step of grouped-query attention over a paged KV cache.
+
+Contract (CONTRACTS.md): ``paged_decode(q[B, Hq, D], k_cache[P, S, Hkv, D], v_cache, page_table[B, M],
+seq_lens[B], sm_scale, kv_scale=1.0, page_select=None) -> (o bf16[B, Hq, D], lse fp32[B, Hq])``:
+softmax attention of each row's query over its *attended set* — tokens below ``seq_lens[b]`` on valid
+(``>= 0``) pages, and, with ``page_select[B, T]``, only on the selected logical pages (duplicates once,
+out-of-range entries ignored); natural-log ``lse``; an empty set gives ``o = 0``, ``lse = -inf``;
+bf16 or e4m3 caches (element = ``float(x) * kv_scale``); band parity; batch-invariant.
+
+Bytes: read the attended K and V (``2 * n_b * Hkv * D * itemsize`` per row: the whole cost), q
+(``2 * B * Hq * D``), the page table or selection; write o (``2 * B * Hq * D``) and lse
+(``4 * B * Hq``); plus split partials written and read once (``B * Hq * splits * (D + 3) * 4``, 1.6%
+of the KV bytes at the bench shape).  B=64, L=8192, Hkv=8, D=128 in bf16 is 2.15 GB of K and V: 500 us
+at the H200's 4.3 TB/s.
+
+Split-K ("flash-decoding"): one program per (row, KV head, split) streams its split's tokens tile by
+tile with an online softmax, and serves all G query heads of the KV head at once (a G x BLOCK_N
+tensor-core dot, G padded to 16), so each K/V tile is read once per group.  A second kernel merges a
+row's splits by their log-sum-exp.  What makes it right:
+
+- Batch invariance: a split is a fixed number of token positions (``LaunchPlan.split_tokens``), chosen
+  from the head dim only — never from B — so a row's partition, and so its bits, are the same alone or
+  in any batch.  The grid covers the table's capacity (``M * S`` positions, or ``T * S`` sparse);
+  splits past a row's length write nothing and the merge never reads them: no host sync, and the same
+  launch replays in a CUDA graph whatever the metadata.
+- Invalid memory is never loaded: a slot is read only when its token is below ``seq_lens``, its page
+  is ``>= 0`` (and inside the pool), and, sparse, its entry counts; masked loads give 0, and the
+  masked scores are set to -inf before the running max, so NaN garbage cannot reach a reduction.
+- Overflow: every exp is taken relative to the running max (``exp(s - m)``, ``m`` = -inf handled).
+- Precision: ``q . k`` multiplies bf16 (or e4m3 widened to bf16) exactly and accumulates in fp32;
+  ``p`` is split into bf16 ``hi + lo`` halves so ``p @ v`` keeps ~16 bits of p on bf16 tensor cores;
+  ``l`` (the denominator, hence ``lse``) is accumulated in float64, and the merge runs in float64 and
+  rounds o and lse once.
+- Sparse duplicates: ``page_select`` is sorted per row on the device; an entry counts when it is in
+  ``0..M-1`` and differs from its sorted predecessor (see ``references/attention/paged_decode.py``).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
+from ops.triton_backend import interpreting
+from references.attention import paged_decode as contract
+
+MIN_DOT_ROWS = 16  # tl.dot needs at least 16 rows: the G query heads of a group are padded to it
+
+
+# -- launch plan ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    block_n: int       # token slots per K/V tile
+    split_tokens: int  # token positions per program: a multiple of block_n, never a function of B
+    num_warps: int
+    num_stages: int
+
+
+def launch_plan(head_dim: int) -> LaunchPlan:
+    if interpreting():
+        # The interpreter pays per op, not per element (~20 ms for a two-tile program here): wide
+        # tiles, and splits of 128 positions so the CPU strategy's rows (<= 256 positions) still span
+        # two splits of two tiles, through both the online rescale and the merge.
+        return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
+    # 16 KB of bf16 K per tile (128 x 64, 64 x 128, 32 x 256), moved by 16-byte cp.async into a
+    # 3-stage pipeline.  512 positions per split keep the partials under 2% of the KV bytes (G x D
+    # fp32 per 512 x D x 2 x itemsize) while B=64 x Hkv=8 at L=8192 gives 8192 programs (62 per SM)
+    # and a single 8K row still gets 16 splits per KV head.  Registers (ptxas for sm_90, Triton 3.6, no
+    # spills): D=128 bf16 167 at 4 warps (3 programs per SM); D=256 needs 255 at 4 warps, 148 at 8.
+    return LaunchPlan(block_n=16384 // (2 * head_dim), split_tokens=512, num_warps=8 if head_dim == 256 else 4,
+                      num_stages=3)
+
+
+def _dot_operand():
+    # bf16 tensor cores on the GPU; the interpreter's bf16 dot is wrong, so it multiplies in fp32 —
+    # every operand (bf16 q, k, v, e4m3 widened, p's bf16 halves) is exact in both, so only the
+    # accumulation order differs.
+    return tl.float32 if interpreting() else tl.bfloat16
+
+
+# -- kernels --------------------------------------------------------------------------------------
+@triton.jit
+def _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, page_size, entries, SPARSE: tl.constexpr):
+    """Token positions a row's splits cover: its length (dense), or its whole selection (sparse)."""
+    if SPARSE:
+        positions = entries * page_size
+    else:
+        seq_len = tl.load(seq_lens_ptr + row * seq_lens_stride)
+        positions = tl.minimum(tl.maximum(seq_len, 0), pages_per_row * page_size)
+    return positions
+
+
+@triton.jit
+def _round_to_bf16(x):
+    """fp32 -> bf16, round to nearest even, on the bits (the interpreter's own cast truncates)."""
+    bits = x.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+
+
+# Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
+# head dim, cache dtype and dense/sparse, whatever the batch, table and pool sizes.
+@triton.jit(do_not_specialize=["num_pages", "page_size", "kv_heads", "group", "pages_per_row", "table_stride_b",
+                               "table_stride_m", "seq_lens_stride", "select_stride_b", "entries", "splits"])
+def _decode_splits(
+    # query [B, Hq, D]
+    q_ptr, q_stride_b, q_stride_h, q_stride_d,
+    # caches [P, S, Hkv, D]
+    k_ptr, k_stride_p, k_stride_s, k_stride_h, k_stride_d,
+    v_ptr, v_stride_p, v_stride_s, v_stride_h, v_stride_d,
+    num_pages, page_size, kv_heads, group,
+    # metadata: page table [B, M], lengths [B], sorted selection [B, T] (sparse)
+    table_ptr, table_stride_b, table_stride_m, pages_per_row,
+    seq_lens_ptr, seq_lens_stride,
+    select_ptr, select_stride_b, entries,
+    qk_scale,
+    # partials, one per (row, KV head, split, head of the group)
+    part_m_ptr, part_l_ptr, part_acc_ptr, splits,
+    # meta
+    D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
+    SPARSE: tl.constexpr, OPERAND: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    split = pid % splits
+    kv_head = (pid // splits) % kv_heads
+    row = pid // (splits * kv_heads)
+    offs_g = tl.arange(0, GROUP_PAD)
+    offs_d = tl.arange(0, D)
+    offs_n = tl.arange(0, BLOCK_N)
+    in_group = offs_g < group
+
+    seq_len = tl.load(seq_lens_ptr + row * seq_lens_stride)
+    limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, page_size, entries, SPARSE)
+    start = split * SPLIT_TOKENS
+    end = tl.minimum(start + SPLIT_TOKENS, limit)
+
+    q_rows = q_ptr + row.to(tl.int64) * q_stride_b + (kv_head * group + offs_g) * q_stride_h
+    q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0).to(OPERAND)
+    table_row = table_ptr + row.to(tl.int64) * table_stride_b
+    select_row = select_ptr + row.to(tl.int64) * select_stride_b
+    k_tile = k_ptr + kv_head * k_stride_h + offs_d[None, :] * k_stride_d
+    v_tile = v_ptr + kv_head * v_stride_h + offs_d[None, :] * v_stride_d
+
+    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([GROUP_PAD], tl.float64)
+    acc = tl.zeros([GROUP_PAD, D], tl.float32)
+    for position in range(start, end, BLOCK_N):
+        n = position + offs_n
+        within = n < end
+        if SPARSE:
+            entry = n // page_size
+            slot = n - entry * page_size
+            logical = tl.load(select_row + entry, mask=within, other=-1)
+            previous = tl.load(select_row - 1 + entry, mask=within & (entry > 0), other=-1)
+            counted = within & (logical >= 0) & (logical < pages_per_row) & ((entry == 0) | (logical != previous))
+            logical = tl.where(counted, logical, 0)  # no int32 overflow from the wild entries
+            counted = counted & (logical * page_size + slot < seq_len)
+        else:
+            logical = n // page_size      # dense positions are tokens, and end <= seq_len
+            slot = n - logical * page_size
+            counted = within
+        physical = tl.load(table_row + logical * table_stride_m, mask=counted, other=-1)
+        valid = counted & (physical >= 0) & (physical < num_pages)
+        physical = physical.to(tl.int64)
+
+        k = tl.load(k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None], mask=valid[:, None], other=0.0)
+        scores = tl.dot(q, tl.trans(k.to(OPERAND))) * qk_scale
+        scores = tl.where(valid[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
+        alpha = tl.exp((m - m_base).to(tl.float64))             # float64: it rescales l, hence lse
+        p = tl.exp(scores - m_base[:, None])
+        l = l * alpha + tl.sum(p.to(tl.float64), axis=1)
+
+        v = tl.load(v_tile + (physical * v_stride_p + slot * v_stride_s)[:, None], mask=valid[:, None], other=0.0)
+        v = v.to(OPERAND)
+        p_hi = p.to(tl.bfloat16)
+        p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+        acc = acc * alpha.to(tl.float32)[:, None]
+        acc = tl.dot(p_hi.to(OPERAND), v, acc)
+        acc = tl.dot(p_lo.to(OPERAND), v, acc)
+        m = m_new
+
+    part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
+    written = in_group & (start < limit)
+    tl.store(part_m_ptr + part, m, mask=written)
+    tl.store(part_l_ptr + part, l, mask=written)
+    tl.store(part_acc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=written[:, None])
+
+
+@triton.jit(do_not_specialize=["splits", "kv_heads", "group", "seq_lens_stride", "pages_per_row", "page_size",
+                               "entries"])
+def _merge_splits(
+    part_m_ptr, part_l_ptr, part_acc_ptr, splits, kv_heads, group,
+    seq_lens_ptr, seq_lens_stride, pages_per_row, page_size, entries,
+    kv_scale,
+    o_ptr, o_stride_b, o_stride_h, lse_ptr, lse_stride_b,
+    D: tl.constexpr, GROUP_PAD: tl.constexpr, SPLIT_TOKENS: tl.constexpr, SPARSE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    kv_head = pid % kv_heads
+    row = pid // kv_heads
+    offs_g = tl.arange(0, GROUP_PAD)
+    offs_d = tl.arange(0, D)
+    in_group = offs_g < group
+    limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, page_size, entries, SPARSE)
+    live_splits = (limit + SPLIT_TOKENS - 1) // SPLIT_TOKENS
+    first = (row.to(tl.int64) * kv_heads + kv_head) * splits * group + offs_g
+
+    m_max = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    for split in range(0, live_splits):
+        m_max = tl.maximum(m_max, tl.load(part_m_ptr + first + split * group, mask=in_group, other=float("-inf")))
+    m_base = tl.where(m_max == float("-inf"), 0.0, m_max).to(tl.float64)
+    total = tl.zeros([GROUP_PAD], tl.float64)
+    acc = tl.zeros([GROUP_PAD, D], tl.float64)
+    for split in range(0, live_splits):
+        part = first + split * group
+        weight = tl.exp(tl.load(part_m_ptr + part, mask=in_group, other=float("-inf")).to(tl.float64) - m_base)
+        total += weight * tl.load(part_l_ptr + part, mask=in_group, other=0.0)
+        split_acc = tl.load(part_acc_ptr + part[:, None] * D + offs_d[None, :], mask=in_group[:, None], other=0.0)
+        acc += weight[:, None] * split_acc.to(tl.float64)
+
+    attended = total > 0
+    denominator = tl.where(attended, total, 1.0)
+    o = tl.where(attended[:, None], acc * kv_scale / denominator[:, None], 0.0)
+    lse = tl.where(attended, m_base + tl.log(denominator), float("-inf"))
+    heads = kv_head * group + offs_g
+    o_rows = o_ptr + row.to(tl.int64) * o_stride_b + heads * o_stride_h
+    tl.store(o_rows[:, None] + offs_d[None, :], _round_to_bf16(o.to(tl.float32)), mask=in_group[:, None])
+    tl.store(lse_ptr + row.to(tl.int64) * lse_stride_b + heads, lse.to(tl.float32), mask=in_group)
+
+
+# -- host wrapper ---------------------------------------------------------------------------------
+def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0,
+             page_select=None):
+    """Launch ``plan`` on already-validated arguments (``tools/bench`` sweeps plans through this)."""
+    batch, query_heads, head_dim = q.shape
+    num_pages, page_size, kv_heads, _ = k_cache.shape
+    group = query_heads // kv_heads
+    pages_per_row = page_table.shape[1]
+    o = torch.empty(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(batch, query_heads, dtype=torch.float32, device=q.device)
+    if batch * query_heads == 0:
+        return o, lse
+    sparse = page_select is not None
+    if sparse:
+        selection = torch.sort(page_select, dim=1).values  # on the device: duplicates become neighbours
+        entries, positions = selection.shape[1], selection.shape[1] * page_size
+    else:
+        selection, entries, positions = page_table, 0, pages_per_row * page_size  # selection unused
+    splits = max(1, triton.cdiv(positions, plan.split_tokens))
+    partials = batch * kv_heads * splits * group
+    part_m = torch.empty(partials, dtype=torch.float32, device=q.device)
+    part_l = torch.empty(partials, dtype=torch.float64, device=q.device)
+    part_acc = torch.empty(partials * head_dim, dtype=torch.float32, device=q.device)
+    group_pad = max(MIN_DOT_ROWS, triton.next_power_of_2(group))
+    _decode_splits[(batch * kv_heads * splits,)](
+        q, *q.stride(),
+        k_cache, *k_cache.stride(), v_cache, *v_cache.stride(),
+        num_pages, page_size, kv_heads, group,
+        page_table, *page_table.stride(), pages_per_row,
+        seq_lens, seq_lens.stride(0),
+        selection, selection.stride(0), entries,
+        float(sm_scale) * float(kv_scale),
+        part_m, part_l, part_acc, splits,
+        D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
+        SPARSE=sparse, OPERAND=_dot_operand(), num_warps=plan.num_warps, num_stages=plan.num_stages,
+    )
+    _merge_splits[(batch * kv_heads,)](
+        part_m, part_l, part_acc, splits, kv_heads, group,
+        seq_lens, seq_lens.stride(0), pages_per_row, page_size, entries,
+        float(kv_scale),
+        o, o.stride(0), o.stride(1), lse, lse.stride(0),
+        D=head_dim, GROUP_PAD=group_pad, SPLIT_TOKENS=plan.split_tokens, SPARSE=sparse, num_warps=4,
+    )
+    return o, lse
+
+
+def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    contract.validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return run_plan(launch_plan(q.shape[2]), q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale,
+                    page_select)
+
+
+def bytes_moved(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> int:
+    """The attended K and V (what the op must read) + q + o + lse."""
+    _, page_size, kv_heads, head_dim = k_cache.shape
+    tokens = int(contract.attended_tokens(page_table, seq_lens, page_size, page_select).sum())
+    return (2 * tokens * kv_heads * head_dim * k_cache.element_size()
+            + 2 * q.numel() * q.element_size() + 4 * q.shape[0] * q.shape[1])
+
+
+def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    default = launch_plan(q.shape[2])
+    plans = {}
+    for split_tokens in (256, 512, 1024):
+        for num_warps in (4, 8):
+            for num_stages in (2, 3):
+                plans[f"split {split_tokens} {num_warps}w {num_stages} stages"] = dataclasses.replace(
+                    default, split_tokens=split_tokens, num_warps=num_warps, num_stages=num_stages)
+    for block_n in (default.block_n // 2, default.block_n * 2):
+        plans[f"block {block_n}"] = dataclasses.replace(default, block_n=block_n)
+    return {label: (lambda plan=plan, **kwargs: run_plan(plan, **kwargs)) for label, plan in plans.items()}
+
+
+def _bench_call(kv_dtype: torch.dtype, selected_pages_fraction: float | None = None):
+    """B=64 rows of L=8192 tokens, Hq=32, Hkv=8, D=128, pages of 64 slots (the issue's bench shape)."""
+    batch, length, query_heads, kv_heads, head_dim, page_size = 64, 8192, 32, 8, 128, 64
+
+    def make(device):
+        generator = torch.Generator(device=device).manual_seed(0)
+        pages_per_row = length // page_size
+        num_pages = batch * pages_per_row
+
+        def cache():
+            shape = (num_pages, page_size, kv_heads, head_dim)
+            return torch.randn(shape, generator=generator, device=device).to(kv_dtype)
+
+        page_select = None
+        if selected_pages_fraction is not None:
+            chosen = int(pages_per_row * selected_pages_fraction)
+            order = torch.rand(batch, pages_per_row, generator=generator, device=device).argsort(dim=1)
+            page_select = order[:, :chosen].to(torch.int32)
+        return {
+            "q": torch.randn(batch, query_heads, head_dim, generator=generator, device=device).to(torch.bfloat16),
+            "k_cache": cache(), "v_cache": cache(),
+            "page_table": torch.randperm(num_pages, generator=generator, device=device).to(torch.int32)
+                               .view(batch, pages_per_row),
+            "seq_lens": torch.full((batch,), length, dtype=torch.int32, device=device),
+            "sm_scale": head_dim ** -0.5,
+            "kv_scale": 1.0 if kv_dtype == torch.bfloat16 else 0.5,
+            "page_select": page_select,
+        }
+
+    return make
+
+
+# -- catalog entry --------------------------------------------------------------------------------
+def params_of(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    return {"B": q.shape[0], "context": page_table.shape[1] * k_cache.shape[1], "S": k_cache.shape[1],
+            "group": q.shape[1] // k_cache.shape[2], "Hkv": k_cache.shape[2], "D": q.shape[2],
+            "kv_dtype": k_cache.dtype, "T": None if page_select is None else page_select.shape[1]}
+
+
+_SHAPES = {"B": Span(0, 256), "context": Span(0, 131072), "S": OneOf((16, 32, 64, 128)), "group": Span(1, 16),
+           "Hkv": Span(1, 16), "D": OneOf(contract.HEAD_DIMS)}
+_DENSE = {"T": OneOf((None,))}
+_SPARSE = {"T": Span(0, 2048)}
+_BF16 = {"kv_dtype": OneOf((torch.bfloat16,))}
+_E4M3 = {"kv_dtype": OneOf((torch.float8_e4m3fn,))}
+CELLS = (
+    Cell("dense_bf16_kv", "bf16 KV cache decode (Llama-3 32/8, Qwen2 28/4 GQA; groups 1..16) over tables of up to "
+         "128K tokens, holes, and empty rows beside long ones", {**_SHAPES, **_BF16, **_DENSE}),
+    Cell("dense_e4m3_kv", "FP8 e4m3 KV cache with a per-tensor scale (half the bytes of bf16), same regimes",
+         {**_SHAPES, **_E4M3, **_DENSE}),
+    Cell("sparse_bf16_kv", "page-sparse decode (Quest / top-k page selection): up to 2048 selected logical pages "
+         "per row with -1 padding, duplicates and out-of-range entries", {**_SHAPES, **_BF16, **_SPARSE}),
+    Cell("sparse_e4m3_kv", "page-sparse decode over an FP8 e4m3 KV cache", {**_SHAPES, **_E4M3, **_SPARSE}),
+)
+
+_BENCH_SHAPE = "B=64 L=8192 Hq=32 Hkv=8 D=128 page 64"
+ENTRY = Entry(
+    name="paged_decode",
+    family="attention",
+    kernel=paged_decode,
+    reference=contract.paged_decode,
+    validate=contract.validate,
+    stock=contract.stock,
+    truth=contract.truth,
+    parity=Parity.BAND,
+    params_of=params_of,
+    cells=CELLS,
+    archs=frozenset({Arch.CPU_INTERP, Arch.SM90}),
+    refusals=contract.REFUSALS,
+    batch_invariant=True,
+    batch_args=("q", "page_table", "seq_lens", "page_select"),
+    bench=(
+        BenchCase(f"bf16 KV, {_BENCH_SHAPE}", _bench_call(torch.bfloat16), bytes_moved,
+                  ">= 70% of copy bandwidth (stock gather + SDPA: 30%, 1656 us)"),
+        BenchCase(f"e4m3 KV, {_BENCH_SHAPE}", _bench_call(torch.float8_e4m3fn), bytes_moved,
+                  "<= 0.6x the bf16 KV time"),
+        BenchCase(f"bf16 KV, 1/4 of the pages selected, {_BENCH_SHAPE}", _bench_call(torch.bfloat16, 0.25),
+                  bytes_moved, "<= 0.35x the dense bf16 KV time"),
+    ),
+)

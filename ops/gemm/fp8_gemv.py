@@ -1,0 +1,161 @@
+"""gemm/fp8_gemv — decode GEMV on an E4M3 weight with one per-tensor scale: y = (x @ w^T) * w_scale.
+
+Contract (CONTRACTS.md): ``fp8_gemv(x bf16 [M, K], w e4m3 [N, K], w_scale fp32 [1]) -> y bf16 [M, N]``,
+``1 <= M <= 16``, any K; float32 accumulation; band parity (against float64 truth, within twice the
+error of dequantize-to-bf16 + ``torch.matmul``).
+
+Bytes: read ``N * K`` (w) + ``2 * M * K`` (x), write ``2 * M * N``. N = K = 8192: 67 MB, 15.6 us at
+4.3 TB/s; the stock op writes and reads a bf16 copy of w besides (201 MB).
+
+An E4M3 value (4 significant bits, exponents 2**-9..2**8) is exact in bf16, so each [BLOCK_N, BLOCK_K]
+weight tile is converted and multiplied with the bf16 activations on the tensor cores, exactly; only
+the float32 sum rounds, and ``w_scale`` is applied once per output. See ``gemv_launch`` for the plan
+and the split-K reduction.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
+from ops.gemm.gemv_launch import (
+    ACTIVATION_ROWS,
+    GemvPlan,
+    OnBf16Weights,
+    accumulate,
+    gemv_plan,
+    plan_variants,
+    store_rows,
+    sum_splits,
+)
+from ops.triton_backend import interpreting, sm_count
+from references.gemm import fp8_gemv as contract
+
+E4M3_BITS = 8
+
+
+# -- kernel ---------------------------------------------------------------------------------------
+# Specialized on K, the chunk and the strides only (see nvfp4_gemv: the loads vectorize on those).
+@triton.jit(do_not_specialize=["rows", "cols", "stride_ym"])
+def _fp8_gemv_tiles(
+    # activations
+    x_bits_ptr, stride_xm, stride_xk, rows,
+    # weight
+    w_ptr, stride_wn, stride_wk, w_scale_ptr, cols, depth,
+    # outputs: y (one split) or partials
+    y_ptr, stride_ym, partial_ptr, chunk,
+    # meta
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
+    COMPILED: tl.constexpr, NUM_STAGES: tl.constexpr,
+):
+    split = tl.program_id(1)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    live_n = offs_n < cols
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    start = split * chunk
+    for k0 in tl.range(start, start + chunk, BLOCK_K, num_stages=NUM_STAGES):
+        column = k0 + tl.arange(0, BLOCK_K)
+        live_k = column < depth
+        # E4M3 -> float32 is exact on a GPU and under the interpreter (NaN codes aside: not weights)
+        w = tl.load(w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn + column[None, :] * stride_wk,
+                    mask=live_n[:, None] & live_k[None, :], other=0.0).to(tl.float32)
+        x_bits = tl.load(x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk,
+                         mask=(offs_m < rows)[:, None] & live_k[None, :], other=0)
+        acc = accumulate(acc, w, x_bits, COMPILED)
+    store_rows(acc, y_ptr, stride_ym, partial_ptr, split, rows, cols, offs_n, tl.load(w_scale_ptr), BLOCK_M, SPLIT)
+
+
+# -- host wrapper ---------------------------------------------------------------------------------
+def run_plan(x, w, w_scale, plan: GemvPlan) -> torch.Tensor:
+    """Launch ``plan`` on already-validated inputs (``tools/bench`` sweeps plans through this)."""
+    rows, depth = x.shape
+    cols = w.shape[0]
+    y = torch.empty(rows, cols, dtype=torch.bfloat16, device=x.device)
+    if cols == 0:
+        return y
+    split = plan.splits > 1
+    partials = torch.empty((plan.splits, rows, cols) if split else (1,), dtype=torch.float32, device=x.device)
+    _fp8_gemv_tiles[(triton.cdiv(cols, plan.block_n), plan.splits)](
+        x.view(torch.int16), x.stride(0), x.stride(1), rows,
+        w, w.stride(0), w.stride(1), w_scale, cols, depth,
+        y, y.stride(0), partials, plan.chunk,
+        BLOCK_M=ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split,
+        COMPILED=plan.compiled, NUM_STAGES=plan.num_stages, num_warps=plan.num_warps,
+    )
+    if split:
+        sum_splits(partials, w_scale, y, invert_scale=False)
+    return y
+
+
+def fp8_gemv(x, w, w_scale) -> torch.Tensor:
+    contract.validate(x, w, w_scale)
+    plan = gemv_plan(w.shape[0], w.shape[1], E4M3_BITS, sm_count(x.device), interpreting())
+    return run_plan(x, w, w_scale, plan)
+
+
+def bench_variants(x, w, w_scale) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    plans = plan_variants(w.shape[0], x.shape[1], E4M3_BITS, sm_count(x.device))
+    return {label: lambda x, w, w_scale, plan=plan: run_plan(x, w, w_scale, plan) for label, plan in plans.items()}
+
+
+def bytes_moved(x, w, w_scale) -> int:
+    return w.numel() + x.numel() * x.element_size() + 2 * x.shape[0] * w.shape[0] + w_scale.element_size()
+
+
+def _dequantize(w, w_scale):
+    return w.float() * w_scale.reshape(())
+
+
+def _bench_input(rows: int, cols: int, depth: int):
+    def make(device):
+        generator = torch.Generator(device=device).manual_seed(rows)
+        weight = torch.randn(cols, depth, generator=generator, device=device) * 0.02
+        w_scale = weight.abs().amax().reshape(1) / 448
+        w = (weight / w_scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+        x = torch.randn(rows, depth, generator=generator, device=device).bfloat16()
+        return {"x": x, "w": w, "w_scale": w_scale}
+    return make
+
+
+# -- catalog entry --------------------------------------------------------------------------------
+def params_of(x, w, w_scale):
+    return {"M": x.shape[0], "N": w.shape[0], "K": x.shape[1]}
+
+
+CELLS = (
+    Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
+         "too few rows to fill an H200: K is split",
+         {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(1, 16384)}),
+    Cell("wide_outputs", "decode QKV/MLP projections, N 2048..32768 (Llama-3 8B/70B FP8 checkpoints): rows "
+         "across programs, one pass from N = 4224 on an H200",
+         {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(1, 16384)}),
+)
+
+_SIDE = 8192
+_TARGET_M1 = (">= 75% of copy bandwidth (stock dequantize + bf16 matmul: 4%, 391 us; "
+              "cuBLAS bf16 GEMV on bf16 weights: 70%)")
+_TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
+
+ENTRY = Entry(
+    name="fp8_gemv",
+    family="gemm",
+    kernel=fp8_gemv,
+    reference=contract.fp8_gemv,
+    validate=contract.validate,
+    stock=contract.stock,
+    parity=Parity.BAND,
+    params_of=params_of,
+    cells=CELLS,
+    archs=ALL_ARCHS,
+    refusals=contract.REFUSALS,
+    truth=contract.truth,
+    bench=tuple(
+        BenchCase(f"M={rows} N=K={_SIDE}", _bench_input(rows, _SIDE, _SIDE), bytes_moved,
+                  _TARGET_M1 if rows == 1 else _TARGET_M16,
+                  {"torch.matmul on bf16 weights": OnBf16Weights(_dequantize)})
+        for rows in (1, 4, 16)
+    ),
+)

@@ -1,0 +1,142 @@
+"""What the quantized GEMVs share: the launch plan and the deterministic split-K reduction.
+
+A GEMV at decode (M <= 16) streams a weight of N x K once; the activations (M x K bf16) are small and
+come from L2. Each program owns BLOCK_N weight rows and a slice of K, dequantizes a [BLOCK_N, BLOCK_K]
+tile per step and multiplies it with the [16, BLOCK_K] activation tile on the tensor cores (M padded to
+16, the smallest dot, so M = 1 and M = 16 cost the same pass over the weights). Products of a bf16
+activation and a dequantized weight (at most 6 significant bits) are exact, the sum is float32.
+
+When N alone gives too few programs (fewer 64-row tiles than half the SMs), K is split: each split
+writes float32 partials and a second kernel sums them in split order. No atomics: the summation order
+is fixed by the plan, which depends on (N, K) and the device only, so results are deterministic.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+from ops.triton_backend import bf16_bits_to_float32, float32_to_bf16_rne
+
+ACTIVATION_ROWS = 16  # M <= 16 by contract; the smallest tl.dot operand
+WEIGHT_BYTES_PER_STEP = 128  # of one weight row per step: a whole 128-byte line
+GPU_BLOCK_N = 64
+INTERPRETER_BLOCK_N = 256
+INTERPRETER_STEP_FACTOR = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class GemvPlan:
+    block_n: int      # weight rows per program
+    block_k: int      # K elements per step
+    splits: int       # programs along K
+    chunk: int        # K elements per split, a multiple of block_k
+    num_warps: int
+    num_stages: int
+    compiled: bool    # for a GPU: tensor-core dot, inline PTX; else the interpreter's float32 sums
+
+
+def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, block_n: int = GPU_BLOCK_N,
+              num_stages: int = 4, num_warps: int = 4, split_below: float = 0.5) -> GemvPlan:
+    """Plan for a weight of ``rows`` (N) x ``cols`` (K) elements of ``weight_bits`` bits each."""
+    # 64 rows x 128 bytes: 8 KB of weights per step and program; narrower weights shrink to >= 16 rows.
+    # The interpreter pays per program and per step (tens of ms under load), hardly per byte: it takes
+    # 256 rows and 256-byte steps (a [256, 16, 256] product: Triton's 2**20-element limit).
+    block_k = WEIGHT_BYTES_PER_STEP * 8 // weight_bits  # 256 NVFP4 or 128 E4M3 elements
+    block_k *= INTERPRETER_STEP_FACTOR if on_interpreter else 1
+    widest = INTERPRETER_BLOCK_N if on_interpreter else block_n
+    block_n = min(widest, max(16, triton.next_power_of_2(rows)))
+    tiles = triton.cdiv(rows, block_n)
+    # Assumed, to be measured by tools/bench --variants: one program per SM with num_stages steps of
+    # loads in flight streams at near copy bandwidth, so N = 8192 (128 tiles on 132 SMs) runs in one
+    # pass and one launch. Below split_below x SMs tiles, K is split, in chunks of at least 4 steps.
+    splits = 1
+    if tiles < split_below * sms:
+        splits = max(1, min(triton.cdiv(sms, tiles), triton.cdiv(cols, 4 * block_k)))
+    chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
+    return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
+                    num_warps=num_warps, num_stages=num_stages, compiled=not on_interpreter)
+
+
+def plan_variants(rows: int, cols: int, weight_bits: int, sms: int) -> dict[str, GemvPlan]:
+    """GPU launch plans around the default, labelled, for the GEMVs' ``bench_variants``."""
+    variants = {}
+    for block_n in (32, 64, 128):
+        for num_stages in (3, 5):
+            for split_below in (0.5, 2.0):
+                plan = gemv_plan(rows, cols, weight_bits, sms, False, block_n, num_stages,
+                                 8 if block_n == 128 else 4, split_below)
+                variants[f"{block_n} rows, {num_stages} stages, {plan.splits} splits"] = plan
+    return variants
+
+
+@triton.jit
+def accumulate(acc, weights, x_bits, COMPILED: tl.constexpr):
+    """acc[n, m] + sum over k of weights[n, k] * x[m, k]; ``weights`` exact in bf16 (float32 or bf16),
+    ``x_bits`` the bf16 activations' bits (int16).
+
+    The interpreter's ``tl.dot`` is wrong on bf16 operands (bit patterns multiplied as integers, off by
+    1e11 on a 16x64x32 product) and slow on float32 (numpy's matmul with a dtype argument skips BLAS:
+    18 ms for 256x128x16; Triton 3.6, measured): there the products are summed in float32 by ``tl.sum``.
+    Both sums are float32 over exact products; only their order differs.
+    """
+    if COMPILED:
+        return tl.dot(weights.to(tl.bfloat16), tl.trans(x_bits.to(tl.bfloat16, bitcast=True)), acc)
+    else:
+        x = bf16_bits_to_float32(x_bits)
+        return acc + tl.sum(weights[:, None, :] * x[None, :, :], axis=2)
+
+
+@triton.jit
+def store_rows(acc, y_ptr, stride_ym, partial_ptr, split, rows, cols, offs_n, scale,
+               BLOCK_M: tl.constexpr, SPLIT: tl.constexpr):
+    """Write a program's [BLOCK_N, BLOCK_M] float32 sums: y = bf16(acc * scale), or the split's partials."""
+    offs_m = tl.arange(0, BLOCK_M)
+    live = (offs_n < cols)[:, None] & (offs_m < rows)[None, :]
+    if SPLIT:
+        # partials[split, m, n], float32, unscaled: the reduction applies the scale once
+        slot = (split * rows + offs_m[None, :]).to(tl.int64) * cols + offs_n[:, None]
+        tl.store(partial_ptr + slot, acc, mask=live)
+    else:
+        tl.store(y_ptr + offs_m[None, :].to(tl.int64) * stride_ym + offs_n[:, None], float32_to_bf16_rne(acc * scale),
+                 mask=live)
+
+
+@triton.jit(do_not_specialize=["splits", "rows", "cols", "stride_ym"])
+def _sum_splits(partial_ptr, splits, rows, cols, scale_ptr, y_ptr, stride_ym,
+                BLOCK: tl.constexpr, INVERT_SCALE: tl.constexpr):
+    row = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    live = offs_n < cols
+    total = tl.zeros([BLOCK], tl.float32)
+    for split in range(0, splits):  # in split order: the same sum every run
+        total += tl.load(partial_ptr + (split * rows + row).to(tl.int64) * cols + offs_n, mask=live, other=0.0)
+    scale = tl.load(scale_ptr)
+    if INVERT_SCALE:
+        scale = tl.math.div_rn(1.0, scale)
+    tl.store(y_ptr + row.to(tl.int64) * stride_ym + offs_n, float32_to_bf16_rne(total * scale), mask=live)
+
+
+def sum_splits(partials: torch.Tensor, scale: torch.Tensor, y: torch.Tensor, invert_scale: bool) -> None:
+    """y[m, n] = bf16(sum over splits of partials[split, m, n], in order, times scale (or 1 / scale))."""
+    splits, rows, cols = partials.shape
+    block = min(triton.next_power_of_2(cols), 1024)
+    _sum_splits[(rows, triton.cdiv(cols, block))](
+        partials, splits, rows, cols, scale, y, y.stride(0), BLOCK=block, INVERT_SCALE=invert_scale, num_warps=4)
+
+
+class OnBf16Weights:
+    """``torch.matmul`` on the weight already stored in bf16 (dequantized once, outside the timing):
+    the cuBLAS bf16 GEMV a model without quantization runs, on twice to four times the bytes."""
+
+    def __init__(self, dequantize):
+        self.dequantize = dequantize
+        self.cached: tuple | None = None
+
+    def __call__(self, x, **weight):
+        key = tuple((t.data_ptr(), t._version) for t in weight.values() if isinstance(t, torch.Tensor))
+        if self.cached is None or self.cached[0] != key:
+            self.cached = (key, self.dequantize(**weight).bfloat16())
+        return torch.matmul(x, self.cached[1].T)

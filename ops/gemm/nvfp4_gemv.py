@@ -1,0 +1,263 @@
+"""gemm/nvfp4_gemv — decode GEMV on an NVFP4 weight: y = x @ W^T, W dequantized on the fly.
+
+Contract (CONTRACTS.md): ``nvfp4_gemv(x bf16 [M, K], packed uint8 [N, K/2], block_scales e4m3
+[N, K/16], global_scale fp32 [1]) -> y bf16 [M, N]``, ``1 <= M <= 16``; ``W`` is ``nvfp4_quantize``'s
+dequantization ``e2m1(code) * sf * (1 / global_scale)``; float32 accumulation; band parity
+(against float64 truth, within twice the error of dequantize-to-bf16 + ``torch.matmul``).
+
+Bytes: read ``N * K / 2`` (codes) + ``N * K / 16`` (scales) + ``2 * M * K`` (x), write ``2 * M * N``.
+N = K = 8192: 36 MB of weights, 8.8 us at 4.3 TB/s; the stock op moves a bf16 copy of W besides.
+
+Per step a program decodes a [BLOCK_N, BLOCK_K] tile: byte j of a row holds elements 2j (low nibble)
+and 2j+1 (high nibble), so the low and high nibbles are two [BLOCK_N, BLOCK_K/2] tiles that meet the
+even and odd columns of x. ``e2m1(code) * sf`` has at most 6 significant bits: exact in bf16, so the
+tensor-core product with bf16 x is exact and only the float32 sum rounds; ``1 / global_scale`` (IEEE)
+is applied once per output. On a GPU the decode is a table lookup in inline PTX (``E2M1_PAIRS_PTX``),
+under the interpreter arithmetic. See ``gemv_launch`` for the plan and the split-K reduction.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
+from ops.gemm.gemv_launch import (
+    ACTIVATION_ROWS,
+    GemvPlan,
+    OnBf16Weights,
+    accumulate,
+    gemv_plan,
+    plan_variants,
+    store_rows,
+    sum_splits,
+)
+from ops.triton_backend import interpreting, sm_count
+from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_dequantize, nvfp4_global_scale, nvfp4_quantize
+from references.gemm import nvfp4_gemv as contract
+
+E2M1_BITS = 4
+
+
+# -- kernel ---------------------------------------------------------------------------------------
+# Four packed bytes (eight E2M1 codes) -> four bf16 pairs, each code's value times its byte's scale.
+# The magnitude index (3 bits) of each code selects, by byte permute (prmt), the high and the low byte
+# of its bf16 value from two 8-entry tables: {0, 0.5, 1, 1.5, 2, 3, 4, 6} = 0x0000 0x3F00 0x3F80 0x3FC0
+# 0x4000 0x4040 0x4080 0x40C0; the code's sign bit is or-ed into bit 15; one bf16x2 fma (+ -0.0)
+# multiplies by the scale, exactly (at most 6 significant bits, no subnormal). $4: the four bytes;
+# $5, $6: their scales as bf16 pairs; $0, $1: low-nibble values (elements 2j); $2, $3: high-nibble.
+# About 4 instructions per weight, against about 8 for the arithmetic decode (SASS for sm_90).
+E2M1_PAIRS_PTX = tl.constexpr("""
+{
+.reg .b32 t, u, sel_lo, sel_hi, hb, lb, lo01, lo23, hi01, hi23, s01, s23, nz;
+mov.b32 nz, 0x80008000;
+and.b32 t, $4, 0x07070707;
+shr.b32 u, t, 4;
+or.b32 u, u, t;
+prmt.b32 sel_lo, u, 0, 0x4420;
+shr.b32 t, $4, 4;
+and.b32 t, t, 0x07070707;
+shr.b32 u, t, 4;
+or.b32 u, u, t;
+prmt.b32 sel_hi, u, 0, 0x4420;
+prmt.b32 hb, 0x3F3F3F00, 0x40404040, sel_lo;
+prmt.b32 lb, 0xC0800000, 0xC0804000, sel_lo;
+prmt.b32 lo01, lb, hb, 0x5140;
+prmt.b32 lo23, lb, hb, 0x7362;
+prmt.b32 hb, 0x3F3F3F00, 0x40404040, sel_hi;
+prmt.b32 lb, 0xC0800000, 0xC0804000, sel_hi;
+prmt.b32 hi01, lb, hb, 0x5140;
+prmt.b32 hi23, lb, hb, 0x7362;
+prmt.b32 s01, $4, 0, 0x1404;
+prmt.b32 s23, $4, 0, 0x3424;
+and.b32 t, s01, 0x80008000;
+or.b32 hi01, hi01, t;
+and.b32 t, s23, 0x80008000;
+or.b32 hi23, hi23, t;
+shl.b32 s01, s01, 4;
+shl.b32 s23, s23, 4;
+and.b32 t, s01, 0x80008000;
+or.b32 lo01, lo01, t;
+and.b32 t, s23, 0x80008000;
+or.b32 lo23, lo23, t;
+fma.rn.bf16x2 $0, lo01, $5, nz;
+fma.rn.bf16x2 $1, lo23, $6, nz;
+fma.rn.bf16x2 $2, hi01, $5, nz;
+fma.rn.bf16x2 $3, hi23, $6, nz;
+}
+""")
+
+
+@triton.jit
+def _e2m1_times_2_pow_14(code):
+    """float32 value of E2M1 ``code`` (int32, low 4 bits) times 2**-14, exactly.
+
+    E2M1 is a float with 2 exponent bits (bias 1) and 1 mantissa bit; moved into float16's fields
+    (bias 15) it reads as the same number times 2**-14, its subnormal 0.5 as a float16 subnormal. The
+    float16 -> float32 conversion is exact (subnormals included) on a GPU and under the interpreter.
+    """
+    bits = ((code & 0x7) << 9) | ((code & 0x8) << 12)
+    return bits.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def dequantize_pairs(packed, scale, PTX_DECODE: tl.constexpr):
+    """(element 2j, element 2j + 1) of each packed byte j: ``e2m1(nibble) * scale``, exactly.
+
+    ``packed`` uint8, ``scale`` float32 (broadcast against ``packed``). With ``PTX_DECODE`` (GPU only: the
+    interpreter has no inline assembly) bf16 by table lookup, else float32 by arithmetic.
+    """
+    if PTX_DECODE:
+        return tl.inline_asm_elementwise(E2M1_PAIRS_PTX, "=r,=r,=r,=r,r,r,r", [packed, scale.to(tl.bfloat16)],
+                                         dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    else:
+        code = packed.to(tl.int32)
+        scale = scale * 16384.0  # undoes the 2**-14 of the decode
+        return _e2m1_times_2_pow_14(code) * scale, _e2m1_times_2_pow_14(code >> 4) * scale
+
+
+# M, N and y's row stride change from call to call and gain nothing from specialization (each distinct
+# one is a compile). K, the chunk and the weights' strides stay specialized: without their divisibility
+# by 16 the loads are neither vectorized nor pipelined (cp.async), measured on the sm_90 PTX.
+@triton.jit(do_not_specialize=["rows", "cols", "stride_ym"])
+def _nvfp4_gemv_tiles(
+    # activations
+    x_bits_ptr, stride_xm, stride_xk, rows,
+    # weight
+    packed_ptr, stride_pn, scales_ptr, stride_sn, global_scale_ptr, cols, depth,
+    # outputs: y (one split) or partials
+    y_ptr, stride_ym, partial_ptr, chunk,
+    # meta
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
+    COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr,
+):
+    split = tl.program_id(1)
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    live_n = offs_n < cols
+    weight_row = offs_n.to(tl.int64)[:, None]
+    pairs = tl.arange(0, BLOCK_K // 2)
+    groups = tl.arange(0, BLOCK_K // 16)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    start = split * chunk
+    for k0 in tl.range(start, start + chunk, BLOCK_K, num_stages=NUM_STAGES):
+        byte = k0 // 2 + pairs
+        packed = tl.load(packed_ptr + weight_row * stride_pn + byte[None, :],
+                         mask=live_n[:, None] & (byte < depth // 2)[None, :], other=0)
+        group = k0 // 16 + groups
+        scale = tl.load(scales_ptr + weight_row * stride_sn + group[None, :],
+                        mask=live_n[:, None] & (group < depth // 16)[None, :], other=0.0).to(tl.float32)
+        # byte j of a row holds columns k0 + 2j (low nibble) and k0 + 2j + 1 (high), of block j // 8
+        low, high = dequantize_pairs(tl.reshape(packed, [BLOCK_N, BLOCK_K // 16, 8]),
+                                     tl.reshape(scale, [BLOCK_N, BLOCK_K // 16, 1]), PTX_DECODE)
+        low = tl.reshape(low, [BLOCK_N, BLOCK_K // 2])
+        high = tl.reshape(high, [BLOCK_N, BLOCK_K // 2])
+
+        column = k0 + tl.arange(0, BLOCK_K)
+        x_bits = tl.load(x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk,
+                         mask=(offs_m < rows)[:, None] & (column < depth)[None, :], other=0)
+        x_even, x_odd = tl.split(tl.reshape(x_bits, [BLOCK_M, BLOCK_K // 2, 2]))
+        acc = accumulate(acc, low, x_even, COMPILED)
+        acc = accumulate(acc, high, x_odd, COMPILED)
+    decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
+    store_rows(acc, y_ptr, stride_ym, partial_ptr, split, rows, cols, offs_n, decode_scale, BLOCK_M, SPLIT)
+
+
+# -- host wrapper ---------------------------------------------------------------------------------
+def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: bool | None = None) -> torch.Tensor:
+    """Launch ``plan`` on already-validated inputs (``tools/bench`` sweeps plans through this).
+
+    ``ptx_decode``: the table-lookup decode (default: whenever compiled for a GPU) or the arithmetic one.
+    """
+    rows, depth = x.shape
+    cols = packed.shape[0]
+    y = torch.empty(rows, cols, dtype=torch.bfloat16, device=x.device)
+    if cols == 0:
+        return y
+    split = plan.splits > 1
+    partials = torch.empty((plan.splits, rows, cols) if split else (1,), dtype=torch.float32, device=x.device)
+    _nvfp4_gemv_tiles[(triton.cdiv(cols, plan.block_n), plan.splits)](
+        x.view(torch.int16), x.stride(0), x.stride(1), rows,
+        packed, packed.stride(0), block_scales, block_scales.stride(0), global_scale, cols, depth,
+        y, y.stride(0), partials, plan.chunk,
+        BLOCK_M=ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split,
+        COMPILED=plan.compiled, PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode,
+        NUM_STAGES=plan.num_stages, num_warps=plan.num_warps,
+    )
+    if split:
+        sum_splits(partials, global_scale, y, invert_scale=True)
+    return y
+
+
+def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
+    contract.validate(x, packed, block_scales, global_scale)
+    plan = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), interpreting())
+    return run_plan(x, packed, block_scales, global_scale, plan)
+
+
+def bench_variants(x, packed, block_scales, global_scale) -> dict:
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device))
+    variants = {label: lambda x, packed, block_scales, global_scale, plan=plan:
+                run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
+    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False)
+    variants["default plan, arithmetic decode"] = lambda x, packed, block_scales, global_scale: run_plan(
+        x, packed, block_scales, global_scale, default, ptx_decode=False)
+    return variants
+
+
+def bytes_moved(x, packed, block_scales, global_scale) -> int:
+    """Packed weights + scales + x + y (the issue's count; the global scale's 4 bytes besides)."""
+    return (packed.numel() + block_scales.numel() + x.numel() * x.element_size()
+            + 2 * x.shape[0] * packed.shape[0] + global_scale.element_size())
+
+
+def _bench_input(rows: int, cols: int, depth: int):
+    def make(device):
+        generator = torch.Generator(device=device).manual_seed(rows)
+        weight = (torch.randn(cols, depth, generator=generator, device=device) * 0.02).bfloat16()
+        global_scale = nvfp4_global_scale(weight)
+        packed, block_scales = nvfp4_quantize(weight, global_scale)
+        x = torch.randn(rows, depth, generator=generator, device=device).bfloat16()
+        return {"x": x, "packed": packed, "block_scales": block_scales, "global_scale": global_scale}
+    return make
+
+
+# -- catalog entry --------------------------------------------------------------------------------
+def params_of(x, packed, block_scales, global_scale):
+    return {"M": x.shape[0], "N": packed.shape[0], "K": x.shape[1]}
+
+
+CELLS = (
+    Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
+         "too few rows to fill an H200: K is split",
+         {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(NVFP4_BLOCK, 16384)}),
+    Cell("wide_outputs", "decode QKV/MLP projections, N 2048..32768 (Llama-3 8B/70B, Qwen2 72B): rows "
+         "across programs, one pass from N = 4224 on an H200",
+         {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(NVFP4_BLOCK, 16384)}),
+)
+
+_SIDE = 8192
+_TARGET_M1 = ">= 65% of copy bandwidth, packed weights + scales (stock dequantize + bf16 matmul: 0.7%, 1240 us)"
+_TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
+
+ENTRY = Entry(
+    name="nvfp4_gemv",
+    family="gemm",
+    kernel=nvfp4_gemv,
+    reference=contract.nvfp4_gemv,
+    validate=contract.validate,
+    stock=contract.stock,
+    parity=Parity.BAND,
+    params_of=params_of,
+    cells=CELLS,
+    archs=ALL_ARCHS,
+    refusals=contract.REFUSALS,
+    truth=contract.truth,
+    bench=tuple(
+        BenchCase(f"M={rows} N=K={_SIDE}", _bench_input(rows, _SIDE, _SIDE), bytes_moved,
+                  _TARGET_M1 if rows == 1 else _TARGET_M16,
+                  {"torch.matmul on bf16 weights": OnBf16Weights(nvfp4_dequantize)})
+        for rows in (1, 4, 16)
+    ),
+)

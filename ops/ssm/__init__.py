@@ -1,0 +1,1 @@
+"""State-space-model kernels: Gated DeltaNet decode, speculative verify and commit over a slot pool."""

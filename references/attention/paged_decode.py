@@ -1,0 +1,249 @@
+"""Contract ``attention/paged_decode`` (band), in executable form.
+
+``paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None)
+-> (o bf16[B, Hq, D], lse fp32[B, Hq])``: one decode step of attention over a paged KV cache.
+
+- ``q`` bf16 ``[B, Hq, D]``; caches ``[P, S, Hkv, D]`` (P pages of S token slots), both bf16 or both
+  e4m3; ``page_table`` int32 ``[B, M]`` (physical page of each logical page, ``-1`` = invalid);
+  ``seq_lens`` int32 ``[B]``; ``page_select`` None or int32 ``[B, T]`` of *logical* page indices.
+  Query head h reads KV head ``h // (Hq // Hkv)``; D is 64, 128 or 256.
+- The *attended set* of row b: tokens ``t < seq_lens[b]`` whose logical page ``t // S`` has
+  ``page_table[b, t // S] >= 0`` and, when ``page_select`` is given, appears in ``page_select[b]``.
+  Token t lives at ``cache[page_table[b, t // S], t % S]``.
+- ``s_t = sm_scale * (q . k_t)``, ``lse = ln(sum_t exp(s_t))``, ``o = sum_t exp(s_t - lse) * v_t``;
+  an empty attended set gives ``o = 0`` and ``lse = -inf``.  Slots outside the attended set may hold
+  anything, NaN included, and must not change the result.
+
+The truth is computed in float64 over exactly the attended tokens (gathered, never masked, so NaN
+garbage cannot reach it); the reference is that truth rounded once to the contract's output dtypes.
+
+Decisions where the contract is silent (every implementation is judged by them):
+
+- ``kv_scale`` multiplies every cache element whatever the cache dtype: an element's value is
+  ``float(x) * kv_scale``.  (For bf16 caches the default 1.0 leaves it unchanged.)
+- ``page_select``: duplicate entries count once; entries outside ``0..M-1`` (``-1`` padding, ``M``,
+  negative values, ``2**31 - 1``) select nothing.  Selection order is irrelevant: attention is a sum.
+- Tokens whose logical page would be ``>= M`` (``seq_lens[b] > M * S``) have no table entry and are
+  not attended; ``seq_lens[b] <= 0`` attends nothing.  A table entry ``>= P`` is out of contract (it
+  names memory that does not exist); the kernel ignores such pages, the reference raises.
+
+How the kernel (``ops/attention/paged_decode.py``) counts a duplicate once without a device sync: it
+sorts each row of ``page_select`` on the device (``torch.sort``: no host round trip, capturable in a
+CUDA graph), then an entry counts when it lies in ``0..M-1`` and differs from its predecessor in
+sorted order.  Each split of the kernel checks its own entries against their predecessors, so no
+program needs another's result, and every split is a fixed number of sorted entries, independent of
+the batch.  The reference below does not sort: it marks the selected logical pages of a row in a
+boolean set, which is the contract's "appears in" read literally.
+
+Stock op: what a PyTorch user runs today — gather each row's pages, zero and mask the slots it must
+not attend, ``scaled_dot_product_attention`` in bf16 (e4m3 caches dequantized to bf16 first);
+SDPA does not return the log-sum-exp, so ``lse`` is ``logsumexp`` of the same scores in fp32.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from references.validation import (Refusal, refuse, require_dtype, require_ndim, require_number,
+                                   require_same_device, require_shape, require_tensor)
+
+HEAD_DIMS = (64, 128, 256)
+CACHE_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
+
+
+def validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> None:
+    for name, value in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("page_table", page_table),
+                        ("seq_lens", seq_lens)):
+        require_tensor(name, value)
+    if page_select is not None:
+        require_tensor("page_select", page_select)
+    require_ndim("q", q, 3, "[B, Hq, D]")
+    require_dtype("q", q, (torch.bfloat16,))
+    require_ndim("k_cache", k_cache, 4, "[P, S, Hkv, D]")
+    require_dtype("k_cache", k_cache, CACHE_DTYPES)
+    require_ndim("v_cache", v_cache, 4, "[P, S, Hkv, D]")
+    if v_cache.dtype != k_cache.dtype:
+        raise TypeError(f"v_cache: dtype {str(v_cache.dtype).removeprefix('torch.')} differs from k_cache's "
+                        f"{str(k_cache.dtype).removeprefix('torch.')} — pass both caches in one dtype")
+    require_shape("v_cache", v_cache, k_cache.shape, "[P, S, Hkv, D] (k_cache's shape)")
+    batch, query_heads, head_dim = q.shape
+    _, page_size, kv_heads, cache_head_dim = k_cache.shape
+    if head_dim not in HEAD_DIMS:
+        raise refuse("q", f"head dim D = {head_dim}", f"D must be one of {', '.join(map(str, HEAD_DIMS))}")
+    if cache_head_dim != head_dim:
+        raise refuse("k_cache", f"head dim {cache_head_dim} differs from q's D = {head_dim}",
+                     "pass caches of q's head dim")
+    if page_size == 0:
+        raise refuse("k_cache", "page size S = 0 (dim 1)", "pages must hold at least one token slot")
+    if kv_heads == 0:
+        raise refuse("k_cache", "Hkv = 0 KV heads (dim 2)", "pass at least one KV head")
+    if query_heads % kv_heads:
+        raise refuse("q", f"Hq = {query_heads} is not a multiple of the caches' Hkv = {kv_heads}",
+                     "grouped-query attention needs Hq % Hkv == 0")
+    require_ndim("page_table", page_table, 2, "[B, M]")
+    require_dtype("page_table", page_table, (torch.int32,))
+    if page_table.shape[0] != batch:
+        raise refuse("page_table", f"{page_table.shape[0]} rows for a batch of B = {batch}", "pass one row per query")
+    require_shape("seq_lens", seq_lens, (batch,), "[B]")
+    require_dtype("seq_lens", seq_lens, (torch.int32,))
+    if page_select is not None:
+        require_ndim("page_select", page_select, 2, "[B, T]")
+        require_dtype("page_select", page_select, (torch.int32,))
+        if page_select.shape[0] != batch:
+            raise refuse("page_select", f"{page_select.shape[0]} rows for a batch of B = {batch}",
+                         "pass one row of selected logical pages per query")
+    require_number("sm_scale", sm_scale)
+    require_number("kv_scale", kv_scale)
+    require_same_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "page_table": page_table,
+                         "seq_lens": seq_lens, "page_select": page_select})
+
+
+def attended_tokens(page_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
+                    page_select: torch.Tensor | None = None) -> torch.Tensor:
+    """The attended set as a ``[B, M * S]`` mask over each row's logical token positions."""
+    batch, pages_per_row = page_table.shape
+    token = torch.arange(pages_per_row * page_size, device=page_table.device)
+    logical_page = token // page_size
+    attended = (token[None, :] < seq_lens[:, None].long()) & (page_table[:, logical_page] >= 0)
+    if page_select is not None:
+        in_range = (page_select >= 0) & (page_select < pages_per_row)
+        chosen = torch.zeros(batch, pages_per_row + 1, dtype=torch.bool, device=page_table.device)
+        chosen.scatter_(1, torch.where(in_range, page_select, pages_per_row).long(), True)
+        attended &= chosen[:, logical_page]
+    return attended
+
+
+def truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    """(o, lse) in float64 over exactly the attended tokens of each row."""
+    validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    batch, query_heads, head_dim = q.shape
+    _, page_size, kv_heads, _ = k_cache.shape
+    group = query_heads // kv_heads
+    attended = attended_tokens(page_table, seq_lens, page_size, page_select)
+    o = torch.zeros(batch, query_heads, head_dim, dtype=torch.float64, device=q.device)
+    lse = torch.full((batch, query_heads), -torch.inf, dtype=torch.float64, device=q.device)
+    for row in range(batch):
+        token = attended[row].nonzero()[:, 0]
+        if token.numel() == 0:
+            continue
+        physical = page_table[row, token // page_size].long()
+        slot = token % page_size
+        k = k_cache[physical, slot].double() * kv_scale                    # [n, Hkv, D]
+        v = v_cache[physical, slot].double() * kv_scale
+        scores = torch.einsum("kgd,nkd->kgn", q[row].double().view(kv_heads, group, head_dim), k) * sm_scale
+        row_lse = scores.logsumexp(dim=-1)                                  # [Hkv, G]
+        weights = (scores - row_lse[..., None]).exp()
+        o[row] = torch.einsum("kgn,nkd->kgd", weights, v).reshape(query_heads, head_dim)
+        lse[row] = row_lse.reshape(query_heads)
+    return o, lse
+
+
+def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    o, lse = truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return o.to(torch.bfloat16), lse.to(torch.float32)
+
+
+def _pages_read(page_table: torch.Tensor, page_select: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logical pages a user would gather per row ``[B, J]``, and which of them count: all M pages
+    when dense; the selection's in-range entries, each page once, when sparse."""
+    batch, pages_per_row = page_table.shape
+    if page_select is None:
+        logical = torch.arange(pages_per_row, device=page_table.device).expand(batch, pages_per_row)
+        return logical, torch.ones_like(logical, dtype=torch.bool)
+    logical = page_select.long()
+    in_range = (logical >= 0) & (logical < pages_per_row)
+    ordered, order = torch.where(in_range, logical, -1).sort(dim=1, stable=True)
+    first = torch.ones_like(ordered, dtype=torch.bool)
+    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    counted = torch.zeros_like(first).scatter_(1, order, first) & in_range
+    return logical, counted
+
+
+def stock(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    """Gather + masked SDPA in bf16 (o) and an fp32 logsumexp of the same scores (lse)."""
+    validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    batch, query_heads, head_dim = q.shape
+    _, page_size, kv_heads, _ = k_cache.shape
+    logical, counted = _pages_read(page_table, page_select)
+    pages = logical.shape[1]
+    if batch == 0 or pages == 0 or page_table.shape[1] == 0:
+        return (torch.zeros(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device),
+                torch.full((batch, query_heads), -torch.inf, device=q.device))
+    physical = page_table.gather(1, logical.clamp(0, page_table.shape[1] - 1))
+    counted &= physical >= 0
+    token = logical[:, :, None] * page_size + torch.arange(page_size, device=q.device)
+    attend = (counted[:, :, None] & (token < seq_lens[:, None, None])).reshape(batch, pages * page_size)
+
+    def gather(cache):
+        x = cache[physical.clamp(min=0).long()]                             # [B, J, S, Hkv, D]
+        if cache.dtype != torch.bfloat16 or kv_scale != 1.0:
+            x = (x.float() * kv_scale).to(torch.bfloat16)
+        x = x.reshape(batch, pages * page_size, kv_heads, head_dim).transpose(1, 2)
+        return torch.where(attend[:, None, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+    k, v = gather(k_cache), gather(v_cache)
+    mask = attend[:, None, None, :]
+    o = F.scaled_dot_product_attention(q[:, :, None, :], k, v, attn_mask=mask, scale=sm_scale,
+                                       enable_gqa=True)[:, :, 0]
+    o = torch.where(attend.any(dim=1)[:, None, None], o, torch.zeros((), dtype=o.dtype, device=o.device))
+    scores = torch.matmul(q.float().view(batch, kv_heads, query_heads // kv_heads, head_dim),
+                          k.float().transpose(-1, -2)) * sm_scale
+    lse = scores.masked_fill(~mask, -torch.inf).logsumexp(dim=-1).reshape(batch, query_heads)
+    return o, lse
+
+
+# -- refused inputs -------------------------------------------------------------------------------
+def _call(device, *, batch=2, query_heads=8, head_dim=64, pages=4, page_size=16, kv_heads=2,
+          cache_dtype=torch.bfloat16, **overrides) -> dict:
+    """A small legal call, with some arguments replaced."""
+    cache = torch.zeros(pages, page_size, kv_heads, head_dim, device=device).to(cache_dtype)
+    kwargs = {
+        "q": torch.zeros(batch, query_heads, head_dim, dtype=torch.bfloat16, device=device),
+        "k_cache": cache, "v_cache": cache.clone(),
+        "page_table": torch.zeros(batch, 2, dtype=torch.int32, device=device),
+        "seq_lens": torch.ones(batch, dtype=torch.int32, device=device),
+        "sm_scale": head_dim ** -0.5, "kv_scale": 1.0, "page_select": None,
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+def _int32(*shape, device):
+    return torch.zeros(shape, dtype=torch.int32, device=device)
+
+
+REFUSALS = (
+    Refusal("2-D q", lambda d: _call(d, q=torch.zeros(2, 64, dtype=torch.bfloat16, device=d)), "q"),
+    Refusal("fp16 q", lambda d: _call(d, q=torch.zeros(2, 8, 64, dtype=torch.float16, device=d)), "q", TypeError),
+    Refusal("head dim 96", lambda d: _call(d, head_dim=96), "q"),
+    Refusal("Hq not a multiple of Hkv", lambda d: _call(d, query_heads=6, kv_heads=4), "q"),
+    Refusal("3-D k_cache", lambda d: _call(d, k_cache=torch.zeros(4, 16, 64, dtype=torch.bfloat16, device=d)),
+            "k_cache"),
+    Refusal("fp32 caches", lambda d: _call(d, cache_dtype=torch.float32), "k_cache", TypeError),
+    Refusal("e5m2 caches", lambda d: _call(d, cache_dtype=torch.float8_e5m2), "k_cache", TypeError),
+    Refusal("v_cache dtype differs", lambda d: _call(d, v_cache=torch.zeros(4, 16, 2, 64, device=d).to(
+        torch.float8_e4m3fn)), "v_cache", TypeError),
+    Refusal("v_cache shape differs", lambda d: _call(d, v_cache=torch.zeros(4, 32, 2, 64, dtype=torch.bfloat16,
+                                                                            device=d)), "v_cache"),
+    Refusal("caches of another head dim", lambda d: _call(d, k_cache=torch.zeros(4, 16, 2, 128, dtype=torch.bfloat16,
+                                                                                 device=d),
+                                                          v_cache=torch.zeros(4, 16, 2, 128, dtype=torch.bfloat16,
+                                                                              device=d)), "k_cache"),
+    Refusal("zero-slot pages", lambda d: _call(d, page_size=0), "k_cache"),
+    Refusal("zero KV heads", lambda d: _call(d, kv_heads=0), "k_cache"),
+    Refusal("int64 page_table", lambda d: _call(d, page_table=torch.zeros(2, 2, dtype=torch.int64, device=d)),
+            "page_table", TypeError),
+    Refusal("1-D page_table", lambda d: _call(d, page_table=_int32(2, device=d)), "page_table"),
+    Refusal("page_table of another batch", lambda d: _call(d, page_table=_int32(3, 2, device=d)), "page_table"),
+    Refusal("int64 seq_lens", lambda d: _call(d, seq_lens=torch.ones(2, dtype=torch.int64, device=d)),
+            "seq_lens", TypeError),
+    Refusal("seq_lens of another batch", lambda d: _call(d, seq_lens=_int32(3, device=d)), "seq_lens"),
+    Refusal("1-D page_select", lambda d: _call(d, page_select=_int32(4, device=d)), "page_select"),
+    Refusal("int64 page_select", lambda d: _call(d, page_select=torch.zeros(2, 4, dtype=torch.int64, device=d)),
+            "page_select", TypeError),
+    Refusal("page_select of another batch", lambda d: _call(d, page_select=_int32(1, 4, device=d)), "page_select"),
+    Refusal("sm_scale as a tensor", lambda d: _call(d, sm_scale=torch.tensor(0.125, device=d)), "sm_scale",
+            TypeError),
+    Refusal("kv_scale as a string", lambda d: _call(d, kv_scale="1.0"), "kv_scale", TypeError),
+    Refusal("q not a tensor", lambda d: _call(d, q=[[0.0] * 64]), "q", TypeError),
+)

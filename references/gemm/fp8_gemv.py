@@ -1,0 +1,90 @@
+"""Contract ``gemm/fp8_gemv`` (band): validation, reference, float64 truth, stock op, refused inputs.
+
+``fp8_gemv(x, w, w_scale) -> y bf16 [M, N]``: ``y = (x.float() @ w.float().T) * w_scale`` with float32
+accumulation, rounded once to bf16; ``w`` is E4M3 ``[N, K]`` (any K), ``w_scale`` the float32
+one-element DECODE scale.
+
+- ``reference``: the float32 accumulation with no accumulation error (products summed in float64,
+  where they are exact, rounded once to float32), times ``w_scale`` in float32, then bf16.
+- ``truth``: ``(x @ w^T) * w_scale`` in float64, not rounded.
+- ``stock``: dequantize to bf16 (``(w.float() * w_scale).bfloat16()``, exact when ``w_scale`` is a
+  power of two) and ``torch.matmul`` in bf16: the issue's baseline, 391 us at N = K = 8192 on an H200.
+
+E4M3 NaN codes (0x7F, 0xFF) are not weights any quantizer writes; an input holding them is outside the
+contract (NaN truth cannot be matched). ``N == 0`` gives ``[M, 0]``.
+"""
+from __future__ import annotations
+
+import torch
+
+from references.gemm.nvfp4_gemv import validate_activations
+from references.validation import (
+    Refusal,
+    refuse,
+    require_dtype,
+    require_ndim,
+    require_same_device,
+    require_tensor,
+)
+
+
+def validate(x, w, w_scale) -> None:
+    require_tensor("w", w)
+    require_ndim("w", w, 2, "[N, K]")
+    require_dtype("w", w, (torch.float8_e4m3fn,))
+    validate_activations(x, w.shape[1])
+    require_tensor("w_scale", w_scale)
+    require_dtype("w_scale", w_scale, (torch.float32,))
+    if w_scale.numel() != 1:
+        raise refuse("w_scale", f"has {w_scale.numel()} elements (shape {tuple(w_scale.shape)})",
+                     "pass the one-element float32 decode scale of the weight")
+    require_same_device({"x": x, "w": w, "w_scale": w_scale})
+
+
+def fp8_gemv(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
+    """bf16 ``[M, N]``: the exact sum rounded to float32, times ``w_scale`` in float32, then bf16."""
+    validate(x, w, w_scale)
+    accumulated = (x.double() @ w.double().T).float()
+    return (accumulated * w_scale.reshape(())).bfloat16()
+
+
+def truth(x, w, w_scale) -> torch.Tensor:
+    return (x.double() @ w.double().T) * w_scale.double().reshape(())
+
+
+def stock(x, w, w_scale) -> torch.Tensor:
+    """Dequantize to bf16, then ``torch.matmul`` in bf16."""
+    return torch.matmul(x, (w.float() * w_scale.reshape(())).bfloat16().T)
+
+
+def _w(device, shape=(8, 64), dtype=torch.float8_e4m3fn):
+    return torch.ones(shape, device=device).to(dtype)
+
+
+def _x(device, shape=(2, 64), dtype=torch.bfloat16):
+    return torch.ones(shape, dtype=dtype, device=device)
+
+
+def _scale(device, count=1, dtype=torch.float32):
+    return torch.ones(count, dtype=dtype, device=device)
+
+
+REFUSALS = (
+    Refusal("M = 0", lambda device: {"x": _x(device, (0, 64)), "w": _w(device), "w_scale": _scale(device)}, "x"),
+    Refusal("M = 17", lambda device: {"x": _x(device, (17, 64)), "w": _w(device), "w_scale": _scale(device)}, "x"),
+    Refusal("float32 x", lambda device: {"x": _x(device, dtype=torch.float32), "w": _w(device),
+                                         "w_scale": _scale(device)}, "x", TypeError),
+    Refusal("K of x 65, of w 64", lambda device: {"x": _x(device, (2, 65)), "w": _w(device), "w_scale": _scale(device)},
+            "x"),
+    Refusal("e5m2 w", lambda device: {"x": _x(device), "w": _w(device, dtype=torch.float8_e5m2),
+                                      "w_scale": _scale(device)}, "w", TypeError),
+    Refusal("bf16 w", lambda device: {"x": _x(device), "w": _w(device, dtype=torch.bfloat16),
+                                      "w_scale": _scale(device)}, "w", TypeError),
+    Refusal("3-D w", lambda device: {"x": _x(device), "w": _w(device, (2, 8, 64)), "w_scale": _scale(device)}, "w"),
+    Refusal("two-element w_scale", lambda device: {"x": _x(device), "w": _w(device), "w_scale": _scale(device, 2)},
+            "w_scale"),
+    Refusal("bf16 w_scale", lambda device: {"x": _x(device), "w": _w(device),
+                                            "w_scale": _scale(device, dtype=torch.bfloat16)}, "w_scale", TypeError),
+    Refusal("w_scale a Python float", lambda device: {"x": _x(device), "w": _w(device), "w_scale": 1.0},
+            "w_scale", TypeError),
+)

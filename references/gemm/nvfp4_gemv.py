@@ -1,0 +1,110 @@
+"""Contract ``gemm/nvfp4_gemv`` (band): validation, reference, float64 truth, stock op, refused inputs.
+
+``nvfp4_gemv(x, packed, block_scales, global_scale) -> y bf16 [M, N]``: ``y = x @ W^T`` where ``W``
+(``[N, K]``) is the contract's dequantization of the NVFP4 weight that ``nvfp4_quantize`` produced,
+``w[n, k] = e2m1(code) * float(sf[n, k // 16]) * (1 / global_scale)`` in float32
+(``references/formats/nvfp4.nvfp4_dequantize``), accumulated in float32 and rounded once to bf16.
+
+- ``reference``: the float32 accumulation with no accumulation error (the products summed in float64,
+  where they are exact, rounded once to float32), then bf16: what any float32 accumulator approaches.
+- ``truth``: the same sum in float64, not rounded: what the band is measured against.
+- ``stock``: what a user runs today without a kernel: dequantize the weight to bf16 and call
+  ``torch.matmul`` in bf16 (the issue's baseline, 1240 us at N = K = 8192 on an H200). Rounding W to
+  bf16 costs up to 2**-9 relative per weight unless ``1 / global_scale`` is a power of two; that error,
+  measured per input, sets the band.
+
+Decided where the contract leaves room: ``M`` must be 1..16 (refused otherwise, the contract's bound
+of a GEMV); ``N == 0`` gives an empty ``[M, 0]``; strides of ``x`` are free (rows of a larger buffer
+are legal), the weight tensors are read through PyTorch indexing here, so any strides work.
+"""
+from __future__ import annotations
+
+import torch
+
+from references.formats import nvfp4 as formats
+from references.validation import (
+    Refusal,
+    refuse,
+    require_dtype,
+    require_ndim,
+    require_range,
+    require_same_device,
+    require_tensor,
+)
+
+MAX_ROWS = 16
+
+
+def validate_activations(x, cols: int) -> None:
+    """``x``: bf16 ``[M, K]`` with ``M`` in 1..16 and ``K == cols`` (the weight's K). Shared by the GEMVs."""
+    require_tensor("x", x)
+    require_ndim("x", x, 2, "[M, K]")
+    require_dtype("x", x, (torch.bfloat16,))
+    require_range("x", x.shape[0], 1, MAX_ROWS, "M (rows of x)")
+    if x.shape[1] != cols:
+        raise refuse("x", f"K = {x.shape[1]} but the weight holds K = {cols}",
+                     "pass activations with as many columns as the weight")
+
+
+def validate(x, packed, block_scales, global_scale) -> None:
+    formats.validate_dequantize(packed, block_scales, global_scale)
+    validate_activations(x, 2 * packed.shape[1])
+    require_same_device({"x": x, "packed": packed})
+
+
+def _weight(packed, block_scales, global_scale) -> torch.Tensor:
+    return formats.nvfp4_dequantize(packed, block_scales, global_scale)
+
+
+def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, block_scales: torch.Tensor,
+               global_scale: torch.Tensor) -> torch.Tensor:
+    """bf16 ``[M, N]``: the exact sum rounded to float32, then to bf16 (module docstring)."""
+    validate(x, packed, block_scales, global_scale)
+    return truth(x, packed, block_scales, global_scale).float().bfloat16()
+
+
+def truth(x, packed, block_scales, global_scale) -> torch.Tensor:
+    """float64 ``[M, N]``: ``x @ W^T`` with the contract's float32 ``W``, every product exact."""
+    return x.double() @ _weight(packed, block_scales, global_scale).double().T
+
+
+def stock(x, packed, block_scales, global_scale) -> torch.Tensor:
+    """Dequantize to bf16, then ``torch.matmul`` in bf16."""
+    return torch.matmul(x, _weight(packed, block_scales, global_scale).bfloat16().T)
+
+
+def _weights(device, rows=8, cols=64):
+    return {"packed": torch.zeros(rows, cols // 2, dtype=torch.uint8, device=device),
+            "block_scales": torch.ones(rows, cols // 16, device=device).to(torch.float8_e4m3fn),
+            "global_scale": torch.ones(1, device=device)}
+
+
+def _x(device, shape=(2, 64), dtype=torch.bfloat16):
+    return torch.ones(shape, dtype=dtype, device=device)
+
+
+REFUSALS = (
+    Refusal("M = 0", lambda device: {"x": _x(device, (0, 64)), **_weights(device)}, "x"),
+    Refusal("M = 17", lambda device: {"x": _x(device, (17, 64)), **_weights(device)}, "x"),
+    Refusal("1-D x", lambda device: {"x": _x(device, (64,)), **_weights(device)}, "x"),
+    Refusal("float16 x", lambda device: {"x": _x(device, dtype=torch.float16), **_weights(device)}, "x", TypeError),
+    Refusal("K of x 80, of the weight 64", lambda device: {"x": _x(device, (2, 80)), **_weights(device)}, "x"),
+    Refusal("int8 packed", lambda device: {"x": _x(device), **_weights(device),
+                                           "packed": torch.zeros(8, 32, dtype=torch.int8, device=device)},
+            "packed", TypeError),
+    Refusal("packed K/2 = 12 bytes, not whole blocks", lambda device: {
+        "x": _x(device, (2, 24)), **_weights(device), "packed": torch.zeros(8, 12, dtype=torch.uint8, device=device)},
+        "packed"),
+    Refusal("float32 block_scales", lambda device: {"x": _x(device), **_weights(device),
+                                                    "block_scales": torch.ones(8, 4, device=device)},
+            "block_scales", TypeError),
+    Refusal("block_scales of 3 columns for K = 64", lambda device: {
+        "x": _x(device), **_weights(device), "block_scales": torch.ones(8, 3, device=device).to(torch.float8_e4m3fn)},
+        "block_scales"),
+    Refusal("two-element global_scale", lambda device: {"x": _x(device), **_weights(device),
+                                                         "global_scale": torch.ones(2, device=device)},
+            "global_scale"),
+    Refusal("float64 global_scale", lambda device: {"x": _x(device), **_weights(device),
+                                                     "global_scale": torch.ones(1, dtype=torch.float64, device=device)},
+            "global_scale", TypeError),
+)

@@ -1,0 +1,1 @@
+"""Contracts of the state-space-model family (Gated DeltaNet recurrent state)."""

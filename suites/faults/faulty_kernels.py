@@ -1,0 +1,72 @@
+"""Kernels that take their process down, for the isolation and sanitizer negative controls.
+
+Each is a real Triton kernel, so the same control runs on the H200 and under the CPU interpreter:
+
+- ``wild_store``: stores 2**40 elements past its output.  On a GPU that is an illegal address (the
+  launch fails and the context is poisoned for good); under the interpreter it is a segfault (the
+  interpreter stores through the raw pointer).  Under ``compute-sanitizer --tool memcheck`` it is an
+  invalid global write.
+- ``spin``: loops while a flag in memory reads 0, and nothing ever writes it (the load is volatile, so
+  the compiler cannot hoist it out of the loop and drop the loop).  It never returns.
+
+They are judged through ``greedy_argmax``'s contract, faulting only in some cells so that the others
+show the run going on in a fresh worker:
+``tools/certify-cells --op greedy_argmax --impl suites.faults.faulty_kernels:NAME``.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+import ops  # noqa: F401 - the Triton interpreter on a machine without CUDA, chosen before Triton's language loads
+from references.sampling.greedy_argmax import greedy_argmax as reference
+from references.sampling.greedy_argmax import validate
+
+WILD_OFFSET = 2**40   # elements: 8 TiB past an int64 output, unmapped on any machine
+
+
+@triton.jit
+def wild_store_kernel(out_ptr, n, offset, BLOCK: tl.constexpr):
+    index = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offset + index, index.to(tl.int64), mask=index < n)
+
+
+@triton.jit
+def spin_kernel(flag_ptr):
+    flag = tl.load(flag_ptr)
+    while flag == 0:
+        flag = tl.load(flag_ptr, volatile=True)
+
+
+def wild_store(rows: int, device) -> None:
+    out = torch.zeros(max(rows, 1), dtype=torch.int64, device=device)
+    wild_store_kernel[(1,)](out, rows, WILD_OFFSET, BLOCK=16)
+    out.cpu()  # the GPU reports the fault at the next synchronization
+
+
+def spin(device) -> None:
+    spin_kernel[(1,)](torch.zeros(1, dtype=torch.int32, device=device))
+    torch.zeros(1, device=device).cpu()  # waits for the spinning kernel on a GPU
+
+
+def wild_store_on_small_batches(logits):
+    """Right, except that a batch of 1..16 rows (the decode_small_batch cell) stores out of bounds."""
+    validate(logits)
+    if 1 <= logits.shape[0] <= 16:
+        wild_store(logits.shape[0], logits.device)
+    return reference(logits)
+
+
+def spins_on_mid_batches(logits):
+    """Right, except that a batch of 17..255 rows (the decode_mid_batch cell) never returns."""
+    validate(logits)
+    if 17 <= logits.shape[0] <= 255:
+        spin(logits.device)
+    return reference(logits)
+
+
+def faulty_by_batch(logits):
+    """Both faults at once: out of bounds on 1..16 rows, a hang on 17..255, right elsewhere."""
+    wild_store_on_small_batches(logits)
+    return spins_on_mid_batches(logits)

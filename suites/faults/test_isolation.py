@@ -1,0 +1,107 @@
+"""Isolation: a kernel that crashes its process or never ends fails its own cell — with the oracle and
+the example that were running and a reproduction — and certification goes on in a fresh worker;
+results never depend on which worker finished first.
+
+The faults are real Triton kernels (``faulty_kernels.py``): out of bounds is an illegal address on the
+H200 and a segfault under the CPU interpreter; the spinning kernel never returns on either.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ops.sampling.greedy_argmax import ENTRY
+from oracles.battery import CellResult
+from suites.certification import machine_device
+from suites.claims import REPO
+from tools.certify import certificate_section
+from tools.certify_worker import CellTask, execute
+from tools.isolation import Slot, cpu_slot, gpu_slots, run_isolated
+
+pytestmark = [pytest.mark.cpu, pytest.mark.sm90]
+FAULTY = "suites.faults.faulty_kernels"
+CORRECT = "suites.sampling.greedy_argmax_impls:correct_via_max"
+DEVICE = machine_device().type
+# The hanging cell costs this much; every other cell of the run ends far inside it (empty_batch, the
+# slowest, took under 5 s in a fresh worker on a loaded 2-core CPU).
+HANG_LIMIT_S = 12
+
+
+def _certify(*words):
+    return subprocess.run([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", *words],
+                          capture_output=True, text=True, cwd=REPO)
+
+
+def test_a_crash_and_a_hang_fail_their_cells_and_the_run_goes_on(tmp_path):
+    report = tmp_path / "report.json"
+    run = _certify("--device", DEVICE, "--isolate", "--impl", f"{FAULTY}:faulty_by_batch", "--max-examples", "1",
+                   "--cell", "decode_small_batch", "--cell", "decode_mid_batch", "--cell", "empty_batch",
+                   "--cell-timeout", str(HANG_LIMIT_S), "--report", str(report))
+    assert run.returncode == 1, run.stdout + run.stderr
+    results = {record["cell"]: record for record in json.loads(report.read_text())["results"]}
+    crash, hang, after = results["decode_small_batch"], results["decode_mid_batch"], results["empty_batch"]
+
+    # out of bounds: a dead worker under the interpreter, a CUDA error on the GPU; either way parity's
+    # finding, on the small-batch example that faulted
+    assert crash["status"] == "failed" and crash["failure"]["oracle"] == "parity", crash
+    assert 1 <= crash["failure"]["recipe"]["R"] <= 16
+    if DEVICE == "cpu":
+        assert crash["fault"]["kind"] == "crash" and "SIGSEGV" in crash["fault"]["worker"], crash
+        assert any("wild_store" in line for line in crash["fault"]["stderr_tail"]), crash["fault"]
+    else:
+        assert "illegal memory access" in crash["failure"]["message"], crash
+    # never terminates: killed at the limit, named with the oracle and example that were running
+    assert hang["status"] == "failed" and hang["fault"]["kind"] == "hang", hang
+    assert hang["failure"]["oracle"] == "parity" and 17 <= hang["failure"]["recipe"]["R"] <= 255
+    # a fresh worker certifies the next cell: nothing of the dead ones reached it
+    assert after["status"] == "certified", after
+
+    reproduce = next(line.split("reproduce:", 1)[1] for line in run.stdout.splitlines()
+                     if "reproduce:" in line and "decode_small_batch" in line)
+    replayed = subprocess.run(reproduce, shell=True, capture_output=True, text=True, cwd=REPO)
+    assert replayed.returncode == 1 and "oracle:  parity" in replayed.stdout, replayed.stdout + replayed.stderr
+
+
+def _slots() -> list[Slot]:
+    """Two workers at once: the CPU twice, or every GPU."""
+    return [cpu_slot(), Slot("cpu2", {})] if DEVICE == "cpu" else gpu_slots(None)
+
+
+def test_workers_give_the_results_one_process_gives():
+    tasks = [CellTask(ENTRY.name, cell, DEVICE, CORRECT, max_examples=1)
+             for cell in ("empty_batch", "decode_small_batch", "decode_mid_batch")]
+    finished = []
+    parallel = run_isolated(tasks, _slots(), cell_timeout=600, on_result=lambda result, _: finished.append(result))
+    assert len(finished) == len(tasks) and all(result.status == "certified" for result in finished), finished
+    assert {key: result.record() for key, result in parallel.items()} == \
+        {task.key: execute(task).record() for task in tasks}
+
+
+def test_a_certificate_section_does_not_depend_on_completion_order():
+    results = [((ENTRY.name, cell.id), CellResult(ENTRY.name, cell.id, "certified", examples=i))
+               for i, cell in enumerate(ENTRY.cells)]
+    sections = [certificate_section(ENTRY, dict(order), {"device": "d"}, command="c", max_examples=1, seed=0,
+                                    date="2026-01-01")
+                for order in (results, results[::-1], results[1:] + results[:1])]
+    assert len({json.dumps(section) for section in sections}) == 1
+    assert list(sections[0]["cells"]) == [cell.id for cell in ENTRY.cells]
+
+
+@pytest.mark.parametrize("words, reason", [
+    (("--device", "cpu", "--gpus", "2"), "--gpus needs --device cuda"),
+    (("--device", "cuda", "--gpus", "two"), "expected 'all' or a positive number"),
+    (("--device", "cpu", "--sanitize", "memcheck"), "needs --device cuda"),
+    (("--device", "cpu", "--sanitize", "leakcheck"), "invalid choice"),
+    (("--device", "cpu", "--no-isolate", "--cell-timeout", "5"), "--no-isolate: --cell-timeout"),
+    (("--device", "cpu", "--no-isolate", "--check-quarantine"), "--no-isolate: --check-quarantine"),
+    (("--device", "cpu", "--cell-timeout", "0"), "not positive"),
+    (("--device", "cpu", "--shard", "0/2"), "1..N"),
+    (("--device", "cpu", "--shard", "2"), "expected I/N"),
+])
+def test_isolation_usage_errors_exit_2_in_one_line(words, reason):
+    run = _certify(*words)
+    assert run.returncode == 2 and reason in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr

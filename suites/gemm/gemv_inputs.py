@@ -1,0 +1,59 @@
+"""What the GEMV strategies share: (M, N, K) inside a cell, corner shapes, and the activations.
+
+A GEMV recipe holds ``M, N, K`` (K a multiple of ``k_step``: 16 for NVFP4, 1 for E4M3), the activation
+value mode (``suites/strategies/values.FINITE_MODES``) and row layout (``suites/strategies/layouts``),
+plus the weight's own keys, which each op's strategy adds. Sizes favour the edges: M = 1 and 16, N one
+either side of a 64-row tile, K not a multiple of 64.
+"""
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from suites.strategies.layouts import LAYOUTS, row_view
+from suites.strategies.shapes import multiples, sizes
+from suites.strategies.values import FINITE_MODES, finite_rows
+
+# An example calls the kernel 4 times (parity, determinism, write guards twice) and quantizes its weight
+# with the reference: 2**15 weights keep it within a second or two on a loaded 2-core machine.
+CPU_WEIGHT_BUDGET = 2**15
+
+
+def _depth_cap(cols: int, device: torch.device) -> int | None:
+    return CPU_WEIGHT_BUDGET // max(cols, 1) if device.type == "cpu" else None
+
+
+def _cols_cap(device: torch.device) -> int | None:
+    # at most 16 interpreter programs of 256 rows: the interpreter pays per program, K = 1 or not
+    return CPU_WEIGHT_BUDGET // 8 if device.type == "cpu" else None
+
+
+def draw_shape(draw, cell, device: torch.device, k_step: int) -> dict:
+    cols = draw(sizes(cell.bounds["N"], cap=_cols_cap(device)))
+    depth = draw(multiples(cell.bounds["K"], k_step, cap=_depth_cap(cols, device)))
+    return {"M": draw(sizes(cell.bounds["M"])), "N": cols, "K": depth,
+            "x_values": draw(st.sampled_from(FINITE_MODES)), "x_layout": draw(st.sampled_from(LAYOUTS))}
+
+
+def corner_shapes(cell, device: torch.device, k_step: int) -> list[tuple[int, int, int]]:
+    """(M, N, K): both bounds of M; the smallest N and the largest (the CPU budget permitting); one row
+    past a 64-row tile; the smallest K, K = 80 (not a multiple of 64) and the widest K."""
+    device = torch.device(device)
+    rows, cols, depth = cell.bounds["M"], cell.bounds["N"], cell.bounds["K"]
+    k_lo = -(-depth.lo // k_step) * k_step
+    widest_cols = cols.hi if device.type != "cpu" else max(cols.lo, min(cols.hi, CPU_WEIGHT_BUDGET // 80))
+
+    def widest_depth(n: int) -> int:
+        cap = _depth_cap(n, device)
+        return max(k_lo, (depth.hi if cap is None else min(depth.hi, cap)) // k_step * k_step)
+
+    past_tile = min(max(cols.lo, 65), cols.hi)
+    return [(rows.lo, cols.lo, k_lo), (rows.hi, widest_cols, 80), (rows.hi, cols.lo, widest_depth(cols.lo)),
+            (rows.lo, past_tile, widest_depth(past_tile)), (rows.lo + 2, widest_cols, k_lo)]
+
+
+def activations(recipe: dict, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+    """bf16 ``[M, K]`` in the recipe's value mode and row layout (garbage between rows)."""
+    x = row_view(recipe["M"], recipe["K"], torch.bfloat16, recipe["x_layout"], device)
+    x.copy_(finite_rows(recipe["M"], recipe["K"], torch.bfloat16, recipe["x_values"], generator, device))
+    return x

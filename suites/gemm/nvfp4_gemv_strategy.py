@@ -1,0 +1,59 @@
+"""Inputs for ``nvfp4_gemv``: recipes inside a cell's bounds, and the tensors they build.
+
+A recipe: ``{"M", "N", "K", "x_values", "x_layout", "global_scale", "weights", "seed"}``. The weight
+``[N, K]`` is built block by block from ``suites/quant/hard_cases`` (midpoint ties and their float32
+neighbours, zero, tiny, underflowing and saturating blocks, E4M3-tie scales; or plain Gaussian rows)
+around a global scale chosen by mode, then quantized by the contract's reference ``nvfp4_quantize``:
+the GEMV gets exactly what the quantizer hands it. ``huge_amax`` and ``tiny_amax`` are left out:
+weights near 1e35 overflow bf16 outputs, and weights near 1e-33 make outputs below bf16's normal range,
+where the stock op flushes subnormals (168 ULP of stock error, measured on the CPU) and the band it
+sets would be too wide to judge anything else in that example; ``nvfp4_quantize`` covers both ends.
+"""
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from references.formats import NVFP4_BLOCK, nvfp4_quantize
+from suites.gemm.gemv_inputs import activations, corner_shapes, draw_shape
+from suites.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
+from suites.strategies.layouts import LAYOUTS
+from suites.strategies.shapes import seeds
+from suites.strategies.values import FINITE_MODES
+
+WEIGHT_MIXES = {"hard": HARD_BLOCK_KINDS, "random": ("random",)}
+SCALE_MODES = tuple(mode for mode in GLOBAL_SCALE_MODES if mode not in ("huge_amax", "tiny_amax"))
+
+
+def recipes(cell, device) -> st.SearchStrategy[dict]:
+    device = torch.device(device)
+
+    @st.composite
+    def draw_recipe(draw):
+        return {**draw_shape(draw, cell, device, NVFP4_BLOCK),
+                "global_scale": draw(st.sampled_from(SCALE_MODES)),
+                "weights": draw(st.sampled_from(tuple(WEIGHT_MIXES))), "seed": draw(seeds())}
+
+    return draw_recipe()
+
+
+def corners(cell, device) -> list[dict]:
+    """Each corner shape, and each global-scale mode, in turn; hard weights, every activation mode."""
+    shapes = corner_shapes(cell, device, NVFP4_BLOCK)
+    count = max(len(shapes), len(SCALE_MODES))
+    return [
+        {"M": rows, "N": cols, "K": depth, "x_values": FINITE_MODES[i % len(FINITE_MODES)],
+         "x_layout": LAYOUTS[i % len(LAYOUTS)], "global_scale": SCALE_MODES[i % len(SCALE_MODES)],
+         "weights": "hard", "seed": cell.seed("corner", i)}
+        for i, (rows, cols, depth) in enumerate(shapes[i % len(shapes)] for i in range(count))
+    ]
+
+
+def build(recipe: dict, device) -> dict:
+    device = torch.device(device)
+    weight, global_scale = hard_input(recipe["N"], recipe["K"], recipe["global_scale"], WEIGHT_MIXES[recipe["weights"]],
+                                      recipe["seed"], device)
+    packed, block_scales = nvfp4_quantize(weight, global_scale)
+    generator = torch.Generator(device=device).manual_seed(recipe["seed"] + 1)
+    return {"x": activations(recipe, generator, device), "packed": packed, "block_scales": block_scales,
+            "global_scale": global_scale}

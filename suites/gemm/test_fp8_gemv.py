@@ -1,0 +1,72 @@
+"""fp8_gemv: every cell through the whole battery, and the battery against wrong GEMVs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oracles.battery import Implementation, strategy_module
+from ops.gemm.fp8_gemv import E4M3_BITS, ENTRY
+from ops.gemm.gemv_launch import gemv_plan
+from ops.triton_backend import interpreting, sm_count
+from suites.certification import (
+    arch_marks,
+    assert_certified,
+    assert_rejected,
+    cell_params,
+    certify_cell,
+    machine_device,
+)
+from suites.gemm import fp8_gemv_impls as impls
+
+pytestmark = arch_marks(ENTRY.archs)
+IMPLS = "suites.gemm.fp8_gemv_impls"
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_cell(cell):
+    assert_certified(certify_cell(ENTRY, cell))
+
+
+# (wrong implementation, the oracle that must catch it): the corners of narrow_outputs reach every bug.
+# summation_order_varies (determinism) is judged in test_gemv_on_gpu.py (see test_nvfp4_gemv.py).
+WRONG = [
+    ("scale_forgotten", "parity"),
+    ("read_as_e5m2", "parity"),
+    ("tail_dropped", "parity"),
+    ("bf16_accumulation", "parity"),
+    ("float16_activations", "parity"),
+    ("missing_refusal", "refusals"),
+]
+
+
+@pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
+def test_battery_rejects(name, oracle):
+    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    assert_rejected(certify_cell(ENTRY, ENTRY.cell("narrow_outputs"), impl, max_examples=0), oracle, impl.label)
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_battery_accepts_another_correct_implementation(cell):
+    impl = Implementation(f"{IMPLS}:correct_via_float32_sums", {ENTRY.name: impls.correct_via_float32_sums})
+    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+
+
+def test_corners_reach_both_launch_paths_and_every_kind_of_code():
+    """On this device: split-K and one-pass plans, K not a multiple of 64 and K = 1, M = 1 and 16, and
+    weights with both zeros, subnormals and ±448, all from the corners alone."""
+    device, strategy = machine_device(), strategy_module(ENTRY)
+    reached = set()
+    for cell in ENTRY.cells:
+        for recipe in strategy.corners(cell, device):
+            kwargs = strategy.build(recipe, device)
+            plan = gemv_plan(recipe["N"], recipe["K"], E4M3_BITS, sm_count(device), interpreting())
+            codes = kwargs["w"].view(torch.uint8) & 0x7F
+            reached |= {"split_k" if plan.splits > 1 else "one_pass", f"M={recipe['M']}", f"K={recipe['K']}"}
+            reached |= {name for name, hit in (("K_not_a_multiple_of_64", recipe["K"] % 64 != 0),
+                                               ("negative_zero", (kwargs["w"].view(torch.uint8) == 0x80).any()),
+                                               ("subnormal", ((codes > 0) & (codes < 8)).any()),
+                                               ("saturated", (codes == 0x7E).any()),
+                                               ("zero_x_row", (kwargs["x"] == 0).all(dim=1).any())) if hit}
+    expected = {"split_k", "one_pass", "M=1", "M=16", "K=1", "K_not_a_multiple_of_64", "negative_zero", "subnormal",
+                "saturated", "zero_x_row"}
+    assert expected <= reached, f"not reached: {sorted(expected - reached)}"

@@ -1,0 +1,39 @@
+"""GEMV checks only a GPU can run: the inline-PTX weight decode, and a summation-order control.
+
+- The NVFP4 table-lookup decode is inline PTX, which the interpreter cannot run: here the compiled
+  kernel decodes every byte against every E4M3 scale, bit for bit (its text is also executed by a small
+  PTX interpreter on every machine, in ``test_nvfp4_gemv.py``).
+- A float32 reordering moves a sum by an ulp or two of float32, which changes its bf16 rounding about
+  once in 2**15 outputs: the CPU's example sizes (at most 16 x 4096 outputs) did not show it once in 25
+  examples; a GPU cell's corners (16 x 32768 outputs, K up to 16384) do.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oracles.battery import Implementation
+from ops.catalog import Arch
+from ops.gemm import fp8_gemv, nvfp4_gemv
+from suites.certification import arch_marks, assert_rejected, certify_cell
+from suites.gemm import fp8_gemv_impls, nvfp4_gemv_impls
+from suites.gemm.test_nvfp4_gemv import decode_every_pair, float32_bits
+
+pytestmark = arch_marks(nvfp4_gemv.ENTRY.archs & fp8_gemv.ENTRY.archs - {Arch.CPU_INTERP})
+
+CASES = [(entry, impls, cell.id) for entry, impls in ((nvfp4_gemv.ENTRY, nvfp4_gemv_impls),
+                                                      (fp8_gemv.ENTRY, fp8_gemv_impls))
+         for cell in entry.cells]
+
+
+@pytest.mark.parametrize("entry, impls, cell_id", CASES, ids=[f"{e.name}-{c}" for e, _, c in CASES])
+def test_battery_rejects_a_summation_order_that_varies_per_call(entry, impls, cell_id):
+    name = f"{impls.__name__}:summation_order_varies"
+    impl = Implementation(name, {entry.name: impls.summation_order_varies})
+    assert_rejected(certify_cell(entry, entry.cell(cell_id), impl, max_examples=0), "determinism", name)
+
+
+def test_ptx_decode_is_exact_for_every_byte_and_scale():
+    (low, high), (expected_low, expected_high) = decode_every_pair(ptx_decode=True)
+    assert torch.equal(float32_bits(low), float32_bits(expected_low))
+    assert torch.equal(float32_bits(high), float32_bits(expected_high))

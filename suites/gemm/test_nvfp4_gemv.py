@@ -1,0 +1,202 @@
+"""nvfp4_gemv: every cell through the whole battery, and the battery against wrong GEMVs."""
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from oracles.battery import Implementation, strategy_module
+from ops.gemm.gemv_launch import gemv_plan
+from ops.gemm.nvfp4_gemv import E2M1_BITS, E2M1_PAIRS_PTX, ENTRY, dequantize_pairs
+from ops.triton_backend import interpreting, sm_count
+from references.formats import E4M3_MAX, e2m1_decode
+from suites.certification import (
+    arch_marks,
+    assert_certified,
+    assert_rejected,
+    cell_params,
+    certify_cell,
+    machine_device,
+)
+from suites.gemm import nvfp4_gemv_impls as impls
+
+pytestmark = arch_marks(ENTRY.archs)
+IMPLS = "suites.gemm.nvfp4_gemv_impls"
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_cell(cell):
+    assert_certified(certify_cell(ENTRY, cell))
+
+
+# (wrong implementation, the oracle that must catch it): the corners of narrow_outputs reach every bug.
+# summation_order_varies (determinism) is judged in test_gemv_on_gpu.py: the CPU's sizes are too small
+# for a float32 reordering to move a bf16 output (0 of 25 examples did, measured).
+WRONG = [
+    ("high_nibble_first", "parity"),
+    ("scale_per_32_elements", "parity"),
+    ("global_scale_forgotten", "parity"),
+    ("e2m1_read_as_linear", "parity"),
+    ("tail_dropped", "parity"),
+    ("bf16_accumulation", "parity"),
+    ("float16_activations", "parity"),
+    ("missing_refusal", "refusals"),
+]
+
+
+@pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
+def test_battery_rejects(name, oracle):
+    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    assert_rejected(certify_cell(ENTRY, ENTRY.cell("narrow_outputs"), impl, max_examples=0), oracle, impl.label)
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_battery_accepts_another_correct_implementation(cell):
+    impl = Implementation(f"{IMPLS}:correct_via_float32_sums", {ENTRY.name: impls.correct_via_float32_sums})
+    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+
+
+def test_corners_reach_both_launch_paths_and_the_hard_weights():
+    """On this device: split-K and one-pass plans, K not a multiple of 64, M = 1 and 16, and weights
+    with zero, subnormal and saturated block scales, all from the corners alone."""
+    device, strategy = machine_device(), strategy_module(ENTRY)
+    reached = set()
+    for cell in ENTRY.cells:
+        for recipe in strategy.corners(cell, device):
+            kwargs = strategy.build(recipe, device)
+            plan = gemv_plan(recipe["N"], recipe["K"], E2M1_BITS, sm_count(device), interpreting())
+            scales = kwargs["block_scales"].float()
+            reached |= {"split_k" if plan.splits > 1 else "one_pass", f"M={recipe['M']}"}
+            reached |= {name for name, hit in (("K_not_a_multiple_of_64", recipe["K"] % 64 != 0),
+                                               ("zero_scale", (scales == 0).any()),
+                                               ("subnormal_scale", ((scales > 0) & (scales < 2.0**-6)).any()),
+                                               ("saturated_scale", (scales == E4M3_MAX).any()),
+                                               ("zero_x_row", (kwargs["x"] == 0).all(dim=1).any())) if hit}
+    expected = {"split_k", "one_pass", "M=1", "M=16", "K_not_a_multiple_of_64", "zero_scale", "subnormal_scale",
+                "saturated_scale", "zero_x_row"}
+    assert expected <= reached, f"not reached: {sorted(expected - reached)}"
+
+
+
+# -- the weight decode, value by value: every byte against every E4M3 scale ---------------------------
+@triton.jit
+def _decode_every_pair(packed_ptr, scale_ptr, low_ptr, high_ptr, count, BLOCK: tl.constexpr, PTX_DECODE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offsets < count
+    low, high = dequantize_pairs(tl.load(packed_ptr + offsets, mask=live, other=0),
+                                 tl.load(scale_ptr + offsets, mask=live, other=0.0), PTX_DECODE)
+    tl.store(low_ptr + offsets, low.to(tl.float32), mask=live)
+    tl.store(high_ptr + offsets, high.to(tl.float32), mask=live)
+
+
+def every_byte_and_scale(device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bytes, scales): all 256 bytes against all 127 non-negative finite E4M3 scales, flattened."""
+    scales = torch.arange(0, 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    packed = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    return packed.repeat(len(scales)).to(device), scales.repeat_interleave(256).to(device)
+
+
+def expected_pairs(packed: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return e2m1_decode(packed & 0xF) * scales, e2m1_decode(packed >> 4) * scales
+
+
+def decode_every_pair(ptx_decode: bool):
+    packed, scales = every_byte_and_scale(machine_device())
+    low, high = torch.empty_like(scales), torch.empty_like(scales)
+    _decode_every_pair[(triton.cdiv(len(packed), 4096),)](packed, scales, low, high, len(packed), BLOCK=4096,
+                                                          PTX_DECODE=ptx_decode)
+    return (low, high), expected_pairs(packed, scales)
+
+
+def float32_bits(values: torch.Tensor) -> torch.Tensor:
+    return values.view(torch.int32)  # -0.0 is not +0.0 here
+
+
+def test_arithmetic_decode_is_exact_for_every_byte_and_scale():
+    (low, high), (expected_low, expected_high) = decode_every_pair(ptx_decode=False)
+    assert torch.equal(float32_bits(low), float32_bits(expected_low))
+    assert torch.equal(float32_bits(high), float32_bits(expected_high))
+
+
+# The table-lookup decode is inline PTX: only a GPU runs it (test_gemv_on_gpu.py). Here the same PTX
+# text is executed by a small interpreter of the instructions it uses, so a wrong table byte, selector or
+# sign mask fails on every machine; what the interpreter cannot vouch for is the hardware's reading of them.
+def _bf16_of(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
+
+
+def _bf16_bits(value: float) -> int:
+    """bf16 bits of a value exact in bf16 (the decode's values are: at most 6 significant bits)."""
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    assert bits & 0xFFFF == 0, f"{value} is not exact in bf16: the interpreter does not round"
+    return bits >> 16
+
+
+def _prmt(a: int, b: int, selector: int) -> int:
+    source = (b << 32) | a
+    out = 0
+    for i in range(4):
+        nibble = (selector >> (4 * i)) & 0xF
+        byte = (source >> (8 * (nibble & 7))) & 0xFF
+        if nibble & 8:
+            byte = 0xFF if byte & 0x80 else 0
+        out |= byte << (8 * i)
+    return out
+
+
+def _fma_bf16x2(a: int, b: int, c: int) -> int:
+    halves = [_bf16_bits(_bf16_of((a >> s) & 0xFFFF) * _bf16_of((b >> s) & 0xFFFF) + _bf16_of((c >> s) & 0xFFFF))
+              for s in (0, 16)]  # the products here have at most 6 significant bits: exact, as is the sum
+    return halves[0] | (halves[1] << 16)
+
+
+_PTX_OPERATIONS = {
+    "mov.b32": lambda a: a,
+    "and.b32": lambda a, b: a & b,
+    "or.b32": lambda a, b: a | b,
+    "shr.b32": lambda a, b: a >> b,
+    "shl.b32": lambda a, b: (a << b) & 0xFFFFFFFF,
+    "prmt.b32": _prmt,
+    "fma.rn.bf16x2": _fma_bf16x2,
+}
+
+
+def run_ptx(text: str, operands: dict[str, int]) -> dict[str, int]:
+    """Execute straight-line PTX of the operations above; ``operands`` maps $n to 32-bit values."""
+    registers = dict(operands)
+    for line in text.splitlines():
+        line = line.strip().rstrip(";")
+        if not line or line in "{}" or line.startswith(".reg"):
+            continue
+        operation, arguments = line.split(None, 1)
+        destination, *sources = [word.strip() for word in arguments.split(",")]
+        values = [int(word, 0) if word[0].isdigit() else registers[word] for word in sources]
+        registers[destination] = _PTX_OPERATIONS[operation](*values)
+    return registers
+
+
+def test_ptx_decode_text_interpreted_is_exact_for_every_byte_and_scale():
+    packed, scales = every_byte_and_scale("cpu")
+    expected_low, expected_high = (
+        [_bf16_bits(v) for v in values.tolist()] for values in expected_pairs(packed, scales))
+    packed, scale_bits = packed.tolist(), [_bf16_bits(s) for s in scales.tolist()]
+    for start in range(0, len(packed), 4):  # four consecutive (byte, scale) pairs per invocation
+        group = range(start, start + 4)
+        operands = {"$4": sum(packed[g] << (8 * i) for i, g in enumerate(group)),
+                    "$5": scale_bits[start] | (scale_bits[start + 1] << 16),
+                    "$6": scale_bits[start + 2] | (scale_bits[start + 3] << 16)}
+        result = run_ptx(E2M1_PAIRS_PTX.value, operands)
+        halves = [(result[f"${r}"] >> s) & 0xFFFF for r in range(4) for s in (0, 16)]
+        assert halves[:4] == [expected_low[g] for g in group], hex(operands["$4"])
+        assert halves[4:] == [expected_high[g] for g in group], hex(operands["$4"])
+
+
+def test_ptx_interpreter_tells_a_wrong_table():
+    """The check above can fail: one wrong byte in the low-byte table (1.5 read as 1.25) is caught."""
+    wrong = E2M1_PAIRS_PTX.value.replace("0xC0800000, 0xC0804000", "0xA0800000, 0xC0804000")
+    result = run_ptx(wrong, {"$4": 0x03, "$5": _bf16_bits(1.0), "$6": 0})
+    assert _bf16_of(result["$0"] & 0xFFFF) == 1.25
+    assert _bf16_of(run_ptx(E2M1_PAIRS_PTX.value, {"$4": 0x03, "$5": _bf16_bits(1.0), "$6": 0})["$0"] & 0xFFFF) == 1.5

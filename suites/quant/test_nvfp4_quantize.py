@@ -1,0 +1,202 @@
+"""nvfp4_quantize: every cell through the whole battery, and the battery against wrong quantizers."""
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from oracles.battery import Implementation, strategy_module
+from ops.quant.nvfp4_quantize import ENTRY, _e2m1_satfinite_rne, _e4m3_satfinite_rne
+from references.formats import (
+    E2M1_MAX,
+    E2M1_MIDPOINTS,
+    E2M1_VALUES,
+    E4M3_MAX,
+    NVFP4_BLOCK,
+    e2m1_encode,
+    e4m3_satfinite_rne,
+    nvfp4_global_scale,
+    nvfp4_quantize,
+)
+from suites.certification import (
+    arch_marks,
+    assert_certified,
+    assert_rejected,
+    cell_params,
+    certify_cell,
+    machine_device,
+)
+from suites.quant import nvfp4_quantize_impls as impls
+from suites.quant import wrong_encoders
+from suites.quant.exact_rounding import random_float32
+
+pytestmark = arch_marks(ENTRY.archs)
+IMPLS = "suites.quant.nvfp4_quantize_impls"
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_cell(cell):
+    assert_certified(certify_cell(ENTRY, cell))
+
+
+# (wrong implementation, the oracle that must catch it); the corners of decode_activations reach
+# every global-scale mode, hence every bug below, without a single Hypothesis draw.
+WRONG = [
+    ("approximate_division_emulated", "parity"),
+    ("torch_one_division", "parity"),
+    ("trtllm_block_max_test", "parity"),
+    ("torchao_scale_clamp", "parity"),
+    ("ties_away_from_zero", "parity"),
+    ("sign_from_comparison", "parity"),
+    ("high_nibble_first", "parity"),
+    ("flushed_subnormal_scales", "parity"),
+    ("flushed_subnormal_inputs", "parity"),
+    ("tail_left_zero", "parity"),
+    ("rows_read_as_contiguous", "parity"),
+    ("missing_refusal", "refusals"),
+]
+
+
+@pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
+def test_battery_rejects(name, oracle):
+    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    result = certify_cell(ENTRY, ENTRY.cell("decode_activations"), impl, max_examples=0)
+    assert_rejected(result, oracle, impl.label)
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_battery_accepts_another_correct_implementation(cell):
+    impl = Implementation(f"{IMPLS}:correct_via_grid_search", {ENTRY.name: impls.correct_via_grid_search})
+    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+
+
+# -- the strategy reaches the hard cases on purpose -------------------------------------------------
+HARD_CASES = ([f"{m}_{where}" for m in E2M1_MIDPOINTS for where in ("on_midpoint", "one_ulp_above", "one_ulp_below")]
+              + ["zero_block", "all_negative_tiny_block", "saturating_block", "scale_underflow", "out_scale_overflow",
+                 "scale_tie_only_ieee_division_reaches", "K_not_a_multiple_of_64"])
+
+
+def hard_cases_in(x: torch.Tensor, global_scale: torch.Tensor) -> set[str]:
+    """Which of HARD_CASES one input reaches, measured on the contract's own intermediate values."""
+    rows, cols = x.shape
+    blocks = x.float().reshape(rows, cols // NVFP4_BLOCK, NVFP4_BLOCK)
+    _, block_scales = nvfp4_quantize(x, global_scale)
+    sf = block_scales.float()
+    out_scale = torch.where(sf == 0, 0.0, torch.reciprocal(sf * torch.reciprocal(global_scale)))
+    scaled = (blocks * out_scale[..., None]).abs()
+    found = set()
+    for m in E2M1_MIDPOINTS:
+        midpoint = torch.tensor(m, device=x.device)
+        for where, value in (("on_midpoint", midpoint), ("one_ulp_above", torch.nextafter(midpoint, midpoint + 1)),
+                             ("one_ulp_below", torch.nextafter(midpoint, midpoint - 1))):
+            if (scaled == value).any():
+                found.add(f"{m}_{where}")
+    nonzero = (blocks != 0).any(dim=-1)
+    block_max = blocks.abs().amax(dim=-1)
+    by_reciprocal = global_scale * (block_max * torch.reciprocal(torch.tensor(6.0, device=x.device)))
+    cases = {
+        "zero_block": ~nonzero,
+        "all_negative_tiny_block": blocks.signbit().all(dim=-1) & nonzero & (sf > 0) & (sf < 2.0**-6),
+        "saturating_block": (sf == E4M3_MAX) & (scaled > E2M1_MAX).any(dim=-1),
+        "scale_underflow": (sf == 0) & nonzero,
+        "out_scale_overflow": (sf != 0) & out_scale.isinf(),
+        "scale_tie_only_ieee_division_reaches":
+            e4m3_satfinite_rne(by_reciprocal).view(torch.uint8) != block_scales.view(torch.uint8),
+    }
+    found |= {name for name, where in cases.items() if where.any()}
+    if cols % 64:
+        found.add("K_not_a_multiple_of_64")
+    return found
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_corners_reach_every_hard_case(cell):
+    device = machine_device()
+    strategy = strategy_module(ENTRY)
+    corners = strategy.corners(cell, device)
+    reached = set().union(*(hard_cases_in(**strategy.build(recipe, device)) for recipe in corners))
+    assert reached == set(HARD_CASES), f"not reached: {sorted(set(HARD_CASES) - reached)}"
+
+
+def test_hard_case_census_can_miss():
+    """The census is not vacuous: plain Gaussian data reaches almost none of it."""
+    x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0)).bfloat16()
+    assert len(hard_cases_in(x, nvfp4_global_scale(x))) < len(HARD_CASES) // 2
+
+
+# -- the kernel's rounding helpers, value by value, against the format references ----------------------
+@triton.jit
+def _round_elementwise(values_ptr, e2m1_ptr, e4m3_code_ptr, e4m3_value_ptr, count, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offsets < count
+    values = tl.load(values_ptr + offsets, mask=live, other=0.0)
+    tl.store(e2m1_ptr + offsets, _e2m1_satfinite_rne(values).to(tl.uint8), mask=live)
+    code, value = _e4m3_satfinite_rne(values)
+    tl.store(e4m3_code_ptr + offsets, code.to(tl.uint8), mask=live)
+    tl.store(e4m3_value_ptr + offsets, value, mask=live)
+
+
+def _with_neighbours(centres: torch.Tensor, ulps: int = 3) -> torch.Tensor:
+    """Each value, both signs, and the ``ulps`` float32 neighbours on either side of each."""
+    found = [centres]
+    for direction in (torch.inf, -torch.inf):
+        step = centres
+        for _ in range(ulps):
+            step = torch.nextafter(step, torch.full_like(step, direction))
+            found.append(step)
+    values = torch.cat(found)
+    return torch.cat([values, -values])
+
+
+def _kernel_rounding(values: torch.Tensor):
+    values = values.to(machine_device())
+    e2m1 = torch.empty(values.shape, dtype=torch.uint8, device=values.device)
+    e4m3_code, e4m3_value = torch.empty_like(e2m1), torch.empty_like(values)
+    block = 4096
+    _round_elementwise[(triton.cdiv(values.numel(), block),)](values, e2m1, e4m3_code, e4m3_value, values.numel(),
+                                                               BLOCK=block)
+    return values, e2m1, e4m3_code, e4m3_value
+
+
+def _e2m1_probe_values() -> torch.Tensor:
+    grid = torch.tensor(E2M1_VALUES + E2M1_MIDPOINTS + (7.0, 8.0, 1e30, 2.0**-126, 2.0**-149, torch.inf))
+    return torch.cat([_with_neighbours(grid), random_float32(2**16, seed=3), torch.tensor([torch.nan, -torch.nan])])
+
+
+def _e4m3_probe_values() -> torch.Tensor:
+    codes = torch.arange(0, 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    ties = (codes[:-1] + codes[1:]) / 2
+    finite = random_float32(2**16, seed=4)
+    return torch.cat([_with_neighbours(torch.cat([codes, ties, torch.tensor([464.0, 1e30, torch.inf])])),
+                      finite[finite.isfinite()]])
+
+
+def test_kernel_e2m1_rounding_is_the_reference_on_every_midpoint_its_neighbours_and_random_bits():
+    values, codes, _, _ = _kernel_rounding(_e2m1_probe_values())
+    expected = e2m1_encode(values)
+    assert torch.equal(codes, expected), f"{int((codes != expected).sum())} codes differ"
+
+
+def test_kernel_e4m3_rounding_is_the_reference_on_every_code_every_tie_and_random_bits():
+    values, _, code, value = _kernel_rounding(_e4m3_probe_values())
+    expected = e4m3_satfinite_rne(values)
+    assert torch.equal(code, expected.view(torch.uint8)), f"{int((code != expected.view(torch.uint8)).sum())} differ"
+    assert torch.equal(value, expected.float())
+
+
+@pytest.mark.parametrize("probe, reference, wrong", [
+    (_e2m1_probe_values, e2m1_encode, wrong_encoders.e2m1_ties_away_from_zero),
+    (_e2m1_probe_values, e2m1_encode, wrong_encoders.e2m1_no_saturation),
+    (_e2m1_probe_values, e2m1_encode, wrong_encoders.e2m1_sign_from_comparison),
+    (_e4m3_probe_values, lambda v: e4m3_satfinite_rne(v).view(torch.uint8),
+     lambda v: wrong_encoders.e4m3_flush_subnormals(v).view(torch.uint8)),
+    (_e4m3_probe_values, lambda v: e4m3_satfinite_rne(v).view(torch.uint8),
+     lambda v: wrong_encoders.e4m3_nan_on_overflow(v).view(torch.uint8)),
+], ids=["e2m1_ties_away", "e2m1_no_saturation", "e2m1_sign_from_comparison", "e4m3_flush_subnormals",
+        "e4m3_nan_on_overflow"])
+def test_kernel_rounding_probes_tell_a_wrong_rounding(probe, reference, wrong):
+    """The probe values reach what a wrong rounding gets wrong: the value-by-value checks can fail."""
+    values = probe()
+    finite = values.isfinite() if reference is e2m1_encode else torch.ones_like(values, dtype=torch.bool)
+    assert not torch.equal(reference(values[finite]), wrong(values[finite]))

@@ -1,0 +1,1 @@
+"""Suites of the state-space-model family (Gated DeltaNet)."""

@@ -1,0 +1,92 @@
+"""Inputs for ``gdn_commit``: a pool, checkpoints as gdn_verify returns them, and accepted counts.
+
+A recipe: ``B``, ``T``, ``HV``, ``Dk``, ``Dv``, ``state_dtype``, ``free_slots``, ``padding``, ``slots``
+(as ``suites/ssm/gdn_inputs.py``), ``accepted`` (``mixed`` counts in 0..T, ``none``, ``all``),
+``layout`` (contiguous, a strided pool, or checkpoints sliced from a longer draft) and ``values``:
+``typical``, or ``bit_patterns`` — checkpoints holding NaN payloads, ±inf, -0.0 and subnormals, which
+a copy must carry bit for bit.
+"""
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from suites.ssm.gdn_inputs import PADDING, SLOTS, Builder, batch_cap, dtype_name
+from suites.strategies.shapes import seeds, sizes
+
+ACCEPTED = ("mixed", "none", "all")
+LAYOUTS = ("contiguous", "strided_pool", "sliced_checkpoints")
+VALUES = ("typical", "bit_patterns")
+# A commit is one program per row under the interpreter, sweeping the row's slot in one block; the
+# budget bounds the tensors the battery copies and compares there.
+CPU_COMMIT_ROWS_X_HEADS = 32
+
+
+def _cap(device, heads_v, dk, dv, tokens) -> int:
+    if device.type == "cpu":
+        return CPU_COMMIT_ROWS_X_HEADS // heads_v
+    return batch_cap(device, heads_v, dk, dv, tokens)
+
+
+def recipes(cell, device) -> st.SearchStrategy[dict]:
+    device = torch.device(device)
+    bounds = cell.bounds
+
+    @st.composite
+    def draw_recipe(draw):
+        tokens = draw(sizes(bounds["T"]))
+        heads_v = draw(sizes(bounds["HV"], cap=CPU_COMMIT_ROWS_X_HEADS if device.type == "cpu" else None))
+        dk, dv = draw(st.sampled_from(bounds["Dk"].choices)), draw(st.sampled_from(bounds["Dv"].choices))
+        return {"B": draw(sizes(bounds["B"], cap=_cap(device, heads_v, dk, dv, tokens))), "T": tokens,
+                "HV": heads_v, "Dk": dk, "Dv": dv,
+                "state_dtype": draw(st.sampled_from([dtype_name(d) for d in bounds["state_dtype"].choices])),
+                "free_slots": draw(st.integers(1, 3)), "padding": draw(st.sampled_from(PADDING)),
+                "slots": draw(st.sampled_from(SLOTS)), "accepted": draw(st.sampled_from(ACCEPTED)),
+                "layout": draw(st.sampled_from(LAYOUTS)), "values": draw(st.sampled_from(VALUES)),
+                "seed": draw(seeds())}
+
+    return draw_recipe()
+
+
+def corners(cell, device) -> list[dict]:
+    device = torch.device(device)
+    dtype = dtype_name(cell.bounds["state_dtype"].choices[0])
+    base = {"state_dtype": dtype, "free_slots": 1, "padding": "none", "slots": "shuffled", "accepted": "mixed",
+            "layout": "contiguous", "values": "typical", "Dk": 64, "Dv": 64}
+    found = [
+        {**base, "B": 0, "T": 1, "HV": 1},
+        {**base, "B": 1, "T": 1, "HV": 1, "accepted": "all", "slots": "last_slot_live", "values": "bit_patterns"},
+        {**base, "B": 4, "T": 8, "HV": 2, "Dk": 128, "padding": "all", "slots": "last_slot_free"},
+        {**base, "B": 5, "T": 3, "HV": 4, "Dv": 128, "padding": "ends", "slots": "last_slot_free",
+         "layout": "sliced_checkpoints", "values": "bit_patterns"},
+        {**base, "B": 6, "T": 8, "HV": 8, "Dk": 128, "Dv": 128, "accepted": "none", "layout": "strided_pool"},
+        {**base, "B": 256, "T": 2, "HV": 1, "padding": "some"},
+        {**base, "B": 64, "T": 4, "HV": 32, "Dk": 128, "Dv": 128, "accepted": "all"},
+    ]
+    return [{**recipe, "seed": cell.seed("corner", i)} for i, recipe in enumerate(found)
+            if recipe["B"] <= _cap(device, recipe["HV"], recipe["Dk"], recipe["Dv"], recipe["T"])]
+
+
+def build(recipe: dict, device) -> dict:
+    builder = Builder({**recipe, "H": recipe["HV"], "group": 1, "values": "typical",
+                       "layout": "strided_pool" if recipe["layout"] == "strided_pool" else "contiguous"}, device)
+    batch, tokens = builder.batch, recipe["T"]
+    slots = builder.slots()
+    state = builder.pool()
+    slot_shape = state.shape[1:]
+    drafted = tokens + 2 if recipe["layout"] == "sliced_checkpoints" else tokens
+    values = builder.randn(batch, drafted, *slot_shape).to(state.dtype)
+    if recipe["values"] == "bit_patterns":
+        bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16}[state.dtype]
+        width = 8 * state.element_size()
+        raw = torch.randint(-2 ** (width - 1), 2 ** (width - 1), values.shape, generator=builder.generator,
+                            device=builder.device).to(bits).view(state.dtype)
+        values = torch.where(builder.coin(*values.shape, p=0.1), raw, values)
+    checkpoints = values[:, 1:tokens + 1] if recipe["layout"] == "sliced_checkpoints" else values
+    if recipe["accepted"] == "none":
+        accepted = torch.zeros(batch, device=builder.device)
+    elif recipe["accepted"] == "all":
+        accepted = torch.full((batch,), tokens, device=builder.device)
+    else:
+        accepted = torch.randint(0, tokens + 1, (batch,), generator=builder.generator, device=builder.device)
+    return {"state": state, "slots": slots, "checkpoints": checkpoints, "num_accepted": accepted.to(torch.int32)}

@@ -1,0 +1,47 @@
+"""fla-core's fused_recurrent_gated_delta_rule judged against the gdn contract (a test-only extra: skipped
+where fla-core is not installed).  The whole judgement is ``suites/ssm/fla_report.md``, made by
+``tools/certify-cells``; these pin its two findings about state semantics on small inputs."""
+from __future__ import annotations
+
+import pytest
+
+from oracles.band import check_band
+from oracles.determinism import run_on_copy
+from oracles.failures import OracleFailure
+from oracles.tensors import as_outputs, clone_inputs
+from ops.catalog import ALL_ARCHS, op
+from references.ssm.gdn_verify import replay_equivalence
+from suites.certification import arch_marks, machine_device
+from suites.ssm import gdn_verify_strategy as strategy
+
+pytestmark = arch_marks(ALL_ARCHS)
+fla_adapter = pytest.importorskip("suites.ssm.fla_adapter", reason="fla-core is not installed (a test-only extra)")
+FLA = {name: getattr(fla_adapter, name) for name in ("gdn_decode", "gdn_verify", "gdn_commit")}
+
+
+def _draft(state_dtype: str) -> dict:
+    recipe = {"B": 1, "H": 1, "group": 2, "Dk": 64, "Dv": 64, "free_slots": 1, "state_dtype": state_dtype,
+              "qk_l2norm": True, "scale": "inv_sqrt_dk", "layout": "contiguous", "values": "typical",
+              "padding": "none", "slots": "shuffled", "T": 2, "tokens": "full", "seed": 0}
+    return strategy.build(recipe, machine_device())
+
+
+@pytest.mark.parametrize("state_dtype", ["float32", "bfloat16"])
+def test_fla_decode_is_inside_the_band(state_dtype):
+    entry = op("gdn_decode")
+    draft = _draft(state_dtype)
+    kwargs = {name: value[:, 0] if name in ("q", "k", "v", "g", "beta") else value
+              for name, value in draft.items() if name != "num_tokens"}
+    check_band(run_on_copy(FLA["gdn_decode"], kwargs, entry.in_place), run_on_copy(entry.stock, kwargs, entry.in_place),
+               as_outputs(entry.truth(**clone_inputs(kwargs))), "fla-core's decode")
+
+
+def test_fla_verify_replays_decode_bit_for_bit_on_an_fp32_pool():
+    replay_equivalence(FLA, _draft("float32"))
+
+
+def test_fla_verify_keeps_an_fp32_running_state_so_a_bf16_pool_does_not_replay():
+    """fla keeps the state in fp32 across the tokens of a call; the contract (and decode, call by call)
+    rounds it to the pool's bf16 after every token."""
+    with pytest.raises(OracleFailure, match=r"\[stateful\].*token 1"):
+        replay_equivalence(FLA, _draft("bfloat16"))

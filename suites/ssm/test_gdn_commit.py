@@ -1,0 +1,52 @@
+"""gdn_commit: every cell through the battery (bitwise), and the battery against wrong commits."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ops.ssm.gdn_commit import ENTRY
+from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell,
+                                  machine_device)
+from suites.ssm import gdn_commit_strategy as strategy
+from suites.ssm.gdn_impls import judged
+
+pytestmark = arch_marks(ENTRY.archs)
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_cell(cell):
+    assert_certified(certify_cell(ENTRY, cell))
+
+
+WRONG = [
+    ("zero_accepted_wraps", "fp32_state", "parity"),
+    ("commit_through_minus_one", "bf16_state", "parity"),
+]
+
+
+@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
+def test_battery_rejects(name, cell_id, oracle):
+    impl = judged(name, op="gdn_commit")
+    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=4, shrink=False)
+    assert_rejected(result, oracle, impl.label)
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_battery_accepts_another_correct_implementation(cell):
+    impl = judged("gdn_commit", op="gdn_commit")
+    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=1), impl.label)
+
+
+def test_accepted_counts_past_the_draft_commit_its_last_checkpoint():
+    recipe = {"B": 3, "T": 2, "HV": 2, "Dk": 64, "Dv": 64, "state_dtype": "bfloat16", "free_slots": 1,
+              "padding": "none", "slots": "shuffled", "accepted": "mixed", "layout": "contiguous",
+              "values": "bit_patterns", "seed": 3}
+    kwargs = strategy.build(recipe, machine_device())
+    kwargs["num_accepted"] = torch.tensor([7, 0, -2], dtype=torch.int32, device=machine_device())
+    before = kwargs["state"].clone()
+    ENTRY.kernel(**kwargs)
+    slots = kwargs["slots"].long()
+    assert torch.equal(kwargs["state"][slots[0]].view(torch.int16), kwargs["checkpoints"][0, 1].view(torch.int16))
+    untouched = torch.ones(before.shape[0], dtype=torch.bool)
+    untouched[slots[0]] = False
+    assert torch.equal(kwargs["state"][untouched].view(torch.int16), before[untouched].view(torch.int16))

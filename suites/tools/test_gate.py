@@ -1,0 +1,141 @@
+"""tools/gate on a copy of this repository under git: which ops a change touches, which tests it runs,
+which certificates it made stale — and the findings it must not miss."""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from ops import certificates
+from ops.catalog import entries
+from suites.claims import REPO
+
+pytestmark = pytest.mark.cpu
+
+GIT = ["git", "-c", "user.name=gate test", "-c", "user.email=gate@localhost", "-c", "commit.gpgsign=false"]
+
+
+def git(root: pathlib.Path, *words: str) -> str:
+    return subprocess.run([*GIT, *words], cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path) -> pathlib.Path:
+    """This working tree (tracked and untracked, not ignored), committed once on a branch named main."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           check=True, capture_output=True, text=True).stdout.split("\0")
+    root = tmp_path / "repo"
+    for name in filter(None, files):
+        if (REPO / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / name)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "base")
+    return root
+
+
+def gate(root: pathlib.Path, *words: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "tools/gate", *words], cwd=root, capture_output=True, text=True)
+
+
+def verdict(run: subprocess.CompletedProcess) -> dict:
+    assert run.stdout.startswith("{"), run.stdout + run.stderr
+    return json.loads(run.stdout)
+
+
+def edit(path: pathlib.Path) -> None:
+    path.write_text(path.read_text() + "\n# an edit\n")
+
+
+def test_a_kernel_change_names_its_op_its_tests_and_the_certificate_it_made_stale(repo):
+    entry = entries()["greedy_argmax"]
+    certificate = repo / pathlib.Path(certificates.certificate_path(entry)).relative_to(REPO)
+    # the copy's sources are byte-identical to this tree's, so this digest is the copy's too
+    fresh = {"source_sha256": certificates.source_digest(entry), "cells": {}}
+    already_stale = {"source_sha256": "0" * 64, "cells": {}}
+    certificate.write_text(json.dumps({"op": "greedy_argmax", "archs": {"cpu-interp": fresh, "sm90": already_stale}}))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "certified")
+    git(repo, "checkout", "-q", "-b", "change")
+    edit(repo / "ops" / "sampling" / "greedy_argmax.py")
+    git(repo, "commit", "-q", "-am", "a kernel change")
+
+    run = gate(repo, "--dry-run", "--json")
+    found = verdict(run)
+    assert run.returncode == 1
+    assert "merge base of HEAD with main" in found["base"]["how"]
+    assert found["changed_files"] == ["ops/sampling/greedy_argmax.py"]
+    assert list(found["ops"]) == ["greedy_argmax"]
+    assert found["ops"]["greedy_argmax"]["changed"] == {"ops/sampling/greedy_argmax.py": "kernel, entry and cells"}
+    assert found["tests"] == {"ids": ["suites/sampling/test_greedy_argmax.py", "suites/test_claims.py"], "ran": False}
+    stale = {s["arch"]: s for s in found["stale_certificates"]}
+    assert stale["cpu-interp"]["made_stale_by_this_change"] and stale["cpu-interp"]["status_at_base"] == "fresh"
+    assert not stale["sm90"]["made_stale_by_this_change"] and stale["sm90"]["status_at_base"] == "stale"
+    assert stale["sm90"]["command"] == certificates.recertify_command(entry, certificates.Arch.SM90)
+    assert any("cpu-interp certificate is stale (made stale by this change)" in f and
+               "tools/certify-cells --op greedy_argmax --device cpu" in f for f in found["findings"])
+
+
+def test_shared_modules_strategies_and_uncommitted_files_select_their_ops(repo):
+    edit(repo / "ops" / "attention" / "rollback_save.py")             # rollback_restore runs this kernel too
+    edit(repo / "suites" / "speculative" / "strict_accept_strategy.py")
+    edit(repo / "README.md")                                           # touches no op
+    (repo / "suites" / "sampling" / "greedy_argmax_impls.py").unlink()  # a removed file is a change too
+    found = verdict(gate(repo, "--base", "HEAD", "--dry-run", "--json"))
+    assert found["base"]["how"] == "--base HEAD"
+    assert sorted(found["ops"]) == ["greedy_argmax", "rollback_restore", "rollback_save", "strict_accept"]
+    assert found["ops"]["rollback_restore"]["changed"] == {
+        "ops/attention/rollback_save.py": "a module its kernel or reference uses"}
+    assert found["ops"]["strict_accept"]["changed"] == {"suites/speculative/strict_accept_strategy.py": "strategy"}
+    assert found["ops"]["greedy_argmax"]["changed"] == {
+        "suites/sampling/greedy_argmax_impls.py": "alternative implementations"}
+    assert found["tests"]["ids"][-1] == "suites/test_claims.py"
+    assert found["verdict"] == "pass" and found["findings"] == []
+
+
+def test_no_change_in_a_clone_without_history_passes_and_runs_nothing(repo):
+    run = gate(repo)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "HEAD (no parent commit here" in run.stdout
+    assert "no change against the base: no test to run" in run.stdout and "gate: PASS" in run.stdout
+
+
+def test_the_tests_it_runs_are_reported_and_a_failure_is_a_finding(repo, tmp_path):
+    suite = repo / "suites" / "sampling" / "test_greedy_argmax.py"
+    suite.write_text(suite.read_text() + "\n\ndef test_gate_control_passes():\n    pass\n\n\n"
+                     "def test_gate_control_fails():\n    assert False, 'the gate must report this'\n")
+    junit = tmp_path / "gate.xml"
+    run = gate(repo, "--base", "HEAD", "--json", "--junit", str(junit), "--", "-k", "gate_control")
+    found = verdict(run)
+    assert run.returncode == 1
+    assert found["tests"]["ran"] and found["tests"]["returncode"] == 1
+    assert found["tests"]["failed"] == ["suites.sampling.test_greedy_argmax::test_gate_control_fails"]
+    assert "-k gate_control" in found["tests"]["command"]
+    assert "tests failed (pytest exit 1)" in found["findings"][0]
+    suites = {suite.get("name"): suite for suite in ET.parse(junit).getroot().iter("testsuite")}
+    assert set(suites) == {"gate.certificates", "pytest"}
+    cases = {case.get("name"): case for case in suites["pytest"].iter("testcase")}
+    assert set(cases) == {"test_gate_control_passes", "test_gate_control_fails"}
+    assert cases["test_gate_control_fails"].find("failure") is not None
+    assert cases["test_gate_control_passes"].find("failure") is None
+
+
+@pytest.mark.parametrize("words, reason", [
+    (("--base", "no_such_revision"), "--base: unknown revision 'no_such_revision'"),
+    (("--workers", "-1"), "--workers: -1 is negative"),
+])
+def test_usage_errors_exit_2_in_one_line(repo, words, reason):
+    run = gate(repo, *words)
+    assert run.returncode == 2 and run.stderr.strip() == f"error: {reason}", run.stderr
+
+
+def test_outside_a_git_checkout_is_a_usage_error(repo):
+    shutil.rmtree(repo / ".git")
+    run = gate(repo)
+    assert run.returncode == 2 and "is not a git checkout" in run.stderr and len(run.stderr.splitlines()) == 1

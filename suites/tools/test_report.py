@@ -1,0 +1,152 @@
+"""The certification report (tools/report.py, ``tools/certify-cells --report PATH.html --junit PATH``):
+what the grid reads from certificate files, a self-contained page, a browser that shows the grid, and
+JUnit XML a CI system can read."""
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import pathlib
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from ops import certificates
+from ops.catalog import Arch, entries
+from tools import bench, certify, report
+
+pytestmark = pytest.mark.cpu
+
+IMPLS = "suites.sampling.greedy_argmax_impls"
+
+
+def record(status="certified", examples=7, kernel=0.0, stock=0.0, **extra) -> dict:
+    return {"status": status, "examples": examples, "worst_kernel_error_ulp": kernel, "worst_stock_error_ulp": stock,
+            "stock_disagreements": 0, "oracles": [], "skipped": {}, **extra}
+
+
+def test_the_grid_reads_every_certificate_section_as_it_is_now(tmp_path, monkeypatch):
+    entry = entries()["greedy_argmax"]
+    monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}.cert.json")
+    cells = {"empty_batch": record(), "decode_small_batch": record("failed"), "decode_mid_batch": record()}
+    certificates.write_section(entry, Arch.CPU_INTERP, {"source_sha256": certificates.source_digest(entry),
+                                                        "cells": cells})
+    certificates.write_section(entry, Arch.SM90, {"source_sha256": "0" * 64, "cells": cells})
+    only_two_archs = dataclasses.replace(entry, archs=frozenset({Arch.CPU_INTERP, Arch.SM90}))
+    status = {(square.cell, square.arch): square.status for square in report.collect_grid({"x": only_two_archs})}
+    assert status[("empty_batch", "cpu-interp")] == "certified"
+    assert status[("decode_small_batch", "cpu-interp")] == "failing"
+    assert status[("decode_large_batch", "cpu-interp")] == "unknown"   # the section records no such cell
+    assert {status[(cell, "sm90")] for cell in cells} == {"stale"}     # earned on other sources
+    assert status[("decode_large_batch", "sm90")] == "unknown"
+    assert status[("empty_batch", "sm100")] == "not claimed"
+
+
+def synthetic_grid() -> list[report.GridCell]:
+    """Two ops x two cells x four archs holding every status, a band op's errors among them."""
+    section = {"device": "NVIDIA H200", "date": "2026-11-29", "command": "tools/certify-cells --device cuda",
+               "versions": {"torch": "2.11.0"}}
+    layout = {("band_op", "decode"): ["certified", "stale", "failing", "unknown"],
+              ("band_op", "prefill"): ["certified", "certified", "quarantined", "not claimed"],
+              ("exact_op", "small"): ["failing", "stale", "unknown", "not claimed"],
+              ("exact_op", "large"): ["certified", "unknown", "stale", "not claimed"]}
+    grid = []
+    for (op, cell), statuses in layout.items():
+        for arch, status in zip(("cpu-interp", "sm90", "sm100", "sm103"), statuses):
+            has_record = status in ("certified", "stale", "failing", "quarantined")
+            kernel = float("inf") if status == "failing" else 1.5
+            grid.append(report.GridCell(op, cell, "a regime", arch, "band" if op == "band_op" else "bitwise", status,
+                                        record(status, kernel=kernel, stock=2.0) if has_record else None,
+                                        section if has_record else None))
+    return grid
+
+
+def test_the_page_is_self_contained_and_plots_errors_against_the_band():
+    tables, unreadable = report.bench_tables()
+    page = report.render_html(synthetic_grid(), None, tables, unreadable)
+    for external in ("<script", "<link", "src=", "href=", "url(", "@import", "http://", "https://"):
+        assert external not in page, external
+    for status in report.STATUS_COLOURS:
+        assert f'class="status s-{status.replace(" ", "-")}"' in page
+    # band op: kernel 1.5 ULP under the band max(2 x 2.0, 1) = 4; the failing one infinite, drawn red
+    assert 'aria-label="kernel 1.5 ULP, stock 2 ULP, allowed 4 ULP"' in page
+    assert 'aria-label="kernel inf ULP, stock 2 ULP, allowed 4 ULP"' in page
+    assert "bitwise: exact bits required" in page
+    assert unreadable == [] and "copy 4257 GB/s" in page   # the committed greedy_argmax bench table
+
+
+def test_a_bench_table_reads_back_as_written():
+    rows = [bench.Row("op_a", "bf16 [4, 8]", "kernel", 2.5, "graph", 10_000_000, 4000.0, 5.0, ">= 85% of copy"),
+            bench.Row("op_a", "bf16 [4, 8]", "stock", 5.0, "eager", 10_000_000, 4000.0, 5.0, "")]
+    copy_gbps, read = bench.read_table(f"`tools/bench` on X; copy bandwidth 4000 GB/s (same run)\n\n{bench.table(rows)}\n")
+    assert copy_gbps == 4000.0
+    assert [(r["impl"], r["time (us)"], r["timed as"], r["vs stock"], r["GB/s"], r["% of copy"], r["target"])
+            for r in read] == [("kernel", 2.5, "graph", 2.0, 4000.0, 100.0, ">= 85% of copy"),
+                               ("stock", 5.0, "eager", 1.0, 2000.0, 50.0, "")]
+    with pytest.raises(ValueError, match="not a tools/bench table"):
+        bench.read_table("# notes\n\n| a | b |\n|---|---|\n")
+
+
+def test_certify_cells_writes_the_page_and_junit_with_the_reproduction(tmp_path, capsys):
+    page, xml = tmp_path / "report.html", tmp_path / "cells.xml"
+    code = certify.main(["--op", "greedy_argmax", "--impl", f"{IMPLS}:last_index_on_ties", "--cell", "decode_small_batch",
+                         "--cell", "empty_batch", "--max-examples", "0", "--no-shrink",
+                         "--report", str(page), "--junit", str(xml)])
+    assert code == 1
+    reproduce = next(line for line in capsys.readouterr().out.splitlines() if "reproduce:" in line).strip()
+    text = html.unescape(page.read_text())
+    assert "<h2>This run</h2>" in text and reproduce in text
+    suite = ET.parse(xml).getroot().find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    assert cases["empty_batch"].find("failure") is None
+    failure = cases["decode_small_batch"].find("failure")
+    assert failure.get("message").startswith("parity: vs the contract's reference")
+    assert reproduce in failure.text and "oracle:  parity" in failure.text
+    json_path = tmp_path / "report.json"
+    assert certify.main(["--op", "greedy_argmax", "--impl", f"{IMPLS}:correct_via_max", "--cell", "empty_batch",
+                         "--max-examples", "0", "--report", str(json_path)]) == 0
+    assert json.loads(json_path.read_text())["results"][0]["status"] == "certified"
+
+
+# -- in a browser ---------------------------------------------------------------------------------------
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)),
+                None)
+
+
+def screenshot(page: pathlib.Path, png: pathlib.Path, profile: pathlib.Path, size=(1280, 900)) -> None:
+    run = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          "--hide-scrollbars", "--force-device-scale-factor=1", f"--user-data-dir={profile}",
+                          f"--screenshot={png}", f"--window-size={size[0]},{size[1]}", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert png.exists(), run.stderr[-2000:]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install -y chromium)")
+def test_chromium_shows_the_grid(tmp_path):
+    from PIL import Image
+    from scipy import ndimage
+
+    grid = synthetic_grid()
+    page = tmp_path / "report.html"
+    page.write_text(report.render_html(grid, None, [], []))
+    png = tmp_path / "report.png"
+    screenshot(page, png, tmp_path / "profile")
+    pixels = np.asarray(Image.open(png).convert("RGB"))
+    boxes = []
+    for status in ("certified", "stale", "failing", "unknown"):
+        colour = np.array([int(report.STATUS_COLOURS[status][i:i + 2], 16) for i in (1, 3, 5)])
+        labels, count = ndimage.label((pixels == colour).all(axis=-1))
+        # the grid's squares are over 30 px tall: the legend's swatches are 14, the error bars 13
+        squares = [box for box in ndimage.find_objects(labels) if box[0].stop - box[0].start > 30]
+        assert len(squares) == sum(square.status == status for square in grid), status
+        boxes += squares
+    # the squares line up: one column per arch, one row per (op, cell), all the same size
+    columns = {round((box[1].start + box[1].stop) / 2) for box in boxes}
+    rows = {round((box[0].start + box[0].stop) / 2) for box in boxes}
+    assert len(columns) == 4 and len(rows) == 4
+    assert len({(box[0].stop - box[0].start, box[1].stop - box[1].start) for box in boxes}) == 1

@@ -1,0 +1,307 @@
+"""tools/gate: the CI gate on every kernel change.
+
+From the git diff against a base revision it finds the ops whose kernel, reference (or a module of
+``ops/`` or ``references/`` they use), entry and cells (in the kernel module), strategy, suite,
+alternative implementations, or the test machinery their suite imports (``oracles/``, ``suites/``,
+``tools/``) changed; runs those ops' CPU tests — the ids of ``test_lists/l0_cpu.yml`` in their suite
+files — and the claims gates (``suites/test_claims.py``); and lists every certificate section that is
+stale now, saying whether this change made it stale (fresh at the base, judged on the sources as they
+were there), with the command that re-certifies it on its architecture.
+
+The base revision (``--base REV``; by default the first of):
+
+1. the merge base of HEAD with ``main`` (else ``origin/main``) when that is not HEAD itself: a branch
+   is judged on everything it changed since it left main;
+2. ``HEAD~1`` when HEAD is on main (or no merge base is known here): the last commit is judged;
+3. ``HEAD`` when HEAD has no parent here (a shallow or single-commit clone): only uncommitted changes.
+
+The diff is the working tree against the base: uncommitted and untracked (not ignored) files count.
+When nothing changed, no test runs; stale certificates are findings all the same.
+
+Exit status: 0 clean; 1 a finding (a failed test, a stale certificate, a catalog that does not
+import); 2 a usage error (an unknown revision, not a git checkout), in one line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import tempfile
+
+from tools import junit
+from tools.cli import ArgumentParser, UsageError, run_main
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+CPU_LIST = REPO / "test_lists" / "l0_cpu.yml"
+CLAIMS_GATES = "suites/test_claims.py"
+MAIN_REFS = ("main", "origin/main")
+# What an op's suite imports from this project: a change there changes what the suite checks.
+PROJECT_PREFIXES = ("ops.", "references.", "oracles.", "suites.", "tools.")
+
+
+def parse_args(argv):
+    parser = ArgumentParser(
+        prog="tools/gate",
+        description="Run the CPU tests of the ops a change touches, the claims gates, and list the certificates "
+                    "it made stale.",
+        epilog="Base revision by default: the merge base with main; HEAD~1 when HEAD is on main; HEAD in a "
+               "clone without a parent commit. Arguments after -- go to pytest, e.g. tools/gate -- -x")
+    parser.add_argument("--base", metavar="REV", help="judge the change from REV to the working tree")
+    parser.add_argument("-n", "--workers", type=int, default=0, metavar="N",
+                        help="pytest-xdist workers for the tests (default 0: in this process)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list the changed ops and the tests they need without running them "
+                             "(certificates are still checked)")
+    parser.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
+    parser.add_argument("--junit", metavar="PATH",
+                        help="write JUnit XML: the tests pytest ran, and one testcase per certificate section")
+    parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed on to pytest")
+    args = parser.parse_args(argv)
+    if args.workers < 0:
+        raise UsageError(f"--workers: {args.workers} is negative")
+    return args
+
+
+# -- git ----------------------------------------------------------------------------------------------
+def git(*words: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *words], cwd=REPO, capture_output=True)
+
+
+def commit_of(rev: str) -> str | None:
+    run = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    return run.stdout.decode().strip() if run.returncode == 0 else None
+
+
+@dataclasses.dataclass
+class Base:
+    commit: str
+    how: str  # why this revision, in words
+
+
+def resolve_base(requested: str | None) -> Base:
+    if git("rev-parse", "--is-inside-work-tree").returncode != 0:
+        raise UsageError(f"{REPO} is not a git checkout: the gate judges a change, and needs its history")
+    head = commit_of("HEAD")
+    if head is None:
+        raise UsageError("HEAD names no commit yet: commit something, or pass --base")
+    if requested is not None:
+        commit = commit_of(requested)
+        if commit is None:
+            raise UsageError(f"--base: unknown revision {requested!r}")
+        return Base(commit, f"--base {requested}")
+    for ref in MAIN_REFS:
+        main = commit_of(ref)
+        run = git("merge-base", "HEAD", main) if main else None
+        if run is None or run.returncode != 0:
+            continue  # no such ref, or a shallow clone that lacks the common history
+        merge_base = run.stdout.decode().strip()
+        if merge_base != head:
+            return Base(merge_base, f"the merge base of HEAD with {ref}")
+        parent = commit_of("HEAD~1")
+        if parent:
+            return Base(parent, f"HEAD~1 (HEAD is on {ref}: its last commit is judged)")
+        break
+    parent = commit_of("HEAD~1")
+    if parent:
+        return Base(parent, "HEAD~1 (no merge base with main here: the last commit is judged)")
+    return Base(head, "HEAD (no parent commit here, a shallow or single-commit clone: only uncommitted "
+                      "changes are judged)")
+
+
+def changed_files(base: Base) -> list[str]:
+    """Paths (relative to the repo) that differ between the base and the working tree."""
+    tracked = git("diff", "--name-only", "--no-renames", "--relative", base.commit, "--")
+    untracked = git("ls-files", "--others", "--exclude-standard")
+    for run in (tracked, untracked):
+        if run.returncode != 0:
+            raise UsageError(f"git: {run.stderr.decode().strip().splitlines()[-1]}")
+    return sorted({line for run in (tracked, untracked) for line in run.stdout.decode().splitlines() if line})
+
+
+def read_at(base: Base, path: pathlib.Path) -> bytes:
+    """A file as it was at the base; FileNotFoundError when it did not exist there."""
+    run = git("show", f"{base.commit}:./{relative(path)}")
+    if run.returncode != 0:
+        raise FileNotFoundError(relative(path))
+    return run.stdout
+
+
+def relative(path) -> str:
+    return pathlib.Path(os.path.relpath(path, REPO)).as_posix()
+
+
+# -- which ops a change touches ---------------------------------------------------------------------
+def op_files(entry) -> dict[str, str]:
+    """Every file whose change touches ``entry``, relative to the repo -> its role for the op."""
+    from ops import certificates
+
+    files = {relative(entry.kernel_file): "kernel, entry and cells", relative(entry.reference_file): "reference"}
+    for path in certificates.used_sources(entry):
+        files.setdefault(relative(path), "a module its kernel or reference uses")
+    suite_modules = []
+    for role, stem in (("strategy", f"{entry.name}_strategy"), ("suite", f"test_{entry.name}"),
+                       ("alternative implementations", f"{entry.name}_impls")):
+        path = REPO / "suites" / entry.family / f"{stem}.py"
+        files.setdefault(relative(path), role)  # listed even when absent: adding one is a change
+        try:
+            suite_modules.append(importlib.import_module(f"suites.{entry.family}.{stem}").__name__)
+        except Exception:  # noqa: BLE001 - absent, or broken: pytest reports a broken one when it runs
+            pass
+    for name in sorted(certificates.modules_used(suite_modules, PROJECT_PREFIXES)):
+        files.setdefault(relative(sys.modules[name].__file__), "test machinery its suite uses")
+    return files
+
+
+def suite_file(entry) -> str:
+    return f"suites/{entry.family}/test_{entry.name}.py"
+
+
+def listed_cpu_tests(suite_files: set[str]) -> list[str]:
+    from tools.test_lists import ListFormatError, load_list
+
+    try:
+        listed = load_list(CPU_LIST)
+    except ListFormatError as error:
+        raise UsageError(f"{relative(CPU_LIST)}: {error}") from None
+    return list(dict.fromkeys(test.test_id for test in listed if test.test_id.split("::")[0] in suite_files))
+
+
+# -- certificates -------------------------------------------------------------------------------------
+def stale_certificates(entry, base: Base) -> list[dict]:
+    """Every arch section of ``entry``'s certificate that is stale now, with its state at the base.
+
+    At the base, the certificate and the sources are read as they were there (the modules the kernel
+    uses are those it uses now)."""
+    from ops import certificates
+    from ops.catalog import Arch
+
+    now = certificates.load(entry)
+    digest_now = certificates.source_digest(entry)
+    try:
+        then = json.loads(read_at(base, certificates.certificate_path(entry)))
+        digest_then = certificates.source_digest(entry, read_bytes=lambda path: read_at(base, path))
+    except (FileNotFoundError, json.JSONDecodeError):
+        then, digest_then = {"archs": {}}, None
+    found = []
+    for arch_name in now["archs"]:
+        arch = Arch(arch_name)
+        if certificates.arch_status(entry, arch, now, digest_now) != "stale":
+            continue
+        status_then = "unknown" if digest_then is None else certificates.arch_status(entry, arch, then, digest_then)
+        found.append({"op": entry.name, "arch": arch.value, "status_at_base": status_then,
+                      "made_stale_by_this_change": status_then == "fresh",
+                      "command": certificates.recertify_command(entry, arch)})
+    return found
+
+
+def certificate_cases(registry: dict, stale: list[dict]) -> list:
+    """One JUnit testcase per certificate section present now: fresh passes, stale fails."""
+    if not registry:
+        return []  # the catalog did not import: that is the finding
+    from ops import certificates
+
+    stale_at = {(s["op"], s["arch"]): s for s in stale}
+    cases = []
+    for entry in registry.values():
+        for arch_name in certificates.load(entry)["archs"]:
+            found = stale_at.get((entry.name, arch_name))
+            failure = None if found is None else (
+                f"stale ({'made stale by this change' if found['made_stale_by_this_change'] else 'already stale at the base'})",
+                f"re-certify: {found['command']}")
+            cases.append(junit.testcase("certificates", f"{entry.name}[{arch_name}]", failure=failure))
+    return cases
+
+
+# -- the tests ------------------------------------------------------------------------------------
+def run_tests(ids: list[str], args, junit_path: str) -> dict:
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids]
+    if args.workers:
+        command += ["-n", str(args.workers)]
+    command += args.pytest_args
+    shown = "python -m pytest " + shlex.join(command[3:])
+    print(f"gate: $ {shown}", file=sys.stderr, flush=True)
+    # pytest's report goes to stderr: stdout is the gate's verdict (JSON with --json)
+    returncode = subprocess.run([*command, f"--junitxml={junit_path}"], cwd=REPO, stdout=2).returncode
+    failed = []
+    if os.path.exists(junit_path):
+        for suite in junit.read_suites(junit_path):
+            failed += [f"{case.get('classname')}::{case.get('name')}" for case in suite.iter("testcase")
+                       if case.find("failure") is not None or case.find("error") is not None]
+    return {"command": shown, "returncode": returncode, "failed": failed}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    base = resolve_base(args.base)
+    changed = changed_files(base)
+    findings = []
+    try:
+        from ops import catalog
+
+        registry = catalog.entries()
+    except Exception as error:  # noqa: BLE001 - a catalog that does not import is this change's finding
+        findings.append(f"the catalog does not import: {type(error).__name__}: {error}")
+        registry = {}
+    ops = {}
+    for entry in registry.values():
+        touched = {path: role for path, role in op_files(entry).items() if path in changed}
+        if touched:
+            ops[entry.name] = {"changed": touched, "tests": listed_cpu_tests({suite_file(entry)})}
+    ids = list(dict.fromkeys(test for op in ops.values() for test in op["tests"]))
+    if changed:
+        ids.append(CLAIMS_GATES)
+    stale = [found for entry in registry.values() for found in stale_certificates(entry, base)]
+
+    if not args.json:
+        print(f"gate: base {base.commit[:12]}, {base.how}; {len(changed)} changed files")
+        for name, op in ops.items():
+            print(f"  {name}: " + ", ".join(f"{path} ({role})" for path, role in op["changed"].items()))
+            if not op["tests"]:
+                print(f"  {name}: no test of {suite_file(registry[name])} is listed in {relative(CPU_LIST)}")
+        if not changed:
+            print("gate: no change against the base: no test to run")
+
+    tests = {"ids": ids, "ran": False}
+    with tempfile.TemporaryDirectory() as scratch:
+        pytest_junit = os.path.join(scratch, "pytest.xml")
+        if ids and args.dry_run:
+            if not args.json:
+                print("gate: would run: python -m pytest " + shlex.join(ids))
+        elif ids:
+            tests = {**tests, "ran": True, **run_tests(ids, args, pytest_junit)}
+            if tests["returncode"] != 0:
+                findings.append(f"tests failed (pytest exit {tests['returncode']}): "
+                                + (", ".join(tests["failed"]) or "see pytest's report above"))
+        for found in stale:
+            why = "made stale by this change" if found["made_stale_by_this_change"] else \
+                f"{found['status_at_base']} at the base"
+            findings.append(f"{found['op']}: the {found['arch']} certificate is stale ({why}); "
+                            f"re-certify on that device: {found['command']}")
+        if args.junit:
+            suites = [junit.testsuite("gate.certificates", certificate_cases(registry, stale))]
+            if not registry:
+                suites.append(junit.testsuite("gate.catalog", [junit.testcase("catalog", "imports",
+                                                                              failure=(findings[0], findings[0]))]))
+            if tests["ran"] and os.path.exists(pytest_junit):
+                suites += junit.read_suites(pytest_junit)
+            junit.write(args.junit, suites)
+
+    verdict = "fail" if findings else "pass"
+    if args.json:
+        print(json.dumps({"base": dataclasses.asdict(base), "changed_files": changed, "ops": ops,
+                          "tests": tests,
+                          "stale_certificates": stale, "findings": findings, "verdict": verdict}, indent=2))
+    else:
+        for finding in findings:
+            print(f"FINDING: {finding}")
+        print(f"gate: {verdict.upper()}" + (f" ({len(findings)} findings)" if findings else ""))
+    return 1 if findings else 0
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,328 @@
+"""Run certification tasks in worker processes: a crash or a hang fails its cell, not the run.
+
+Each *slot* (one GPU, or the CPU) holds one worker at a time: a fresh interpreter started with
+``subprocess`` (spawn semantics: nothing of this process, CUDA state least of all, is inherited),
+``python -m tools.certify_worker``, talking back over a unix socket.  Spawn, not ``multiprocessing``'s
+own launcher, because ``--sanitize`` must put ``compute-sanitizer`` in front of the interpreter.
+
+- A worker tells which oracle runs on which recipe before each one starts; when it dies (an illegal
+  address, a device assert, a segfault) the running cell fails with that oracle, that recipe, how the
+  process ended and the last lines it wrote.
+- A cell with no result within ``cell_timeout`` seconds is a hang: its worker's process group is
+  killed and the cell fails the same way.
+- A worker whose cell failed for any reason is retired, so that no sticky CUDA error (an illegal
+  address poisons its context for good) reaches a later cell; the slot gets a fresh worker.
+- Under ``sanitize``, every cell gets its own worker under ``compute-sanitizer --tool TOOL
+  --error-exitcode 99``, with PyTorch allocating through ``cudaMallocAsync`` (so that every tensor is
+  an allocation the sanitizer can bound); exit 99 or a report fails the cell, quoting the report.
+Results come back keyed by task, so their order never depends on which worker finished first.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection, wait
+from typing import TYPE_CHECKING, Callable
+
+from tools.certify_worker import NO_ORACLE, CellTask
+
+if TYPE_CHECKING:  # the battery (torch, Hypothesis) loads with the first result, not with --help
+    from oracles.battery import CellResult
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+STARTUP_LIMIT_S = 300      # importing torch and Triton, and a CUDA context; far beyond what it takes
+EXIT_LIMIT_S = 120         # a retired worker's exit (a sanitizer writes its report then)
+SANITIZER_EXIT = 99
+SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
+STDERR_TAIL_LINES = 8
+
+
+class WorkerStartError(RuntimeError):
+    """A worker did not start (an environment problem, not a finding about any cell)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """Where one worker runs: ``label`` for progress lines, ``env`` added to its environment."""
+
+    label: str
+    env: dict
+
+
+def cpu_slot() -> Slot:
+    return Slot("cpu", {})
+
+
+def gpu_slots(count: int | None) -> list[Slot]:
+    """One slot per visible GPU (the first ``count``, or all), each worker seeing only its own."""
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [i.strip() for i in visible.split(",") if i.strip()] if visible else \
+        [str(i) for i in range(torch.cuda.device_count())]
+    ids = ids[:torch.cuda.device_count()]
+    return [Slot(f"gpu{i}", {"CUDA_VISIBLE_DEVICES": gpu}) for i, gpu in enumerate(ids[:count] if count else ids)]
+
+
+def find_sanitizer() -> str | None:
+    """compute-sanitizer on PATH, in $CUDA_HOME/bin or in /usr/local/cuda/bin."""
+    found = shutil.which("compute-sanitizer")
+    for folder in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if not found and folder and os.access(os.path.join(folder, "bin", "compute-sanitizer"), os.X_OK):
+            found = os.path.join(folder, "bin", "compute-sanitizer")
+    return found
+
+
+def exit_in_words(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+def sanitizer_report(path: pathlib.Path) -> list[str]:
+    """The report lines of a compute-sanitizer log (its banner left out)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    report = [line.removeprefix("=========").strip() for line in lines if line.startswith("=========")]
+    return [line for line in report if line and not line.startswith("COMPUTE-SANITIZER")]
+
+
+def last_words(path: pathlib.Path) -> list[str]:
+    """What a dead worker wrote last: a fatal error with its innermost Python frames (faulthandler
+    prints the most recent call first), or else its last lines."""
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return []
+    fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), None)
+    if fatal is None:
+        return lines[-STDERR_TAIL_LINES:]
+    frames = [line for line in lines[fatal + 1:] if line.lstrip().startswith("File ")]
+    return [lines[fatal], *frames[:STDERR_TAIL_LINES - 1]]
+
+
+class _Worker:
+    """One worker process and what the parent knows of it."""
+
+    def __init__(self, slot: Slot, device: str, folder: pathlib.Path, number: int, sanitize: tuple | None):
+        self.slot, self.device = slot, device
+        self.address = folder / f"worker{number}.sock"
+        self.log = folder / f"worker{number}.log"
+        self.sanitizer_log = folder / f"worker{number}.sanitizer.log"
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(self.address))
+        self.server.listen(1)
+        command = [sys.executable, "-m", "tools.certify_worker", "--connect", str(self.address), "--device", device]
+        env = {**os.environ, **slot.env,
+               "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+        if sanitize:
+            tool, executable = sanitize
+            command = [executable, "--tool", tool, "--error-exitcode", str(SANITIZER_EXIT),
+                       "--log-file", str(self.sanitizer_log), *command]
+            # stream-ordered allocations, which the sanitizer bounds one by one, where the caching allocator's
+            # segments would hide an overrun inside them; PYTORCH_NO_CUDA_MEMORY_CACHING would too, but it
+            # breaks CUDA graph capture (the graph parity oracle)
+            env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                            start_new_session=True)  # its own group: a kill takes its children
+        self.connection: Connection | None = None
+        self.ready = False
+        self.task: CellTask | None = None
+        self.deadline = time.monotonic() + STARTUP_LIMIT_S
+        self.oracle, self.recipe = NO_ORACLE, {}
+
+    def waitable(self):
+        return self.connection if self.connection is not None else self.server
+
+    def accept(self) -> None:
+        client, _ = self.server.accept()
+        self.connection = Connection(client.detach())
+        self.server.close()
+
+    def start(self, task: CellTask, cell_timeout: float) -> None:
+        self.task, self.oracle, self.recipe = task, NO_ORACLE, {}
+        self.started = time.monotonic()
+        self.deadline = self.started + cell_timeout
+        self.connection.send(("cell", dataclasses.asdict(task)))
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait()
+        self._close()
+
+    def stop(self) -> int:
+        """Ask the worker to end, and wait for its exit status (killing it if it will not end)."""
+        try:
+            self.connection.send(("stop",))
+            self.process.wait(timeout=EXIT_LIMIT_S)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+        self._close()
+        return self.process.returncode
+
+    def _close(self) -> None:
+        for end in (self.connection, self.server):
+            if end is not None:
+                end.close()
+
+
+def _fault(worker: _Worker, kind: str, message: str, sanitizer: tuple | None) -> CellResult:
+    from oracles.battery import CellResult
+    from oracles.failures import OracleFailure
+
+    failure = OracleFailure(worker.oracle, message)
+    failure.recipe = worker.recipe or None
+    result = CellResult(worker.task.op, worker.task.cell_id, "failed", failure=failure)
+    # nothing here names the slot: a record must not depend on which GPU happened to run the cell
+    result.annotations["fault"] = {"kind": kind, "worker": exit_in_words(worker.process.returncode),
+                                   "stderr_tail": last_words(worker.log)}
+    return _sanitized(result, worker, sanitizer, worker.process.returncode) if sanitizer else result
+
+
+def _sanitized(result: CellResult, worker: _Worker, sanitizer: tuple, exit_code: int | None) -> CellResult:
+    """Fail ``result`` when the sanitizer reported anything (exit 99, or report lines), quoting the report."""
+    from oracles.failures import OracleFailure
+
+    tool = sanitizer[0]
+    report = sanitizer_report(worker.sanitizer_log)
+    findings = [line for line in report if not line.startswith("ERROR SUMMARY")]
+    if exit_code != SANITIZER_EXIT and not findings:
+        return result
+    first = findings[0] if findings else f"(no report lines, but exit status {SANITIZER_EXIT})"
+    result.annotations["sanitizer"] = {"tool": tool, "worker": exit_in_words(exit_code), "report": report[:40]}
+    if result.failure is None:
+        result.status = "failed"
+        result.failure = OracleFailure(tool, f"compute-sanitizer --tool {tool} reported: {first}")
+    else:
+        result.failure.message += f" | compute-sanitizer --tool {tool}: {first}"
+    return result
+
+
+def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: float, sanitize: str | None = None,
+                 on_note: Callable[[Slot, str], None] | None = None,
+                 on_result: Callable[[CellResult, float], None] | None = None) -> dict[tuple, CellResult]:
+    """Run every task in worker processes (one per slot at a time); results keyed by ``task.key``."""
+    sanitizer = (sanitize, find_sanitizer()) if sanitize else None
+    pending = collections.deque(tasks)
+    results: dict[tuple, CellResult] = {}
+    workers: dict[str, _Worker | None] = {slot.label: None for slot in slots}
+    spawned = 0
+
+    def finish(worker: _Worker, result: CellResult) -> None:
+        results[worker.task.key] = result
+        worker.task = None
+        if on_result:
+            on_result(result, time.monotonic() - worker.started)
+
+    def retire(worker: _Worker) -> None:
+        workers[worker.slot.label] = None
+
+    with tempfile.TemporaryDirectory(prefix="kparity-workers-") as folder:
+        try:
+            while pending or any(w is not None and w.task is not None for w in workers.values()):
+                for slot in slots:
+                    if workers[slot.label] is None and pending:
+                        spawned += 1
+                        workers[slot.label] = _Worker(slot, tasks[0].device, pathlib.Path(folder), spawned, sanitizer)
+                    worker = workers[slot.label]
+                    if worker is not None and worker.ready and worker.task is None and pending:
+                        worker.start(pending.popleft(), cell_timeout)
+                live = [w for w in workers.values() if w is not None]
+                readable = wait([w.waitable() for w in live], timeout=1.0)
+                for worker in live:
+                    if worker.connection is None and worker.server in readable:
+                        worker.accept()
+                    elif worker.connection is not None and worker.connection in readable:
+                        _drain(worker, finish, retire, on_note, sanitizer)
+                    if workers[worker.slot.label] is worker:
+                        _check_alive(worker, finish, retire, sanitizer, cell_timeout)
+        finally:
+            for worker in workers.values():
+                if worker is not None:
+                    worker.kill()
+    return results
+
+
+def _drain(worker: _Worker, finish, retire, on_note, sanitizer) -> None:
+    """Read what the worker sent; a closed connection is a dead worker."""
+    while worker.connection.poll():
+        try:
+            message = worker.connection.recv()
+        except (EOFError, OSError):
+            _dead(worker, finish, retire, sanitizer)
+            return
+        kind = message[0]
+        if kind == "ready":
+            worker.ready = True
+        elif kind == "oracle":
+            worker.oracle, worker.recipe = message[1], message[2]
+        elif kind == "note" and on_note:
+            on_note(worker.slot, message[1])
+        elif kind == "result":
+            from oracles.battery import CellResult
+
+            result = CellResult.from_record(worker.task.op, worker.task.cell_id, message[1])
+            if result.status != "certified" or sanitizer:
+                exit_code = worker.stop()
+                retire(worker)
+                if sanitizer:
+                    result = _sanitized(result, worker, sanitizer, exit_code)
+            finish(worker, result)
+            return
+
+
+def _where(worker: _Worker) -> str:
+    return f"the {worker.oracle} oracle" if worker.oracle != NO_ORACLE else "the cell's setup"
+
+
+def _dead(worker: _Worker, finish, retire, sanitizer) -> None:
+    try:
+        worker.process.wait(timeout=10)  # the connection closes as the process ends: let it finish ending
+    except subprocess.TimeoutExpired:
+        pass
+    retire(worker)
+    worker.kill()
+    if worker.task is None and worker.ready:
+        return  # died idle: nothing was lost, and the slot gets a fresh worker if cells remain
+    if worker.task is None:
+        raise WorkerStartError(f"a certification worker ({worker.slot.label}) ended before it was ready "
+                               f"({exit_in_words(worker.process.returncode)}): "
+                               + (last_words(worker.log) or ["no output"])[-1])
+    finish(worker, _fault(worker, "crash", f"the worker process died ({exit_in_words(worker.process.returncode)}) "
+                                           f"while {_where(worker)} ran; later cells run in a fresh worker", sanitizer))
+
+
+def _check_alive(worker: _Worker, finish, retire, sanitizer, cell_timeout: float) -> None:
+    """A worker that has not started in time, died before connecting, or holds a cell past its limit."""
+    if worker.connection is None and worker.process.poll() is not None:
+        _dead(worker, finish, retire, sanitizer)
+    elif (worker.task is not None or not worker.ready) and time.monotonic() > worker.deadline:
+        retire(worker)
+        worker.kill()
+        if worker.task is None:
+            raise WorkerStartError(f"a certification worker ({worker.slot.label}) did not start within "
+                                   f"{STARTUP_LIMIT_S}s: " + (last_words(worker.log) or ["no output"])[-1])
+        finish(worker, _fault(worker, "hang", f"no result within --cell-timeout {cell_timeout:g}s: the worker was "
+                                              f"killed while {_where(worker)} ran (a kernel that never ends, or a "
+                                              f"cell slower than the limit)", sanitizer))

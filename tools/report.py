@@ -1,0 +1,371 @@
+"""The certification report, and the JUnit XML of a certification run (``tools/certify-cells``).
+
+``tools/certify-cells --report PATH.html`` writes one self-contained page (inline CSS and SVG; no
+script, nothing fetched) with:
+
+1. the status grid: op x cell x arch — certified, stale, failing, unknown (or not claimed) — read
+   from every certificate file of the catalog, not only the run that writes the page, with the
+   examples each cell ran;
+2. per (op, cell, arch) record: the worst kernel error against the stock op's and the band the
+   kernel is allowed (``max(2 x stock, 1 ULP)``, oracles/band.py), plotted;
+3. this run: each cell's verdict, and for a failure its oracle, finding and reproduction line;
+4. the roofline of every committed ``tools/bench`` table under ``tools/results/``: achieved
+   bandwidth of kernel, stock op and competitors per case against the device copy measured in the
+   same run (launch-plan variants are left out: they are a tuning table, not the shipped kernel).
+
+``--report PATH`` with any other suffix writes the run's results as JSON; ``--junit PATH`` writes one
+testcase per (op, cell).
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import html
+import json
+import math
+import pathlib
+
+from tools import junit
+from tools.cli import UsageError
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+STATUS_COLOURS = {  # solid fills: the rendering test finds the grid by these pixels
+    "certified": "#2e7d32",
+    "stale": "#f0a000",
+    "failing": "#c62828",
+    "quarantined": "#6a1b9a",   # a known-bad cell the ledger keeps from running (ops/quarantine.yml)
+    "unknown": "#8c8c8c",
+    "not claimed": "#f4f4f4",
+}
+KERNEL_COLOUR, STOCK_COLOUR, BAND_COLOUR, COMPETITOR_COLOUR = "#1565c0", "#757575", "#c8e6c9", "#8e24aa"
+
+
+@dataclasses.dataclass
+class GridCell:
+    """One (op, cell, arch) square of the grid."""
+
+    op: str
+    cell: str
+    why: str
+    arch: str
+    parity: str
+    status: str              # a key of STATUS_COLOURS
+    record: dict | None      # the certificate's record of the cell (a stale one too)
+    section: dict | None     # its arch section (device, date, command)
+
+
+def collect_grid(registry=None) -> list[GridCell]:
+    """Every (op, cell, arch) of the catalog, read from the certificate files as they are now."""
+    from ops import catalog, certificates
+    from ops.quarantine import QUARANTINED
+
+    registry = catalog.entries() if registry is None else registry
+    grid = []
+    for entry in registry.values():
+        certificate = certificates.load(entry)
+        digest = certificates.source_digest(entry)
+        for cell in entry.cells:
+            for arch in catalog.Arch:
+                section = certificate["archs"].get(arch.value)
+                record = None if section is None else section["cells"].get(cell.id)
+                if arch not in entry.archs:
+                    status = "not claimed"
+                elif section is None or record is None:
+                    status = "unknown"
+                elif certificates.arch_status(entry, arch, certificate, digest) == "stale":
+                    status = "stale"
+                else:
+                    status = record["status"] if record["status"] in (certificates.CERTIFIED, QUARANTINED) \
+                        else "failing"
+                grid.append(GridCell(entry.name, cell.id, cell.why, arch.value, entry.parity.value, status,
+                                     record, section))
+    return grid
+
+
+@dataclasses.dataclass
+class BenchTable:
+    path: str
+    header: str
+    copy_gbps: float
+    rows: list[dict]
+
+
+def bench_tables(results: pathlib.Path = RESULTS) -> tuple[list[BenchTable], list[str]]:
+    """The committed ``tools/bench`` tables, and the ``bench*.md`` files that are not one (with why)."""
+    from tools.bench import read_table
+
+    tables, unreadable = [], []
+    for path in sorted(results.glob("bench*.md")):
+        text = path.read_text(encoding="utf-8")
+        try:
+            copy_gbps, rows = read_table(text)
+        except ValueError as error:
+            unreadable.append(f"{path.name}: {error}")
+            continue
+        tables.append(BenchTable(path.name, text.partition("\n")[0], copy_gbps, rows))
+    return tables, unreadable
+
+
+# -- rendering --------------------------------------------------------------------------------------
+def _escape(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if math.isfinite(value) else str(value)
+
+
+CSS = """
+body { font: 14px/1.4 -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 24px; color: #212121; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 28px 0 8px; }
+.meta { color: #616161; margin: 0 0 12px; }
+table { border-collapse: separate; border-spacing: 3px; }
+th { text-align: left; font-weight: 600; padding: 2px 6px; }
+td { padding: 2px 6px; vertical-align: middle; }
+td.status { width: 104px; height: 34px; text-align: center; color: #fff; font-size: 12px; line-height: 1.2; }
+td.status small { opacity: 0.9; }
+td.op { font-weight: 600; }
+.legend span.swatch { display: inline-block; width: 14px; height: 14px; vertical-align: -2px; margin: 0 4px 0 14px; }
+table.list { border-collapse: collapse; } table.list td, table.list th { border-bottom: 1px solid #e0e0e0; padding: 3px 8px; }
+table.list td { white-space: nowrap; } table.list td.wrap { white-space: normal; }
+code, pre { font: 12px/1.35 Menlo, Consolas, monospace; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 2px 0; max-width: 760px; }
+.note { color: #616161; font-size: 12px; }
+""" + "\n".join(f"td.s-{status.replace(' ', '-')} {{ background: {colour}; }}"
+                for status, colour in STATUS_COLOURS.items()) + \
+    "\ntd.s-not-claimed { color: #9e9e9e; }\n"
+
+
+def _grid_html(grid: list[GridCell]) -> str:
+    archs = list(dict.fromkeys(square.arch for square in grid))
+    rows, seen = [], {}
+    for square in grid:
+        seen.setdefault((square.op, square.cell), []).append(square)
+    for (op, cell), squares in seen.items():
+        tds = []
+        for square in squares:
+            examples = f"<br><small>{square.record['examples']} examples</small>" if square.record else ""
+            tip = "" if square.section is None else \
+                f"{square.section.get('device', '')}, {square.section.get('date', '')}: {square.section.get('command', '')}"
+            if square.status == "stale" and square.record:
+                tip = f"was {square.record['status']} on sources since changed; {tip}"
+            tds.append(f'<td class="status s-{square.status.replace(" ", "-")}" title="{_escape(tip)}">'
+                       f"{_escape(square.status)}{examples}</td>")
+        rows.append(f'<tr><td class="op">{_escape(op)}</td><td title="{_escape(squares[0].why)}">{_escape(cell)}</td>{"".join(tds)}</tr>')
+    head = "<tr><th>op</th><th>cell</th>" + "".join(f"<th>{_escape(arch)}</th>" for arch in archs) + "</tr>"
+    counts = {status: sum(s.status == status for s in grid) for status in STATUS_COLOURS}
+    legend = "".join(f'<span class="swatch" style="background:{colour};border:1px solid #bdbdbd"></span>'
+                     f"{_escape(status)} ({counts[status]})" for status, colour in STATUS_COLOURS.items())
+    return f'<p class="legend">{legend}</p><table class="grid">{head}{"".join(rows)}</table>'
+
+
+def _sections_html(grid: list[GridCell]) -> str:
+    """Where and how each certificate section was earned."""
+    sections = {}
+    for square in grid:
+        if square.section is not None:
+            sections.setdefault((square.op, square.arch), (square.section, square.status == "stale"))
+    if not sections:
+        return ('<p class="note">No certificate file holds a section yet: every claimed cell is unknown. '
+                "Certify with <code>tools/certify-cells --device cuda</code> on a GPU, or "
+                "<code>--device cpu</code> for the interpreter.</p>")
+    rows = []
+    for (op, arch), (section, stale) in sections.items():
+        versions = ", ".join(f"{name} {version}" for name, version in section.get("versions", {}).items() if version)
+        rows.append(f'<tr><td class="op">{_escape(op)}</td><td>{_escape(arch)}</td><td>{"stale" if stale else "fresh"}</td>'
+                    f'<td>{_escape(section.get("device", ""))}</td><td>{_escape(section.get("date", ""))}</td>'
+                    f'<td class="wrap">{_escape(versions)}</td><td class="wrap"><code>{_escape(section.get("command", ""))}</code></td></tr>')
+    return ('<table class="list"><tr><th>op</th><th>arch</th><th>sources</th><th>device</th><th>date</th>'
+            "<th>versions</th><th>command</th></tr>" + "".join(rows) + "</table>")
+
+
+def error_svg(kernel: float, stock: float, allowed: float, width: int = 320) -> str:
+    """Kernel and stock worst error as bars over the allowed band (shaded, its edge dashed), in ULPs."""
+    finite = [v for v in (kernel, stock, allowed) if math.isfinite(v)]
+    top = max(max(finite, default=1.0), 1.0) * 1.15
+    scale = (width - 110) / top
+
+    def length(value):
+        return width - 110 if not math.isfinite(value) else value * scale
+
+    kernel_colour = KERNEL_COLOUR if kernel <= allowed else STATUS_COLOURS["failing"]
+    parts = [f'<svg width="{width}" height="40" role="img" '
+             f'aria-label="kernel {_fmt(kernel)} ULP, stock {_fmt(stock)} ULP, allowed {_fmt(allowed)} ULP">',
+             f'<rect x="0" y="0" width="{length(allowed):.1f}" height="40" fill="{BAND_COLOUR}"/>',
+             f'<line x1="{length(allowed):.1f}" y1="0" x2="{length(allowed):.1f}" y2="40" stroke="{STATUS_COLOURS["certified"]}" '
+             'stroke-dasharray="3,2"/>']
+    for y, label, value, colour in ((4, "kernel", kernel, kernel_colour), (22, "stock", stock, STOCK_COLOUR)):
+        parts.append(f'<rect x="0" y="{y}" width="{max(length(value), 1):.1f}" height="13" fill="{colour}"/>')
+        parts.append(f'<text x="{max(length(value), 1) + 4:.1f}" y="{y + 11}" font-size="11" fill="#212121">'
+                     f"{label} {_fmt(value)}</text>")
+    parts.append(f'<text x="{width - 4}" y="37" font-size="10" text-anchor="end" fill="{STATUS_COLOURS["certified"]}">'
+                 f"band {_fmt(allowed)} ULP</text></svg>")
+    return "".join(parts)
+
+
+def _errors_html(grid: list[GridCell]) -> str:
+    from oracles.band import FLOOR_ULP, STOCK_FACTOR
+
+    rows = []
+    for square in grid:
+        if square.record is None:
+            continue
+        record = square.record
+        # float(): a non-finite error is recorded as the string "inf" or "nan"
+        kernel, stock = float(record["worst_kernel_error_ulp"]), float(record["worst_stock_error_ulp"])
+        if square.parity == "band":
+            allowed = max(STOCK_FACTOR * stock, FLOOR_ULP)
+            plot = error_svg(kernel, stock, allowed)
+            numbers = f"<td>{_fmt(kernel)}</td><td>{_fmt(stock)}</td><td>{_fmt(allowed)}</td>"
+        else:
+            plot = (f'<span class="note">bitwise: exact bits required; the stock op broke the contract on '
+                    f'{record["stock_disagreements"]} of {record["examples"]} examples</span>')
+            numbers = "<td>0</td><td>—</td><td>0 (bitwise)</td>"
+        rows.append(f'<tr><td class="op">{_escape(square.op)}</td><td>{_escape(square.cell)}</td><td>{_escape(square.arch)}</td>'
+                    f'<td>{_escape(square.status)}</td><td>{record["examples"]}</td>{numbers}<td class="wrap">{plot}</td></tr>')
+    if not rows:
+        return '<p class="note">No certificate records a cell yet.</p>'
+    return ('<table class="list"><tr><th>op</th><th>cell</th><th>arch</th><th>status</th><th>examples</th>'
+            "<th>kernel ULP</th><th>stock ULP</th><th>allowed ULP</th><th>worst error against its band</th></tr>"
+            + "".join(rows) + "</table>"
+            + f'<p class="note">Band: max({STOCK_FACTOR:g} x the stock op\'s worst error, {FLOOR_ULP:g} ULP), '
+              "ULPs of the output dtype at each row's largest |truth| (oracles/band.py); the band is judged per "
+              "example, so the band shown (from the worst stock error over the cell) bounds the one applied.</p>")
+
+
+def _device_flag(arch: str) -> str:
+    return "cpu" if arch == "cpu-interp" else "cuda"
+
+
+def failure_lines(run: dict, result: dict) -> list[str]:
+    """Oracle, finding, minimal recipe and reproduction of a failed result of a run report."""
+    from tools.certify import isolation_flags, reproduction
+
+    failure = result["failure"]
+    recipe = failure.get("recipe") or {}
+    device = _device_flag(run["arch"])
+    return [f"oracle:  {failure['oracle']}", f"finding: {failure['message']}",
+            f"minimal: {json.dumps(recipe, sort_keys=True, separators=(',', ':'))}",
+            "reproduce: " + reproduction(result["op"], result["cell"], device, recipe, run.get("impl"),
+                                         isolation_flags(run.get("isolation", {}), device))]
+
+
+def _run_html(run: dict | None) -> str:
+    from ops.quarantine import QUARANTINED
+
+    if run is None:
+        return '<p class="note">No run: the page shows the certificate files only.</p>'
+    rows = []
+    for result in run["results"]:
+        failure = "" if "failure" not in result else "<pre>" + _escape("\n".join(failure_lines(run, result))) + "</pre>"
+        status = result["status"] if result["status"] in ("certified", QUARANTINED) else "failing"
+        rows.append(f'<tr><td class="op">{_escape(result["op"])}</td><td>{_escape(result["cell"])}</td>'
+                    f'<td class="status s-{status}">{_escape(result["status"])}</td><td>{result["examples"]}</td>'
+                    f'<td>{_escape(result.get("seconds", ""))}</td><td class="wrap">{failure}</td></tr>')
+    judged = run.get("impl") or "the catalog kernels"
+    return (f'<p class="meta">{_escape(judged)} on {_escape(run["device"])} ({_escape(run["arch"])}), {run["max_examples"]} drawn '
+            f'examples per cell besides the corners, seed {run["seed"]}</p>'
+            '<table class="list"><tr><th>op</th><th>cell</th><th>verdict</th><th>examples</th><th>seconds</th>'
+            "<th>failure</th></tr>" + "".join(rows) + "</table>")
+
+
+def roofline_svg(table: BenchTable, width: int = 900) -> str:
+    """Per case, achieved GB/s of kernel, stock op and competitors against the copy bandwidth."""
+    rows = [row for row in table.rows if not row["impl"].startswith("variant ")]
+    label_width, value_width, bar_height, gap = 330, 250, 14, 4
+    top = max([table.copy_gbps] + [row["GB/s"] for row in rows])
+    scale = (width - label_width - value_width) / top
+    parts, y, case = [], 0, None
+    for row in rows:
+        if (row["op"], row["case"]) != case:
+            case = (row["op"], row["case"])
+            y += 6
+            parts.append(f'<text x="0" y="{y + 12}" font-size="12" font-weight="600" fill="#212121">'
+                         f'{_escape(row["op"])} {_escape(row["case"])}</text>')
+            y += bar_height + gap + 2
+        colour = {"kernel": KERNEL_COLOUR, "stock": STOCK_COLOUR}.get(row["impl"], COMPETITOR_COLOUR)
+        target = f" — target {row['target']}" if row["target"] else ""
+        parts.append(f'<text x="12" y="{y + 11}" font-size="11" fill="#424242">{_escape(row["impl"])}{_escape(target)}</text>')
+        parts.append(f'<rect x="{label_width}" y="{y}" width="{max(row["GB/s"] * scale, 1):.1f}" height="{bar_height}" '
+                     f'fill="{colour}"/>')
+        parts.append(f'<text x="{label_width + max(row["GB/s"] * scale, 1) + 4:.1f}" y="{y + 11}" font-size="11" '
+                     f'fill="#212121">{row["GB/s"]:.0f} GB/s ({row["% of copy"]:.1f}% of copy), {row["time (us)"]:.2f} us</text>')
+        y += bar_height + gap
+    copy_x = label_width + table.copy_gbps * scale
+    height = y + 22
+    # the copy line goes first: bars and their labels are drawn over it
+    parts[:0] = [f'<line x1="{copy_x:.1f}" y1="0" x2="{copy_x:.1f}" y2="{height - 16}" '
+                 f'stroke="{STATUS_COLOURS["failing"]}" stroke-width="1.5" stroke-dasharray="5,3"/>',
+                 f'<text x="{copy_x:.1f}" y="{height - 4}" font-size="11" text-anchor="middle" '
+                 f'fill="{STATUS_COLOURS["failing"]}">copy {table.copy_gbps:.0f} GB/s</text>']
+    return (f'<svg width="{width}" height="{height}" role="img" '
+            f'aria-label="achieved bandwidth against copy bandwidth">' + "".join(parts) + "</svg>")
+
+
+def _bench_html(tables: list[BenchTable], unreadable: list[str]) -> str:
+    if not tables:
+        parts = ['<p class="note">No committed tools/bench table under tools/results/ (run '
+                 "<code>tools/bench --out tools/results/bench_&lt;device&gt;.md</code> on a GPU).</p>"]
+    else:
+        parts = [f'<h3>{_escape(table.path)}</h3><p class="meta">{_escape(table.header)}</p>{roofline_svg(table)}'
+                 for table in tables]
+    parts += [f'<p class="note">not read: {_escape(line)}</p>' for line in unreadable]
+    return "".join(parts)
+
+
+def render_html(grid: list[GridCell], run: dict | None, tables: list[BenchTable], unreadable: list[str] = (),
+                generated: str | None = None) -> str:
+    generated = generated or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    ops = len({square.op for square in grid})
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>kernel-parity certification report</title>
+<style>{CSS}</style></head><body>
+<h1>kernel-parity certification report</h1>
+<p class="meta">{ops} ops, {len({(s.op, s.cell) for s in grid})} cells; every certificate file of the catalog, read {_escape(generated)}.
+A section is stale when the kernel, reference or a module they use changed since it was earned.</p>
+<h2>Status: op x cell x architecture</h2>
+{_grid_html(grid)}
+<h2>Certificate sections</h2>
+{_sections_html(grid)}
+<h2>Worst error against the band</h2>
+{_errors_html(grid)}
+<h2>This run</h2>
+{_run_html(run)}
+<h2>Bandwidth against the copy roofline (tools/bench)</h2>
+{_bench_html(tables, list(unreadable))}
+</body></html>
+"""
+
+
+# -- JUnit -------------------------------------------------------------------------------------------
+def junit_suite(run: dict):
+    """One testcase per (op, cell) of a run report; a failure carries oracle, finding and reproduction."""
+    from ops.quarantine import QUARANTINED, citation
+
+    cases = []
+    for result in run["results"]:
+        failure = None
+        if "failure" in result:
+            lines = failure_lines(run, result)
+            failure = (f"{result['failure']['oracle']}: {result['failure']['message']}", "\n".join(lines))
+        held = result.get("quarantine") if result["status"] == QUARANTINED else None
+        skipped = f"quarantined ({held['ledger']}): {citation(held['issue'], held['reason'])}" if held else None
+        cases.append(junit.testcase(f"certify.{result['op']}", result["cell"], result.get("seconds", 0.0), failure,
+                                    skipped))
+    return junit.testsuite(f"certify-cells {run['arch']} {run.get('impl') or 'catalog kernels'}", cases)
+
+
+def write_outputs(run: dict, report_path: str | None, junit_path: str | None) -> None:
+    """What ``tools/certify-cells --report PATH --junit PATH`` writes after a run."""
+    if report_path:
+        if report_path.endswith(".html"):
+            tables, unreadable = bench_tables()
+            text = render_html(collect_grid(), run, tables, unreadable)
+        else:
+            text = json.dumps(run, indent=2)
+        try:
+            pathlib.Path(report_path).write_text(text, encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"--report: cannot write {report_path}: {error.strerror}") from None
+    if junit_path:
+        junit.write(junit_path, [junit_suite(run)])

@@ -1,0 +1,80 @@
+"""tools/scale-measure: wall time of certifying every op on 1 GPU against N GPUs (``--gpus``), and proof
+that the results do not depend on how many GPUs ran them.
+
+Each run is ``tools/certify-cells --device cuda --gpus G --shard 1/1 --report ...``: the whole run as
+one shard, so that a measurement writes no certificate.  It writes a markdown table (wall time,
+cells, speed-up over the first run) and exits 1 when any cell's record differs between the runs
+(a merge that depends on completion order, or a cell that passes on one GPU count only).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import subprocess
+import sys
+import time
+
+from tools.cli import ArgumentParser, UsageError, run_main
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv):
+    parser = ArgumentParser(prog="tools/scale-measure",
+                            description="Time certify-cells over every op on 1 GPU against N, and compare the results.",
+                            epilog="Example: tools/scale-measure --gpus 1,2 --max-examples 10 --out $OUT/scale.md")
+    parser.add_argument("--gpus", default="1,2", metavar="G,G,...", help="GPU counts to time, in order (default 1,2)")
+    parser.add_argument("--max-examples", type=int, default=10, metavar="N", help="draws per cell (default 10)")
+    parser.add_argument("--op", action="append", default=[], metavar="NAME", help="only this op (repeatable)")
+    parser.add_argument("--out", required=True, metavar="PATH", help="the markdown table to write")
+    args = parser.parse_args(argv)
+    try:
+        args.gpus = [int(g) for g in args.gpus.split(",")]
+    except ValueError:
+        raise UsageError(f"--gpus {args.gpus!r}: expected counts like 1,2") from None
+    return args
+
+
+def certify(gpus: int, args, report: pathlib.Path) -> tuple[float, int]:
+    command = [sys.executable, str(REPO / "tools" / "certify-cells"), "--device", "cuda", "--gpus", str(gpus),
+               "--shard", "1/1", "--max-examples", str(args.max_examples), "--report", str(report)]
+    command += [word for name in args.op for word in ("--op", name)]
+    print("$ " + " ".join(command[1:]), flush=True)
+    started = time.monotonic()
+    code = subprocess.run(command, cwd=REPO).returncode
+    if code == 2 or not report.exists():
+        raise UsageError(f"certify-cells --gpus {gpus} could not run (exit {code})")
+    return time.monotonic() - started, code
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = pathlib.Path(args.out)
+    runs = []
+    for gpus in args.gpus:
+        report_path = out.with_name(f"{out.stem}_gpus{gpus}.json")
+        seconds, code = certify(gpus, args, report_path)
+        runs.append((gpus, seconds, code, json.loads(report_path.read_text())))
+    # a cell's record without its wall time, which is what may differ
+    records = [{(r["op"], r["cell"]): {k: v for k, v in r.items() if k != "seconds"} for r in report["results"]}
+               for _, _, _, report in runs]
+    differing = sorted(key for key in records[0] if any(other.get(key) != records[0][key] for other in records[1:]))
+    first = runs[0][1]
+    lines = [f"# Certification wall time against GPU count ({runs[0][3]['device']}, {runs[0][3]['arch']})", "",
+             f"{', '.join(args.op) if args.op else 'Every op'}, `--max-examples {args.max_examples}`, one worker per "
+             f"GPU (`tools/certify-cells --device cuda --gpus G --shard 1/1`); measured "
+             f"{datetime.date.today().isoformat()} with `tools/scale-measure`.", "",
+             "| GPUs | wall time (s) | cells | certified | speed-up |", "|---:|---:|---:|---:|---:|"]
+    for gpus, seconds, code, report in runs:
+        certified = sum(r["status"] == "certified" for r in report["results"])
+        lines.append(f"| {gpus} | {seconds:.1f} | {len(report['results'])} | {certified} | {first / seconds:.2f}x |")
+    lines += ["", "Per-cell records identical across GPU counts: " +
+              ("yes" if not differing else "NO: " + ", ".join("/".join(key) for key in differing))]
+    out.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    run_main(main)
