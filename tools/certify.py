@@ -171,16 +171,20 @@ def _progress_line(line: str) -> None:
     print(f"\r  {line}\033[K", end="", file=sys.stderr, flush=True)
 
 
-def describe(result, device: str, impl: str | None, seconds: float | None = None, flags: Sequence[str] = ()) -> str:
-    """What a run prints for one cell: the verdict, and for a failure where, why and how to reproduce it."""
+def describe(result, device: str, impl: str | None, seconds: float | None = None, flags: Sequence[str] = (),
+             backend: str | None = None) -> str:
+    """What a run prints for one cell (``op[backend]/cell`` for a catalog kernel): the verdict, and for a
+    failure where, why and how to reproduce it."""
     from ops.quarantine import QUARANTINED, citation
     from oracles.battery import recipe_json
 
+    where = f"{result.op}[{backend}]" if backend else result.op
+
     if result.status == QUARANTINED:
         held = result.annotations["quarantine"]
-        return (f"{result.op}/{result.cell_id}: QUARANTINED ({held['ledger']}: "
+        return (f"{where}/{result.cell_id}: QUARANTINED ({held['ledger']}: "
                 f"{citation(held['issue'], held['reason'])}): not launched")
-    line = (f"{result.op}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
+    line = (f"{where}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
             f"(kernel {result.worst_kernel_error_ulp:.3g} ULP, stock {result.worst_stock_error_ulp:.3g} ULP, "
             f"stock disagreements {result.stock_disagreements})")
     if seconds is not None:
@@ -224,7 +228,7 @@ def plan(args, entries, arch, ledger) -> list[tuple]:
     planned = []
     for entry in entries:
         if arch not in entry.archs and not args.impl:
-            print(f"{entry.name} [{entry.backend}]: does not claim {arch.value}; skipped", file=sys.stderr)
+            print(f"{entry.name}[{entry.backend}]: does not claim {arch.value}; skipped", file=sys.stderr)
             continue
         cells = entry.cells
         if args.cell:
@@ -346,7 +350,7 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
     """Run the cells of ``entries`` — one backend's kernels, or (``backend`` None) the ops an --impl is
     judged on — adding their results to ``report``, and write their certificates.  Returns whether a
     cell failed, and how many cells were planned."""
-    from ops import certificates, quarantine
+    from ops import catalog, certificates, quarantine
     from ops.quarantine import QUARANTINED
     from oracles.battery import CellResult
     from tools.certify_worker import CellTask
@@ -356,9 +360,14 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
     except quarantine.QuarantineError as error:
         raise UsageError(f"quarantine ledger: {error}") from None
     planned = plan(args, entries, arch, ledger)
+
+    def shown(op_name: str) -> str | None:
+        """The backend to name beside an op in what is printed: only an op of several kernels needs it."""
+        return backend if backend and len(catalog.kernels(op_name)) > 1 else None
+
     if args.list:
         for entry, cell, held in planned:
-            print(f"{entry.name}" + (f"[{backend}]" if backend else "") + f"/{cell.id}"
+            print(f"{entry.name}" + (f"[{shown(entry.name)}]" if shown(entry.name) else "") + f"/{cell.id}"
                   + (f"  (quarantined: {held.where})" if held and not args.check_quarantine else ""))
         return False, len(planned)
     max_examples = report["max_examples"]
@@ -368,6 +377,7 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
     facts = {"device": report["device"], "versions": report["versions"]}
     flags = isolation_flags(report["isolation"], args.device) + (["--backend", backend] if backend else [])
 
+
     durations = {}
 
     def announce(result, seconds):
@@ -375,7 +385,7 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
         if not args.json:
             if sys.stderr.isatty():
                 print("\r\033[K", end="", file=sys.stderr)
-            print(describe(result, args.device, args.impl, seconds, flags), flush=True)
+            print(describe(result, args.device, args.impl, seconds, flags, shown(result.op)), flush=True)
 
     results = {}
     for entry, cell, held in planned:
@@ -406,8 +416,8 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
                                               seed=args.seed, date=date)
                 path = certificates.write_section(entry, arch, section)
                 if not args.json:
-                    print(f"{entry.name} [{entry.backend}]: wrote the {arch.value} section of "
-                          f"{os.path.relpath(path)}", flush=True)
+                    where = f"{entry.name}[{entry.backend}]" if shown(entry.name) else entry.name
+                    print(f"{where}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
     return failed, len(planned)
 
 

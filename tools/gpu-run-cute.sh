@@ -15,7 +15,7 @@ out="${OUT:-/tmp/cute-run}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 quack() {  # judge quack's RMSNorm through the adapter's entry point $1 on the one cell it implements
-  timeout 100 python3 tools/certify-cells --op rms_norm_gated --cell plain_rms_norm --device cuda --no-shrink \
+  timeout 100 python3 tools/certify-cells --op rms_norm_gated --cell plain_rms_norm --device cuda --cell-timeout 90 --no-shrink \
     --max-examples $((examples / 3)) --impl "suites.norm.quack_adapter:$1"
 }
 {
@@ -25,7 +25,8 @@ quack() {  # judge quack's RMSNorm through the adapter's entry point $1 on the o
     eval "$exports"
     python3 -c "import cutlass, quack; print('nvidia-cutlass-dsl', cutlass.__version__, '| quack-kernels', quack.__version__)"
   fi
-  timeout 300 python3 tools/certify-cells --op rms_norm_gated --backend "$stage" --device cuda --max-examples "$examples"
+  timeout 300 python3 tools/certify-cells --op rms_norm_gated --backend "$stage" --device cuda --cell-timeout 120 \
+    --max-examples "$examples"
   echo "certify-cells $stage: exit $?"
   if [ "$stage" = cute ]; then
     # as a user calls quack; only if that fails, again on contiguous copies, to tell layout from arithmetic
