@@ -1,10 +1,15 @@
 """The catalog: what each op claims, on which architectures, for which input regimes (cells).
 
-An :class:`Entry` is a small declaration beside its kernel (``ops/<family>/<op>.py``): the hot call,
-the contract's reference and validation, the stock op a user would otherwise run, the parity class,
-the declared properties and the cells.  Calling an entry is *certified dispatch*: the kernel runs only
-for inputs whose cell holds a fresh certificate for this device's architecture; anything else runs the
-stock op and is counted (``KPARITY_REQUIRE_CERTIFIED=1`` turns that fallback into an error).
+An :class:`Entry` is a small declaration beside its kernel (``ops/<family>/<module>.py``): the hot
+call, the contract's reference and validation, the stock op a user would otherwise run, the parity
+class, the declared properties, the cells and the kernel's ``backend`` (``triton``, ``cute``).  One op
+may have several kernels, one entry each, in modules of their own (``ops/norm/rms_norm_gated.py`` and
+``ops/norm/rms_norm_gated_cute.py``), each with its own certificate beside it.
+
+Calling an entry is *certified dispatch* of its op: the first of the op's kernels, in
+:data:`BACKEND_ORDER`, whose cell for this input holds a fresh certificate for this device's
+architecture runs; if none does, the stock op runs and the fallback is counted
+(``KPARITY_REQUIRE_CERTIFIED=1`` turns that fallback into an error).
 
 Example::
 
@@ -22,13 +27,19 @@ import inspect
 import os
 import pkgutil
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
 from references.validation import Refusal
 
 REQUIRE_CERTIFIED_ENV = "KPARITY_REQUIRE_CERTIFIED"
+
+BACKEND_ORDER = ("cute", "triton")
+"""Which kernel of an op dispatch tries first when several are certified for an input.  CuTe DSL
+kernels come first: each is written for the GPU families it claims (explicit 16-byte vectors, its
+own reductions), where the Triton kernel is the portable one that also runs under the interpreter.
+``tools/bench`` times both backends of an op side by side; reorder here if it shows otherwise."""
 
 
 class Arch(enum.Enum):
@@ -166,6 +177,8 @@ class Entry:
     - ``in_place``: arguments the contract lets the op write.
     - ``siblings``: other ops of the same contract (rollback_save beside rollback_restore); an
       implementation under judgement provides them too, or the reference stands in.
+    - ``backend``: what the kernel is written in (a name in :data:`BACKEND_ORDER`); an op has at
+      most one kernel per backend.
     """
 
     name: str
@@ -224,21 +237,31 @@ class Entry:
         return inspect.getsourcefile(self.reference)
 
     # -- certified dispatch ---------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
+    def why_not_routed(self, arch: Arch | None, device: torch.device, cell: Cell | None) -> str | None:
+        """None when this kernel may run an input of ``cell`` on ``arch``; else the reason, in words."""
         from ops import certificates  # late: certificates import the catalog types
 
+        if cell is None:
+            return "no cell holds this input"
+        if arch is None:
+            return f"unknown architecture of {device}"
+        if arch not in self.archs:
+            return f"does not claim {arch.value}"
+        return certificates.why_not_certified(self, arch, cell.id)
+
+    def __call__(self, *args, **kwargs):
         self.validate(**self.bind(*args, **kwargs))
-        cell = self.cell_of(*args, **kwargs)
         device = _device_of(args, kwargs)
         arch = arch_of(device)
-        if cell is None:
-            reason = "no cell holds this input"
-        elif arch is None:
-            reason = f"unknown architecture of {device}"
-        else:
-            reason = certificates.why_not_certified(self, arch, cell.id)
-        if reason is None:
-            return self.kernel(*args, **kwargs)
+        # an entry made outside the catalog (a test's copy) dispatches to its own kernel alone
+        candidates = kernels(self.name) if any(k is self for k in kernels(self.name)) else (self,)
+        reasons = []
+        for entry in candidates:
+            reason = entry.why_not_routed(arch, device, entry.cell_of(*args, **kwargs))
+            if reason is None:
+                return entry.kernel(*args, **kwargs)
+            reasons.append(f"{entry.backend}: {reason}")
+        reason = "; ".join(reasons)
         FALLBACKS[(self.name, reason)] += 1
         if os.environ.get(REQUIRE_CERTIFIED_ENV) == "1":
             raise FallbackRefused(f"{self.name}: {reason}; {REQUIRE_CERTIFIED_ENV}=1 forbids the stock fallback")
@@ -253,34 +276,75 @@ def _device_of(args, kwargs) -> torch.device:
 
 
 # -- the registry -------------------------------------------------------------------------------
-_REGISTRY: dict[str, Entry] | None = None
+_REGISTRY: dict[str, tuple[Entry, ...]] | None = None
+
+# A kernel module whose backend's package is not installed is left out of the catalog (its op keeps
+# its other kernels) and listed in UNAVAILABLE with the reason; any other import error is raised.
+BACKEND_PACKAGES = {"cutlass": "nvidia-cutlass-dsl", "cuda": "cuda-bindings"}
+UNAVAILABLE: dict[str, str] = {}
+"""kernel module -> why it is not in the catalog on this machine."""
 
 
-def entries() -> dict[str, Entry]:
-    """Every catalog entry, found as ``ENTRY`` in the modules of ``ops/<family>/``."""
+def _dispatch_rank(entry: Entry) -> int:
+    if entry.backend not in BACKEND_ORDER:
+        raise ValueError(f"{entry.name}: backend {entry.backend!r} is not one of {BACKEND_ORDER}")
+    return BACKEND_ORDER.index(entry.backend)
+
+
+def group_kernels(found: Iterable[Entry]) -> dict[str, tuple[Entry, ...]]:
+    """Entries grouped by op name, each op's kernels in dispatch order; at most one per backend."""
+    grouped: dict[str, list[Entry]] = collections.defaultdict(list)
+    for entry in found:
+        if any(other.backend == entry.backend for other in grouped[entry.name]):
+            raise ValueError(f"two {entry.backend} catalog entries named {entry.name!r}")
+        _dispatch_rank(entry)
+        grouped[entry.name].append(entry)
+    return {name: tuple(sorted(grouped[name], key=_dispatch_rank)) for name in sorted(grouped)}
+
+
+def _registry() -> dict[str, tuple[Entry, ...]]:
+    """The catalog: every ``ENTRY`` in the modules of ``ops/<family>/``, grouped by op."""
     global _REGISTRY
     if _REGISTRY is None:
         import ops
 
-        found: dict[str, Entry] = {}
+        found = []
         for family in pkgutil.iter_modules(ops.__path__):
             if not family.ispkg:
                 continue
             package = importlib.import_module(f"ops.{family.name}")
             for module_info in pkgutil.iter_modules(package.__path__):
-                module = importlib.import_module(f"ops.{family.name}.{module_info.name}")
+                module_name = f"ops.{family.name}.{module_info.name}"
+                try:
+                    module = importlib.import_module(module_name)
+                except ModuleNotFoundError as error:
+                    package_name = (error.name or "").split(".")[0]
+                    if package_name not in BACKEND_PACKAGES:
+                        raise
+                    UNAVAILABLE[module_name] = f"{BACKEND_PACKAGES[package_name]} is not installed ({error})"
+                    continue
                 entry = getattr(module, "ENTRY", None)
                 if isinstance(entry, Entry):
-                    if entry.name in found:
-                        raise ValueError(f"two catalog entries named {entry.name!r}")
-                    found[entry.name] = entry
-        _REGISTRY = dict(sorted(found.items()))
+                    found.append(entry)
+        _REGISTRY = group_kernels(found)
     return _REGISTRY
 
 
-def op(name: str) -> Entry:
-    """The catalog entry named ``name`` (call it for certified dispatch)."""
-    registry = entries()
+def kernels(name: str) -> tuple[Entry, ...]:
+    """Every kernel of the op ``name``, one entry per backend, in dispatch order (:data:`BACKEND_ORDER`)."""
+    registry = _registry()
     if name not in registry:
         raise KeyError(f"no op named {name!r} in the catalog; ops: {', '.join(registry)}")
     return registry[name]
+
+
+def entries() -> dict[str, Entry]:
+    """One entry per op: the first of its kernels in dispatch order.  The contract side of an entry
+    (reference, validation, stock op, siblings) is the op's and the same for each of its kernels; for
+    every kernel, use :func:`kernels`."""
+    return {name: found[0] for name, found in _registry().items()}
+
+
+def op(name: str) -> Entry:
+    """The op named ``name`` (call it for certified dispatch over all of its kernels)."""
+    return kernels(name)[0]

@@ -1,7 +1,8 @@
 """Certificates: per architecture and per cell, what the oracle battery proved and on which source.
 
 A certificate is a JSON file beside its kernel (``ops/sampling/greedy_argmax.py`` ->
-``ops/sampling/greedy_argmax.cert.json``), written only by ``tools/certify-cells``.  Each arch section
+``ops/sampling/greedy_argmax.cert.json``; an op's CuTe DSL kernel ``ops/norm/rms_norm_gated_cute.py`` has
+its own, ``ops/norm/rms_norm_gated_cute.cert.json``), written only by ``tools/certify-cells``.  Each arch section
 records the sha256 of the kernel and reference sources it was earned on (with every module of ops/ and
 references/ they use: a kernel shared by sibling ops, number formats, launch helpers); when they change the
 section is *stale* and certified dispatch stops routing to the kernel.  A missing arch reads as unknown.
@@ -106,7 +107,7 @@ def why_not_certified(entry: Entry, arch: Arch, cell_id: str) -> str | None:
 
 def recertify_command(entry: Entry, arch: Arch) -> str:
     device = "cpu" if arch is Arch.CPU_INTERP else "cuda"
-    return f"tools/certify-cells --op {entry.name} --device {device}  # on a {arch.value} machine"
+    return f"tools/certify-cells --op {entry.name} --device {device} --backend {entry.backend}  # on a {arch.value} machine"
 
 
 def write_section(entry: Entry, arch: Arch, section: dict) -> pathlib.Path:

@@ -4,7 +4,10 @@ For every output element, ``error_ulp = |out - truth| / ulp(max |truth| of its r
 last dimension).  The implementation passes when its worst error is at most
 ``max(2 x the stock op's worst error on the same inputs, 1 ULP)``; both numbers and both relative
 RMS errors are reported, so a tolerance is never a bare constant.  Where truth is not finite
-(``lse = -inf`` of an empty row) the output must equal it exactly.
+(``lse = -inf`` of an empty row) the output must equal it exactly.  A truth of None for an output says
+the band does not judge it: the contract holds it to an exact property instead (``rms_norm_gated``'s
+``amax`` must equal the maximum of the very ``|y|`` returned, which no float64 truth pins down), and the
+entry's stateful properties judge it.
 """
 from __future__ import annotations
 
@@ -81,6 +84,8 @@ def band_reports(output, stock_output, truth) -> list[BandReport]:
         raise OracleFailure("parity", f"{len(outputs)} outputs, expected {len(truths)}")
     reports = []
     for position, (out, stock, true) in enumerate(zip(outputs, stocks, truths)):
+        if true is None:  # judged exactly by the entry's stateful properties (module docstring)
+            continue
         if not out.is_floating_point():  # integer outputs of a band op are exact
             if out.shape != true.shape or not torch.equal(out, true.to(out.dtype)):
                 raise OracleFailure("parity", f"output {position} ({out.dtype}) is not exactly the truth")

@@ -60,9 +60,15 @@ class Implementation:
 
     @classmethod
     def of_kernels(cls, entry) -> "Implementation":
-        from ops.catalog import op
+        """The entry's kernel, and its siblings' kernels of the same backend (else their first)."""
+        from ops.catalog import kernels
 
-        return cls("catalog kernel", {name: op(name).kernel for name in (entry.name, *entry.siblings)})
+        def sibling(name):
+            found = kernels(name)
+            return next((e for e in found if e.backend == entry.backend), found[0]).kernel
+
+        return cls(f"catalog kernel ({entry.backend})",
+                   {entry.name: entry.kernel, **{name: sibling(name) for name in entry.siblings}})
 
     def __getitem__(self, name: str) -> Callable:
         return self.functions[name]
@@ -150,12 +156,14 @@ class Battery:
     def _check_recipe(self, recipe: dict, result: CellResult) -> None:
         entry, fn = self.entry, self.fn
         kwargs = self.strategy.build(recipe, self.device)
+        # an optional in-place argument passed as None (no amax to update) is not an output of this call
+        in_place = tuple(name for name in entry.in_place if kwargs[name] is not None)
         ran = {"parity", "determinism", "write_guards"}
 
         # 1. parity
-        expected = run_on_copy(entry.reference, kwargs, entry.in_place)
-        actual = run_on_copy(fn, kwargs, entry.in_place)
-        stock = self._stock(kwargs)
+        expected = run_on_copy(entry.reference, kwargs, in_place)
+        actual = run_on_copy(fn, kwargs, in_place)
+        stock = self._stock(kwargs, in_place)
         if entry.parity.value == "bitwise":
             check_bitwise(actual, expected, "vs the contract's reference")
             if stock is not None and any(first_difference(s, e) for s, e in zip(stock, expected)):
@@ -168,11 +176,11 @@ class Battery:
             result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
         # 2. determinism
         self._enter("determinism")
-        check_determinism(fn, kwargs, entry.in_place, first=actual)
+        check_determinism(fn, kwargs, in_place, first=actual)
         # 3. batch invariance
         self._enter("batch_invariance")
         if entry.batch_invariant:
-            check_batch_invariance(fn, kwargs, entry.batch_args, full=actual[:len(actual) - len(entry.in_place)])
+            check_batch_invariance(fn, kwargs, entry.batch_args, full=actual[:len(actual) - len(in_place)])
             ran.add("batch_invariance")
         # 4. graph parity
         self._enter("graph_parity")
@@ -181,13 +189,13 @@ class Battery:
         elif graph_parity_applies(self.device):
             same_shape = [self.strategy.build({**recipe, "seed": recipe["seed"] + i}, self.device)
                           for i in range(MIN_REPLAYS + 1)]
-            check_graph_parity(fn, same_shape, [kwargs], entry.in_place)
+            check_graph_parity(fn, same_shape, [kwargs], in_place)
             ran.add("graph_parity")
         else:
             result.oracles_skipped["graph_parity"] = f"no CUDA graphs on {self.device.type}"
         # 5. write guards
         self._enter("write_guards")
-        check_write_guards(fn, kwargs, entry.in_place)
+        check_write_guards(fn, kwargs, in_place)
         # 6. stateful properties
         self._enter("stateful")
         if entry.properties:
@@ -196,10 +204,10 @@ class Battery:
         result.oracles_run = sorted(set(result.oracles_run) | ran)
         result.examples += 1
 
-    def _stock(self, kwargs: dict):
+    def _stock(self, kwargs: dict, in_place: tuple[str, ...]):
         """The stock op's outputs, or None when it cannot take this input (recorded, not a failure)."""
         try:
-            return run_on_copy(self.entry.stock, kwargs, self.entry.in_place)
+            return run_on_copy(self.entry.stock, kwargs, in_place)
         except Exception:  # noqa: BLE001 - the stock op's own limits are not the kernel's finding
             return None
 

@@ -17,7 +17,9 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def suite_path(entry) -> pathlib.Path:
-    return REPO / "suites" / entry.family / f"test_{entry.name}.py"
+    """``ops/<family>/<module>.py`` is driven by ``suites/<family>/test_<module>.py`` (an op's second
+    kernel, ``rms_norm_gated_cute.py``, by ``test_rms_norm_gated_cute.py``)."""
+    return REPO / "suites" / entry.family / f"test_{pathlib.Path(entry.kernel_file).stem}.py"
 
 
 def collected_ids(path: pathlib.Path) -> list[str]:

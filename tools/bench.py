@@ -1,6 +1,7 @@
 """tools/bench: kernel vs stock op (and competitors) on the GPU, as ratios measured in one run.
 
-For every ``BenchCase`` of the chosen ops (declared in each catalog entry) it prints the kernel's
+For every ``BenchCase`` of the chosen ops (declared in each catalog entry, for each of an op's kernels:
+``greedy_argmax [triton]``, ``rms_norm_gated [cute]``) it prints the kernel's
 median time, the stock op's, their ratio, the bytes the op must move, the achieved bandwidth, and that
 bandwidth as a share of a device-to-device copy measured in the same run (bytes read + written).
 Times are medians of CUDA-graph replays (``triton.testing.do_bench_cudagraph``): serving engines run
@@ -90,7 +91,8 @@ def bench_entry(entry, device, copy_gbps: float, variants: bool) -> list[Row]:
             timed.update({f"variant {name}": fn for name, fn in module.bench_variants(**kwargs).items()})
         for impl, fn in timed.items():
             time_us, timing = (stock_us, stock_timing) if impl == "stock" else median_us(lambda: fn(**kwargs))
-            rows.append(Row(entry.name, case.label, impl, time_us, timing, moved, copy_gbps, stock_us, case.target))
+            rows.append(Row(f"{entry.name} [{entry.backend}]", case.label, impl, time_us, timing, moved, copy_gbps,
+                            stock_us, case.target))
         del kwargs
     return rows
 
@@ -150,8 +152,9 @@ def main(argv=None) -> int:
           file=sys.stderr, flush=True)
     rows = []
     for name in args.op or registry:
-        rows += bench_entry(registry[name], device, copy_gbps, args.variants)
-        print(f"  {name}: done", file=sys.stderr, flush=True)
+        for entry in catalog.kernels(name):  # every backend's kernel of the op, each on its bench cases
+            rows += bench_entry(entry, device, copy_gbps, args.variants)
+            print(f"  {name} [{entry.backend}]: done", file=sys.stderr, flush=True)
     command = "tools/bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     header = (f"`{command}` on {torch.cuda.get_device_name(device)}, "
               f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}; "

@@ -1,8 +1,10 @@
 """tools/certify-cells: run the oracle battery per (op, cell) on this machine and write certificates.
 
-Without ``--impl`` it judges the catalog kernels and writes each certificate beside its kernel (for
-the arch of ``--device``).  With ``--impl MODULE[:ATTR]`` it judges any implementation of the
-contract — yours or someone else's — and writes no certificate.
+Without ``--impl`` it judges the catalog kernels — every backend of each op (Triton, CuTe DSL), or the
+one ``--backend`` names — and writes each certificate beside its kernel (for the arch of ``--device``).
+With ``--impl MODULE[:ATTR]`` it judges any implementation of the contract — yours or someone else's —
+once per op, on the cells of the op's first kernel, whatever our kernels claim; it writes no
+certificate.
 
 Isolation (``tools/isolation.py``; on by default with ``--device cuda``): each cell runs in a worker
 process, so an illegal address, a device assert or a hang (``--cell-timeout``) fails that cell with
@@ -43,6 +45,8 @@ def parse_args(argv):
         epilog="Example: tools/certify-cells --op greedy_argmax --impl mypkg.kernels:argmax --device cpu")
     parser.add_argument("--op", action="append", default=[], metavar="NAME",
                         help="op to certify (repeatable; default: every op in the catalog)")
+    parser.add_argument("--backend", metavar="NAME",
+                        help="only the chosen ops' kernels of this backend (triton, cute; default: every backend)")
     parser.add_argument("--impl", metavar="MODULE[:ATTR]",
                         help="judge this implementation instead of the catalog kernel (writes no certificate)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
@@ -167,16 +171,20 @@ def _progress_line(line: str) -> None:
     print(f"\r  {line}\033[K", end="", file=sys.stderr, flush=True)
 
 
-def describe(result, device: str, impl: str | None, seconds: float | None = None, flags: Sequence[str] = ()) -> str:
-    """What a run prints for one cell: the verdict, and for a failure where, why and how to reproduce it."""
+def describe(result, device: str, impl: str | None, seconds: float | None = None, flags: Sequence[str] = (),
+             backend: str | None = None) -> str:
+    """What a run prints for one cell (``op[backend]/cell`` for a catalog kernel): the verdict, and for a
+    failure where, why and how to reproduce it."""
     from ops.quarantine import QUARANTINED, citation
     from oracles.battery import recipe_json
 
+    where = f"{result.op}[{backend}]" if backend else result.op
+
     if result.status == QUARANTINED:
         held = result.annotations["quarantine"]
-        return (f"{result.op}/{result.cell_id}: QUARANTINED ({held['ledger']}: "
+        return (f"{where}/{result.cell_id}: QUARANTINED ({held['ledger']}: "
                 f"{citation(held['issue'], held['reason'])}): not launched")
-    line = (f"{result.op}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
+    line = (f"{where}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
             f"(kernel {result.worst_kernel_error_ulp:.3g} ULP, stock {result.worst_stock_error_ulp:.3g} ULP, "
             f"stock disagreements {result.stock_disagreements})")
     if seconds is not None:
@@ -219,8 +227,8 @@ def plan(args, entries, arch, ledger) -> list[tuple]:
 
     planned = []
     for entry in entries:
-        if arch not in entry.archs:
-            print(f"{entry.name}: does not claim {arch.value}; skipped", file=sys.stderr)
+        if arch not in entry.archs and not args.impl:
+            print(f"{entry.name}[{entry.backend}]: does not claim {arch.value}; skipped", file=sys.stderr)
             continue
         cells = entry.cells
         if args.cell:
@@ -284,10 +292,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from ops import catalog, certificates, quarantine
-    from ops.quarantine import QUARANTINED
-    from oracles.battery import CellResult
-    from tools.certify_worker import CellTask
+    from ops import catalog
     from tools.isolation import find_sanitizer
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -302,33 +307,76 @@ def main(argv=None) -> int:
     if args.gpus is not None:
         check_gpus(args.gpus)
     registry = catalog.entries()
+    for module, why in catalog.UNAVAILABLE.items():
+        print(f"{module}: not in the catalog on this machine: {why}", file=sys.stderr)
     unknown = [name for name in args.op if name not in registry]
     if unknown:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
-    entries = [registry[name] for name in (args.op or registry)]
-    if args.impl:
-        load_implementation(args.impl, entries)  # a bad --impl is a usage error here, not in every worker
+    if args.impl:  # an outside implementation: once per op, on its first kernel's cells
+        runs = {None: [registry[name] for name in (args.op or registry)]}
+        load_implementation(args.impl, runs[None])  # a bad --impl is a usage error here, not in every worker
+    else:  # each backend's kernels are a run of their own (a worker task names its backend)
+        runs = {}
+        for name in args.op or registry:
+            for entry in catalog.kernels(name):
+                if args.backend in (None, entry.backend):
+                    runs.setdefault(entry.backend, []).append(entry)
+        if not runs:
+            raise UsageError(f"--backend: no {args.backend} kernel of {', '.join(args.op or registry)}")
+    max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
+    facts = machine_facts(device)
+    isolation = {"isolated": args.isolate, "gpus": args.gpus, "cell_timeout": args.cell_timeout,
+                 "sanitize": args.sanitize, "shard": str(args.shard) if args.shard else None,
+                 "quarantine": args.quarantine, "check_quarantine": args.check_quarantine}
+    report = {"arch": arch.value, **facts, "impl": args.impl, "max_examples": max_examples, "seed": args.seed,
+              "isolation": isolation, "results": []}
+    failed, planned = False, 0
+    for backend, entries in runs.items():
+        run_failed, run_planned = certify_kernels(args, argv, entries, backend, arch, device, report)
+        failed, planned = failed or run_failed, planned + run_planned
+    if args.list:
+        return 0
+    if args.check_quarantine and not failed and not args.json:
+        print(f"quarantine: {planned} quarantined cells on {arch.value}; each still fails", flush=True)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    from tools.report import write_outputs
+
+    write_outputs(report, args.report, args.junit)
+    return 1 if failed else 0
+
+
+def certify_kernels(args, argv, entries, backend: str | None, arch, device, report: dict) -> tuple[bool, int]:
+    """Run the cells of ``entries`` — one backend's kernels, or (``backend`` None) the ops an --impl is
+    judged on — adding their results to ``report``, and write their certificates.  Returns whether a
+    cell failed, and how many cells were planned."""
+    from ops import catalog, certificates, quarantine
+    from ops.quarantine import QUARANTINED
+    from oracles.battery import CellResult
+    from tools.certify_worker import CellTask
+
     try:
         ledger = quarantine.load(args.quarantine or quarantine.LEDGER)
     except quarantine.QuarantineError as error:
         raise UsageError(f"quarantine ledger: {error}") from None
     planned = plan(args, entries, arch, ledger)
+
+    def shown(op_name: str) -> str | None:
+        """The backend to name beside an op in what is printed: only an op of several kernels needs it."""
+        return backend if backend and len(catalog.kernels(op_name)) > 1 else None
+
     if args.list:
         for entry, cell, held in planned:
-            print(f"{entry.name}/{cell.id}" + (f"  (quarantined: {held.where})" if held and not args.check_quarantine
-                                               else ""))
-        return 0
-    max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
+            print(f"{entry.name}" + (f"[{shown(entry.name)}]" if shown(entry.name) else "") + f"/{cell.id}"
+                  + (f"  (quarantined: {held.where})" if held and not args.check_quarantine else ""))
+        return False, len(planned)
+    max_examples = report["max_examples"]
     writes_certificates = not (args.impl or args.cell or args.replay or args.shard or args.check_quarantine
                                or args.sanitize)
     command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    facts = machine_facts(device)
-    isolation = {"isolated": args.isolate, "gpus": args.gpus, "cell_timeout": args.cell_timeout,
-                 "sanitize": args.sanitize, "shard": str(args.shard) if args.shard else None,
-                 "quarantine": args.quarantine, "check_quarantine": args.check_quarantine}
-    flags = isolation_flags(isolation, args.device)
-    report = {"arch": arch.value, **facts, "impl": args.impl, "max_examples": max_examples, "seed": args.seed,
-              "isolation": isolation, "results": []}
+    facts = {"device": report["device"], "versions": report["versions"]}
+    flags = isolation_flags(report["isolation"], args.device) + (["--backend", backend] if backend else [])
+
 
     durations = {}
 
@@ -337,7 +385,7 @@ def main(argv=None) -> int:
         if not args.json:
             if sys.stderr.isatty():
                 print("\r\033[K", end="", file=sys.stderr)
-            print(describe(result, args.device, args.impl, seconds, flags), flush=True)
+            print(describe(result, args.device, args.impl, seconds, flags, shown(result.op)), flush=True)
 
     results = {}
     for entry, cell, held in planned:
@@ -345,7 +393,7 @@ def main(argv=None) -> int:
             results[entry.name, cell.id] = CellResult(entry.name, cell.id, QUARANTINED, annotations=held.record())
             announce(results[entry.name, cell.id], None)
     tasks = [CellTask(entry.name, cell.id, args.device, args.impl, max_examples, args.seed, not args.no_shrink,
-                      args.replay) for entry, cell, held in planned if args.check_quarantine or not held]
+                      args.replay, backend) for entry, cell, held in planned if args.check_quarantine or not held]
     results.update(run_tasks(args, tasks, announce))
     failed = False
     for entry, cell, held in planned:
@@ -358,7 +406,7 @@ def main(argv=None) -> int:
                       f"(the ledger shrinks when a bug is fixed)", file=sys.stderr)
         else:
             failed |= result.status not in (certificates.CERTIFIED, QUARANTINED)
-        report["results"].append({"op": entry.name, "cell": cell.id,
+        report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id,
                                   "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
     if writes_certificates:
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -368,15 +416,9 @@ def main(argv=None) -> int:
                                               seed=args.seed, date=date)
                 path = certificates.write_section(entry, arch, section)
                 if not args.json:
-                    print(f"{entry.name}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
-    if args.check_quarantine and not failed and not args.json:
-        print(f"quarantine: {len(planned)} quarantined cells on {arch.value}; each still fails", flush=True)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    from tools.report import write_outputs
-
-    write_outputs(report, args.report, args.junit)
-    return 1 if failed else 0
+                    where = f"{entry.name}[{entry.backend}]" if shown(entry.name) else entry.name
+                    print(f"{where}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
+    return failed, len(planned)
 
 
 def check_gpus(gpus: str) -> None:

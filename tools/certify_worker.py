@@ -34,19 +34,26 @@ class CellTask:
     seed: int = 0
     shrink: bool = True
     replay: dict | None = None         # one recipe instead of the cell's corners and draws
+    backend: str | None = None         # which of the op's kernels (None: its first, as for an --impl)
 
     @property
     def key(self) -> tuple[str, str]:
         return self.op, self.cell_id
 
 
+def _entry(op_name: str, backend: str | None):
+    from ops.catalog import kernels
+
+    found = kernels(op_name)
+    return found[0] if backend is None else next(entry for entry in found if entry.backend == backend)
+
+
 @functools.lru_cache(maxsize=None)
-def _implementation(impl: str | None, op_name: str):
-    from ops.catalog import op
+def _implementation(impl: str | None, op_name: str, backend: str | None):
     from oracles.battery import Implementation
     from tools.certify import load_implementation
 
-    entry = op(op_name)
+    entry = _entry(op_name, backend)
     return load_implementation(impl, [entry])[op_name] if impl else Implementation.of_kernels(entry)
 
 
@@ -54,11 +61,11 @@ def execute(task: CellTask, *, progress=None, watch=None):
     """Run the battery on ``task``'s cell (or replay its one recipe); returns a ``CellResult``."""
     import torch
 
-    from ops.catalog import op
     from oracles.battery import replay, run_cell
 
-    entry = op(task.op)
-    cell, impl, device = entry.cell(task.cell_id), _implementation(task.impl, task.op), torch.device(task.device)
+    entry = _entry(task.op, task.backend)
+    cell, impl = entry.cell(task.cell_id), _implementation(task.impl, task.op, task.backend)
+    device = torch.device(task.device)
     if task.replay is not None:
         return replay(entry, impl, cell, device, task.replay, watch=watch)
     return run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,

@@ -96,6 +96,14 @@ def test_band_needs_exact_match_where_truth_is_infinite():
         check_band(torch.tensor([[-1e30, 1.0]]), truth.float(), truth, "control")
 
 
+def test_band_leaves_an_output_whose_truth_is_none_to_the_properties_and_still_judges_the_rest():
+    x = (_rows(64, 512) + 3).to(torch.bfloat16)
+    unjudged = torch.tensor([123.0])  # far from anything: only a property could judge it
+    check_band((_sum_stock(x), unjudged), (_sum_stock(x), torch.tensor([0.0])), (_sum_truth(x), None), "control")
+    with pytest.raises(OracleFailure, match="stock op"):
+        check_band((_sum_in_bf16(x), unjudged), (_sum_stock(x), unjudged), (_sum_truth(x), None), "control")
+
+
 def test_row_ulp_is_one_unit_of_the_row_scale():
     assert row_ulp(torch.tensor([[1.0, -3.0]], dtype=torch.float64), torch.bfloat16).item() == 2.0 ** -6
 

@@ -1,0 +1,107 @@
+"""rms_norm_gated (Triton kernel): every cell through the whole battery, and the battery — amax's exact
+property included — against wrong implementations of the contract.  The CuTe DSL kernel of the same
+contract has its own suite (``test_rms_norm_gated_cute.py``); these controls judge the contract's
+oracles, whichever kernel they certify."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+
+import pytest
+
+from oracles.battery import Implementation
+from ops.norm.rms_norm_gated import ENTRY
+from suites.certification import (
+    arch_marks,
+    assert_certified,
+    assert_rejected,
+    cell_params,
+    certify_cell,
+    machine_device,
+)
+from suites.launches import aten_launches
+from references.norm import rms_norm_gated as contract
+from suites.norm import quack_adapter
+from suites.norm import rms_norm_gated_impls as impls
+from suites.norm.rms_norm_gated_strategy import build
+
+pytestmark = arch_marks(ENTRY.archs)
+IMPLS = "suites.norm.rms_norm_gated_impls"
+
+
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_cell(cell):
+    assert_certified(certify_cell(ENTRY, cell))
+
+
+# (wrong implementation, the cell whose examples reach its bug, the oracle that must catch it)
+WRONG = [
+    ("amax_before_rounding", "per_head_decode", "stateful"),
+    ("amax_ignores_old", "per_head_decode", "stateful"),
+    ("groups_ignored", "per_head_decode", "parity"),
+    ("gate_order_ignored", "gated_whole_row", "parity"),
+    ("eps_outside_sqrt", "per_head_decode", "parity"),
+    ("bf16_arithmetic", "plain_rms_norm", "parity"),
+    ("strided_rows_read_as_contiguous", "per_head_decode", "parity"),
+    ("batch_of_one_unweighted", "per_head_prefill", "batch_invariance"),
+    ("missing_refusal", "empty_batch", "refusals"),
+]
+
+
+@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
+def test_battery_rejects(name, cell_id, oracle):
+    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=8, shrink=False)
+    assert_rejected(result, oracle, impl.label)
+
+
+def test_amax_from_fp32_values_passes_every_oracle_but_the_property():
+    """The negative control's other half: without the amax property the battery certifies the
+    pre-rounding amax, so the property is what catches it."""
+    impl = Implementation(f"{IMPLS}:amax_before_rounding", {ENTRY.name: impls.amax_before_rounding})
+    blind = dataclasses.replace(ENTRY, properties=())
+    assert_certified(certify_cell(blind, ENTRY.cell("per_head_decode"), impl, max_examples=8), impl.label)
+
+
+@pytest.mark.parametrize("cell_id", ["per_head_decode", "gated_whole_row"])
+def test_battery_accepts_another_correct_implementation(cell_id):
+    impl = Implementation(f"{IMPLS}:correct_in_float64", {ENTRY.name: impls.correct_in_float64})
+    assert_certified(certify_cell(ENTRY, ENTRY.cell(cell_id), impl), impl.label)
+
+
+def test_stock_op_is_a_torch_composition_of_many_kernels():
+    """The bench's baseline, what ``tools/bench`` times against: one kernel per step of the composition."""
+    recipe = {"T": 4, "H": 256, "group_size": 128, "gate": "norm_then_gate", "amax": "zero",
+              "x_layout": "contiguous", "z_layout": "contiguous", "weight_layout": "contiguous",
+              "values": "normal", "eps": 1e-6, "seed": 0}
+    assert len(aten_launches(ENTRY.stock, build(recipe, machine_device()))) >= 10
+
+
+# -- the quack adapter's glue, with a stand-in for quack (quack itself runs on the GPU run only) -------
+def _stand_in_quack(monkeypatch, rmsnorm):
+    quack = types.ModuleType("quack")
+    quack.rmsnorm = rmsnorm
+    monkeypatch.setitem(sys.modules, "quack", quack)
+
+
+def _plain_rms_norm(x, weight, eps):
+    return contract.rms_norm_gated(x, None, weight, eps, x.shape[1])
+
+
+@pytest.mark.parametrize("entry_point", ["rms_norm_gated", "rms_norm_gated_contiguous"])
+def test_quack_adapter_passes_a_right_rms_norm_through_on_its_cell(monkeypatch, entry_point):
+    _stand_in_quack(monkeypatch, _plain_rms_norm)
+    impl = Implementation(f"suites.norm.quack_adapter:{entry_point}", {ENTRY.name: getattr(quack_adapter, entry_point)})
+    assert_certified(certify_cell(ENTRY, ENTRY.cell("plain_rms_norm"), impl, max_examples=4), impl.label)
+
+
+def test_quack_adapter_neither_hides_a_wrong_rms_norm_nor_passes_a_gated_cell(monkeypatch):
+    _stand_in_quack(monkeypatch, lambda x, weight, eps: _plain_rms_norm(x, weight, 0.5))
+    impl = Implementation("suites.norm.quack_adapter:rms_norm_gated", {ENTRY.name: quack_adapter.rms_norm_gated})
+    assert_rejected(certify_cell(ENTRY, ENTRY.cell("plain_rms_norm"), impl, max_examples=4, shrink=False),
+                    "parity", impl.label)
+    _stand_in_quack(monkeypatch, _plain_rms_norm)
+    result = certify_cell(ENTRY, ENTRY.cell("gated_whole_row"), impl, max_examples=1, shrink=False)
+    assert_rejected(result, "parity", impl.label)
+    assert "NotImplementedError" in result.failure.message and "plain_rms_norm" in result.failure.message

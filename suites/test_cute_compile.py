@@ -1,0 +1,114 @@
+"""The CuTe DSL compile gate: every reachable launch plan of every CuTe DSL kernel in the catalog
+compiles, for every architecture its entry claims — on the CPU, with no GPU (``cute.compile`` lowers to
+a cubin without one).  The CPU suites cannot run CuTe kernels (their ``test_cell`` tests carry the GPU
+markers their entries claim and are skipped here with that reason); this gate is what CI checks of them.
+
+A CuTe DSL kernel module offers: ``reachable_plans()`` (every plan its ``launch_plan`` can return),
+``LaunchPlan.kernel_key`` (what the compiled code depends on; plans differing only in launch arguments
+share one), ``ARCH_TARGETS`` (claimed arch -> compile target) and ``compiled(kernel_key, target)``.
+A failure names the plans and the target.
+"""
+from __future__ import annotations
+
+import importlib
+import pathlib
+import warnings
+
+import cutlass
+import cutlass.cute as cute
+import pytest
+from cutlass.cute.runtime import make_ptr
+
+from ops.catalog import entries, kernels
+
+pytestmark = pytest.mark.cpu
+
+
+def cute_kernel_modules() -> list:
+    return [importlib.import_module(entry.kernel.__module__)
+            for name in entries() for entry in kernels(name) if entry.backend == "cute"]
+
+
+def compile_cases(module) -> list:
+    """(kernel key, the plans sharing it, arch target) for every compiled variant the module can reach."""
+    by_key: dict = {}
+    for plan in module.reachable_plans():
+        by_key.setdefault(plan.kernel_key, []).append(plan)
+    return [(key, plans, target) for key, plans in by_key.items()
+            for target in sorted(module.ARCH_TARGETS.values())]
+
+
+def compile_failure(module, kernel_key, plans, target) -> str | None:
+    """None when the kernel of ``kernel_key`` compiles for ``target``; else a line naming the plans."""
+    try:
+        with warnings.catch_warnings():
+            # a block size chosen at launch leaves the compiler no fixed thread count to note
+            warnings.filterwarnings("ignore", message="Dynamic variable in block size")
+            module.compiled(kernel_key, target)
+    except Exception as error:  # noqa: BLE001 - any failure to compile is the finding
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return (f"{module.__name__}: {len(plans)} plan(s) do not compile for {target}, e.g. {plans[0]}: "
+                f"{type(error).__name__}: {first_line}")
+    return None
+
+
+CASES = [pytest.param(module, key, plans, target,
+                      id=f"{pathlib.Path(module.__file__).stem}-{target}-" + "-".join(map(str, key)))
+         for module in cute_kernel_modules() for key, plans, target in compile_cases(module)]
+
+
+def test_the_catalog_has_cute_kernels_to_gate():
+    assert CASES, "no CuTe DSL kernel in the catalog: the gate below would pass on nothing"
+
+
+@pytest.mark.parametrize("module, kernel_key, plans, target", CASES)
+def test_every_reachable_plan_compiles(module, kernel_key, plans, target):
+    failure = compile_failure(module, kernel_key, plans, target)
+    assert failure is None, failure
+
+
+# -- the gate's negative control: a kernel module with one plan that cannot compile ---------------
+@cute.kernel
+def _toy_double(pointer: cute.Pointer, broken: cutlass.Constexpr):
+    values = cute.make_tensor(pointer, cute.make_layout((1,)))
+    if cutlass.const_expr(broken):
+        values[0] = values[0] * 2.0 + "not a number"
+    else:
+        values[0] = values[0] * 2.0
+
+
+@cute.jit
+def _toy_launch(pointer: cute.Pointer, broken: cutlass.Constexpr):
+    _toy_double(pointer, broken).launch(grid=[1, 1, 1], block=[32, 1, 1])
+
+
+class _ToyPlan:
+    def __init__(self, broken: bool):
+        self.broken = broken
+        self.kernel_key = (broken,)
+
+    def __repr__(self):
+        return f"ToyPlan(broken={self.broken})"
+
+
+class _ToyKernels:
+    """A CuTe DSL kernel module in miniature: doubles a value; its ``broken`` variant adds a string."""
+
+    ARCH_TARGETS = {"sm90": "sm_90a"}
+
+    @staticmethod
+    def reachable_plans():
+        return [_ToyPlan(False), _ToyPlan(True)]
+
+    @staticmethod
+    def compiled(kernel_key, target):
+        (broken,) = kernel_key
+        pointer = make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=4)
+        return cute.compile(_toy_launch, pointer, broken, options=f"--gpu-arch {target}")
+
+
+def test_the_gate_names_the_plan_that_does_not_compile_and_passes_the_one_that_does():
+    failures = [compile_failure(_ToyKernels, key, plans, target)
+                for key, plans, target in compile_cases(_ToyKernels)]
+    assert failures[0] is None, failures
+    assert failures[1] is not None and "ToyPlan(broken=True)" in failures[1] and "sm_90a" in failures[1], failures

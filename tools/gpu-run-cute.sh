@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The H200 run of issue 7 (rms_norm_gated, Triton and CuTe DSL), in the two calls the carried DSL needs
+# (ops/norm/README_section.md). Run from the repository root on the GPU machine:
+#   tools/gpu-run-cute.sh triton [EXAMPLES]   call 1: certify the Triton kernel on sm90, bench it
+#   tools/gpu-run-cute.sh cute [EXAMPLES]     call 2: install the carried DSL and quack, certify the CuTe
+#                                             kernel, judge quack's RMSNorm on plain_rms_norm, bench both
+# EXAMPLES: Hypothesis draws per cell besides its corners (default 30); quack gets a third of them (each
+# new H costs it a compile). Each step has a time limit so that a call ends inside the device tool's 10
+# minutes with its certificate, log and bench table in $OUT (else /tmp/cute-run).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+stage="${1:?usage: tools/gpu-run-cute.sh triton|cute [EXAMPLES]}"
+examples="${2:-30}"
+out="${OUT:-/tmp/cute-run}"
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+quack() {  # judge quack's RMSNorm through the adapter's entry point $1 on the one cell it implements
+  timeout 100 python3 tools/certify-cells --op rms_norm_gated --cell plain_rms_norm --device cuda --cell-timeout 90 --no-shrink \
+    --max-examples $((examples / 3)) --impl "suites.norm.quack_adapter:$1"
+}
+{
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  if [ "$stage" = cute ]; then
+    exports="$(python3 tools/install-cutlass-dsl --target /tmp/cutlass-dsl)" || exit 1
+    eval "$exports"
+    python3 -c "import cutlass, quack; print('nvidia-cutlass-dsl', cutlass.__version__, '| quack-kernels', quack.__version__)"
+  fi
+  timeout 300 python3 tools/certify-cells --op rms_norm_gated --backend "$stage" --device cuda --cell-timeout 120 \
+    --max-examples "$examples"
+  echo "certify-cells $stage: exit $?"
+  if [ "$stage" = cute ]; then
+    # as a user calls quack; only if that fails, again on contiguous copies, to tell layout from arithmetic
+    quack rms_norm_gated || quack rms_norm_gated_contiguous
+    echo "certify-cells quack: exit $?"
+  fi
+  timeout 60 python3 tools/bench --op rms_norm_gated --variants --out "$out/bench_rms_norm_gated_$stage.md"
+  echo "bench: exit $?"
+} 2>&1 | tee "$out/gpu-run-$stage.log"
+cp ops/norm/rms_norm_gated*.cert.json "$out/" 2>/dev/null
+exit 0
