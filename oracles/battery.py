@@ -126,9 +126,9 @@ class Battery:
     """Runs every applicable oracle on one op's implementation, on one device."""
 
     def __init__(self, entry, impl: Implementation, device: torch.device, strategy=None, watch: Watch | None = None,
-                 graph_parity: bool = True):
+                 graph_parity_skipped: str | None = None):
         self.entry = entry
-        self.graph_parity = graph_parity
+        self.graph_parity_skipped = graph_parity_skipped  # why graph parity is not asked here (None: it is)
         self.impl = impl
         self.fn = impl[entry.name]
         self.device = torch.device(device)
@@ -184,8 +184,8 @@ class Battery:
             ran.add("batch_invariance")
         # 4. graph parity
         self._enter("graph_parity")
-        if not self.graph_parity:
-            result.oracles_skipped["graph_parity"] = "not asked of this implementation"
+        if self.graph_parity_skipped:
+            result.oracles_skipped["graph_parity"] = self.graph_parity_skipped
         elif graph_parity_applies(self.device):
             same_shape = [self.strategy.build({**recipe, "seed": recipe["seed"] + i}, self.device)
                           for i in range(MIN_REPLAYS + 1)]
@@ -224,9 +224,9 @@ class Battery:
 
 def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, seed: int = 0,
              shrink: bool = True, strategy=None, progress: Callable[[str], None] | None = None,
-             watch: Watch | None = None, graph_parity: bool = True) -> CellResult:
+             watch: Watch | None = None, graph_parity_skipped: str | None = None) -> CellResult:
     """Run the whole battery over one cell: corners, then ``max_examples`` Hypothesis draws."""
-    battery = Battery(entry, impl, device, strategy, watch, graph_parity)
+    battery = Battery(entry, impl, device, strategy, watch, graph_parity_skipped)
     result = CellResult(entry.name, cell.id, "certified")
 
     def check(recipe: dict) -> None:
@@ -268,9 +268,9 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
 
 
 def replay(entry, impl: Implementation, cell, device, recipe: dict, strategy=None,
-           watch: Watch | None = None) -> CellResult:
+           watch: Watch | None = None, graph_parity_skipped: str | None = None) -> CellResult:
     """Run the battery on one recipe (what a reproduction line does)."""
-    battery = Battery(entry, impl, device, strategy, watch)
+    battery = Battery(entry, impl, device, strategy, watch, graph_parity_skipped)
     result = CellResult(entry.name, cell.id, "certified")
     try:
         battery.check_recipe(recipe, result)

@@ -393,7 +393,7 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
             results[entry.name, cell.id] = CellResult(entry.name, cell.id, QUARANTINED, annotations=held.record())
             announce(results[entry.name, cell.id], None)
     tasks = [CellTask(entry.name, cell.id, args.device, args.impl, max_examples, args.seed, not args.no_shrink,
-                      args.replay, backend) for entry, cell, held in planned if args.check_quarantine or not held]
+                      args.replay, backend, args.sanitize) for entry, cell, held in planned if args.check_quarantine or not held]
     results.update(run_tasks(args, tasks, announce))
     failed = False
     for entry, cell, held in planned:

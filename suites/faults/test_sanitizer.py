@@ -41,6 +41,24 @@ def test_memcheck_fails_the_out_of_bounds_cell(tmp_path):
 
 
 @pytest.mark.sm90
-def test_memcheck_passes_the_catalog_kernel():
-    run = _certify("--device", "cuda", "--sanitize", "memcheck", "--cell", "decode_small_batch", "--max-examples", "0")
+def test_memcheck_passes_the_catalog_kernel(tmp_path):
+    report = tmp_path / "report.json"
+    run = _certify("--device", "cuda", "--sanitize", "memcheck", "--cell", "decode_small_batch", "--max-examples", "0",
+                   "--report", str(report))
     assert run.returncode == 0, run.stdout + run.stderr
+    [record] = json.loads(report.read_text())["results"]
+    assert "compute-sanitizer" in record["skipped"]["graph_parity"], record
+
+
+@pytest.mark.cpu
+def test_a_sanitized_cell_says_why_graph_parity_is_not_run():
+    """On the H200 every capture under compute-sanitizer failed (its stream-ordered allocations do not exist
+    until a graph is instantiated), failing the catalog kernel's cell: a sanitized cell skips the oracle,
+    saying why, and the unsanitized run (the one that writes certificates) judges graphs."""
+    from tools.certify_worker import CellTask, execute
+
+    sanitized = execute(CellTask("greedy_argmax", "decode_small_batch", "cpu", sanitizer="memcheck"))
+    plain = execute(CellTask("greedy_argmax", "decode_small_batch", "cpu"))
+    assert sanitized.status == plain.status == "certified", (sanitized.failure, plain.failure)
+    assert "compute-sanitizer --tool memcheck" in sanitized.oracles_skipped["graph_parity"]
+    assert "compute-sanitizer" not in plain.oracles_skipped["graph_parity"]
