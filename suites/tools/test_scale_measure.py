@@ -1,0 +1,42 @@
+"""tools/scale-measure: the warm-up run is untimed, speed-ups are over the first timed run, and a cell whose
+record differs between GPU counts fails the measurement."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tools import scale_measure
+
+
+def _fake_certify(seconds_by_gpus: dict, status_by_gpus: dict, calls: list):
+    def certify(gpus, args, report):
+        calls.append((gpus, report.name))
+        status = status_by_gpus.get(gpus, "certified")
+        report.write_text(json.dumps({"device": "NVIDIA H200", "arch": "sm90", "results": [
+            {"op": "greedy_argmax", "cell": "decode_small_batch", "status": "certified", "seconds": 1.0},
+            {"op": "strict_accept", "cell": "small_batch", "status": status, "seconds": gpus * 2.0}]}))
+        return seconds_by_gpus[gpus], 0
+    return certify
+
+
+@pytest.mark.cpu
+def test_warm_up_runs_first_on_the_most_gpus_and_is_not_timed(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(scale_measure, "certify", _fake_certify({1: 40.0, 2: 20.0}, {}, calls))
+    out = tmp_path / "scale.md"
+    assert scale_measure.main(["--gpus", "1,2", "--out", str(out)]) == 0
+    assert [gpus for gpus, _ in calls] == [2, 1, 2]
+    table = out.read_text()
+    assert "| 1 | 40.0 | 2 | 2 | 1.00x |" in table and "| 2 | 20.0 | 2 | 2 | 2.00x |" in table, table
+    assert "warm-up" in table and "identical across GPU counts: yes" in table
+
+
+@pytest.mark.cpu
+def test_a_cell_that_differs_between_gpu_counts_fails_the_measurement(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(scale_measure, "certify", _fake_certify({1: 40.0, 2: 20.0}, {1: "failed"}, calls))
+    out = tmp_path / "scale.md"
+    assert scale_measure.main(["--gpus", "1,2", "--no-warm-up", "--out", str(out)]) == 1
+    assert [gpus for gpus, _ in calls] == [1, 2]
+    assert "NO: strict_accept/small_batch" in out.read_text()
