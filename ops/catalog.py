@@ -201,6 +201,16 @@ class Entry:
     bench: tuple[BenchCase, ...] = ()
     backend: str = "triton"
 
+    @classmethod
+    def of_contract(cls, contract, **declared) -> "Entry":
+        """The entry of the op whose contract module is ``references/<family>/<op>.py``: its name, family,
+        reference (the module's function of the op's name), ``validate``, ``stock``, ``REFUSALS`` and,
+        for band ops, ``truth`` come from that module; the rest (kernel, parity, cells...) is declared."""
+        family, name = contract.__name__.split(".")[-2:]
+        return cls(name=name, family=family, reference=getattr(contract, name), validate=contract.validate,
+                   stock=contract.stock, refusals=contract.REFUSALS, truth=getattr(contract, "truth", None),
+                   **declared)
+
     def __post_init__(self):
         ids = [cell.id for cell in self.cells]
         if len(set(ids)) != len(ids):

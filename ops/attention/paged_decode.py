@@ -362,19 +362,13 @@ CELLS = (
 )
 
 _BENCH_SHAPE = "B=64 L=8192 Hq=32 Hkv=8 D=128 page 64"
-ENTRY = Entry(
-    name="paged_decode",
-    family="attention",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=paged_decode,
-    reference=contract.paged_decode,
-    validate=contract.validate,
-    stock=contract.stock,
-    truth=contract.truth,
     parity=Parity.BAND,
     params_of=params_of,
     cells=CELLS,
     archs=frozenset({Arch.CPU_INTERP, Arch.SM90}),
-    refusals=contract.REFUSALS,
     batch_invariant=True,
     batch_args=("q", "page_table", "seq_lens", "page_select"),
     bench=(

@@ -74,18 +74,13 @@ def _bench_step(batch: int, steps: int, slots_per_page: int, heads: int, head_di
     return make
 
 
-ENTRY = Entry(
-    name="rollback_restore",
-    family="attention",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=rollback_restore,
-    reference=contract.rollback_restore,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BITWISE,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
     in_place=("plane",),
     siblings=("rollback_save",),
     properties=(paged_slots.rollback_restoration,),

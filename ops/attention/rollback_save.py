@@ -193,18 +193,13 @@ CELLS = (
          {"B": Span(1, 512), "E_dims": OneOf((2,)), "E": Span(1, 4096), **_PLANE_STEP}),
 )
 
-ENTRY = Entry(
-    name="rollback_save",
-    family="attention",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=rollback_save,
-    reference=contract.rollback_save,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BITWISE,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
     batch_invariant=True,
     batch_args=("page_table", "positions"),
     siblings=("rollback_restore",),

@@ -139,19 +139,13 @@ _TARGET_M1 = (">= 75% of copy bandwidth (stock dequantize + bf16 matmul: 4%, 391
               "cuBLAS bf16 GEMV on bf16 weights: 70%)")
 _TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
 
-ENTRY = Entry(
-    name="fp8_gemv",
-    family="gemm",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=fp8_gemv,
-    reference=contract.fp8_gemv,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BAND,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
-    truth=contract.truth,
     bench=tuple(
         BenchCase(f"M={rows} N=K={_SIDE}", _bench_input(rows, _SIDE, _SIDE), bytes_moved,
                   _TARGET_M1 if rows == 1 else _TARGET_M16,

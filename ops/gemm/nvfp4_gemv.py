@@ -241,19 +241,13 @@ _SIDE = 8192
 _TARGET_M1 = ">= 65% of copy bandwidth, packed weights + scales (stock dequantize + bf16 matmul: 0.7%, 1240 us)"
 _TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
 
-ENTRY = Entry(
-    name="nvfp4_gemv",
-    family="gemm",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=nvfp4_gemv,
-    reference=contract.nvfp4_gemv,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BAND,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
-    truth=contract.truth,
     bench=tuple(
         BenchCase(f"M={rows} N=K={_SIDE}", _bench_input(rows, _SIDE, _SIDE), bytes_moved,
                   _TARGET_M1 if rows == 1 else _TARGET_M16,

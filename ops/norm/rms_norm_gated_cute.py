@@ -305,19 +305,13 @@ def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
 
 
 # -- catalog entry --------------------------------------------------------------------------------
-ENTRY = Entry(
-    name="rms_norm_gated",
-    family="norm",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=rms_norm_gated,
-    reference=contract.rms_norm_gated,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BAND,
     params_of=claims.params_of,
     cells=claims.CELLS,
     archs=frozenset(ARCH_TARGETS),
-    refusals=contract.REFUSALS,
-    truth=contract.truth,
     batch_invariant=True,
     batch_args=("x", "z"),
     in_place=("amax",),

@@ -211,18 +211,13 @@ CELLS = (
          {"M": Span(17, 4096), "K": Span(16, 16384)}),
 )
 
-ENTRY = Entry(
-    name="nvfp4_quantize",
-    family="quant",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=nvfp4_quantize,
-    reference=contract.nvfp4_quantize,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BITWISE,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
     batch_invariant=True,
     batch_args=("x",),
     bench=(

@@ -240,18 +240,13 @@ CELLS = (
          {"R": Span(256, 1024), "V": Span(1, 262144), "dtype": _DTYPES}),
 )
 
-ENTRY = Entry(
-    name="greedy_argmax",
-    family="sampling",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=greedy_argmax,
-    reference=contract.greedy_argmax,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BITWISE,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
     batch_invariant=True,
     batch_args=("logits",),
     bench=(

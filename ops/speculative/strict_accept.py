@@ -152,18 +152,13 @@ CELLS = (
          {"B": Span(65, 4096), "K": _DRAFTS}),
 )
 
-ENTRY = Entry(
-    name="strict_accept",
-    family="speculative",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=strict_accept,
-    reference=contract.strict_accept,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BITWISE,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
     batch_invariant=True,
     batch_args=("draft_tokens", "target_tokens", "num_drafts"),
     bench=(

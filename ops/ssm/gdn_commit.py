@@ -99,18 +99,13 @@ CELLS = (
          {**_COMMON, "state_dtype": OneOf((torch.bfloat16,))}),
 )
 
-ENTRY = Entry(
-    name="gdn_commit",
-    family="ssm",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=gdn_commit,
-    reference=contract.gdn_commit,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BITWISE,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
     in_place=("state",),
     siblings=("gdn_decode", "gdn_verify"),
 )

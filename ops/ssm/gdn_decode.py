@@ -272,19 +272,13 @@ def gdn_cells(**extra_bounds) -> tuple[Cell, ...]:
 
 CELLS = gdn_cells()
 
-ENTRY = Entry(
-    name="gdn_decode",
-    family="ssm",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=gdn_decode,
-    reference=contract.gdn_decode,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BAND,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
-    truth=contract.truth,
     batch_invariant=True,
     batch_args=("q", "k", "v", "g", "beta", "slots"),
     in_place=("state",),

@@ -73,19 +73,13 @@ def params_of(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False
 
 CELLS = decode.gdn_cells(T=Span(1, 8))
 
-ENTRY = Entry(
-    name="gdn_verify",
-    family="ssm",
+ENTRY = Entry.of_contract(
+    contract,
     kernel=gdn_verify,
-    reference=contract.gdn_verify,
-    validate=contract.validate,
-    stock=contract.stock,
     parity=Parity.BAND,
     params_of=params_of,
     cells=CELLS,
     archs=ALL_ARCHS,
-    refusals=contract.REFUSALS,
-    truth=contract.truth,
     batch_invariant=True,
     batch_args=("q", "k", "v", "g", "beta", "slots", "num_tokens"),
     siblings=("gdn_decode", "gdn_commit"),
