@@ -6,8 +6,8 @@ tile per step and multiplies it with the [16, BLOCK_K] activation tile on the te
 16, the smallest dot, so M = 1 and M = 16 cost the same pass over the weights). Products of a bf16
 activation and a dequantized weight (at most 6 significant bits) are exact, the sum is float32.
 
-When N alone gives too few programs (fewer 64-row tiles than half the SMs), K is split: each split
-writes float32 partials and a second kernel sums them in split order. No atomics: the summation order
+When N alone gives too few programs (fewer row tiles than the plan's ``split_below`` times the SMs),
+K is split: each split writes float32 partials and a second kernel sums them in split order. No atomics: the summation order
 is fixed by the plan, which depends on (N, K) and the device only, so results are deterministic.
 """
 from __future__ import annotations
@@ -21,10 +21,24 @@ import triton.language as tl
 from ops.triton_backend import bf16_bits_to_float32, float32_to_bf16_rne
 
 ACTIVATION_ROWS = 16  # M <= 16 by contract; the smallest tl.dot operand
-WEIGHT_BYTES_PER_STEP = 128  # of one weight row per step: a whole 128-byte line
-GPU_BLOCK_N = 64
+# The interpreter pays per program and per step (tens of ms under load), hardly per byte: 256-row tiles
+# and the widest step whose [256, 16, BLOCK_K] product stays within Triton's 2**20-element limit.
 INTERPRETER_BLOCK_N = 256
-INTERPRETER_STEP_FACTOR = 2
+INTERPRETER_BLOCK_K = 2**20 // (INTERPRETER_BLOCK_N * ACTIVATION_ROWS)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanShape:
+    """The tunable half of a plan, independent of (N, K): what ``bench_variants`` sweeps."""
+    block_n: int          # weight rows per program (at most; fewer when N is smaller)
+    step_bytes: int       # bytes of one weight row per step: 128 is one whole cache line
+    num_stages: int       # steps of loads in flight (cp.async pipeline depth)
+    num_warps: int
+    split_below: float    # K is split while the row tiles number fewer than this many times the SMs
+
+    def label(self, splits: int) -> str:
+        return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps, "
+                f"{splits} splits")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,38 +52,60 @@ class GemvPlan:
     compiled: bool    # for a GPU: tensor-core dot, inline PTX; else the interpreter's float32 sums
 
 
-def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, block_n: int = GPU_BLOCK_N,
-              num_stages: int = 4, num_warps: int = 4, split_below: float = 0.5) -> GemvPlan:
+def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape) -> GemvPlan:
     """Plan for a weight of ``rows`` (N) x ``cols`` (K) elements of ``weight_bits`` bits each."""
-    # 64 rows x 128 bytes: 8 KB of weights per step and program; narrower weights shrink to >= 16 rows.
-    # The interpreter pays per program and per step (tens of ms under load), hardly per byte: it takes
-    # 256 rows and 256-byte steps (a [256, 16, 256] product: Triton's 2**20-element limit).
-    block_k = WEIGHT_BYTES_PER_STEP * 8 // weight_bits  # 256 NVFP4 or 128 E4M3 elements
-    block_k *= INTERPRETER_STEP_FACTOR if on_interpreter else 1
-    widest = INTERPRETER_BLOCK_N if on_interpreter else block_n
+    block_k = shape.step_bytes * 8 // weight_bits
+    block_k = INTERPRETER_BLOCK_K if on_interpreter else block_k
+    widest = INTERPRETER_BLOCK_N if on_interpreter else shape.block_n
     block_n = min(widest, max(16, triton.next_power_of_2(rows)))
     tiles = triton.cdiv(rows, block_n)
-    # Assumed, to be measured by tools/bench --variants: one program per SM with num_stages steps of
-    # loads in flight streams at near copy bandwidth, so N = 8192 (128 tiles on 132 SMs) runs in one
-    # pass and one launch. Below split_below x SMs tiles, K is split, in chunks of at least 4 steps.
+    # Below split_below x SMs row tiles, K is split (in chunks of at least 4 steps) so that every SM
+    # streams; the partials are summed in split order by a second kernel.
     splits = 1
-    if tiles < split_below * sms:
+    if tiles < shape.split_below * sms:
         splits = max(1, min(triton.cdiv(sms, tiles), triton.cdiv(cols, 4 * block_k)))
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
-                    num_warps=num_warps, num_stages=num_stages, compiled=not on_interpreter)
+                    num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter)
+
+
+# Plans for tools/bench --variants, around the H200 measurements at N = K = 8192 (M = 1): E4M3 best at
+# 32 rows x 5 stages (24.8 us) and 64 rows x 5 stages x 2 splits (25.1 us); deeper pipelines and more
+# programs per SM helped every time, so the spread goes further both ways, and to 256-byte steps.
+VARIANT_SHAPES = tuple(
+    [PlanShape(block_n, 128, num_stages, 4, split_below)
+     for block_n in (16, 32, 64) for num_stages in (4, 6, 8) for split_below in (0.5, 2.0)]
+    + [PlanShape(block_n, 256, num_stages, 4, split_below)
+       for block_n in (32, 64) for num_stages in (3, 4) for split_below in (0.5, 2.0)]
+    + [PlanShape(64, 128, 5, 8, 0.5), PlanShape(64, 128, 5, 8, 2.0), PlanShape(128, 128, 4, 8, 2.0)]
+)
 
 
 def plan_variants(rows: int, cols: int, weight_bits: int, sms: int) -> dict[str, GemvPlan]:
-    """GPU launch plans around the default, labelled, for the GEMVs' ``bench_variants``."""
+    """GPU launch plans of ``VARIANT_SHAPES``, labelled, for the GEMVs' ``bench_variants`` (the same plan
+    reached from two shapes is timed once)."""
     variants = {}
-    for block_n in (32, 64, 128):
-        for num_stages in (3, 5):
-            for split_below in (0.5, 2.0):
-                plan = gemv_plan(rows, cols, weight_bits, sms, False, block_n, num_stages,
-                                 8 if block_n == 128 else 4, split_below)
-                variants[f"{block_n} rows, {num_stages} stages, {plan.splits} splits"] = plan
+    for shape in VARIANT_SHAPES:
+        plan = gemv_plan(rows, cols, weight_bits, sms, False, shape)
+        if plan not in variants.values():
+            variants[shape.label(plan.splits)] = plan
     return variants
+
+
+@triton.jit
+def step_bounds(chunk, depth, BLOCK_K: tl.constexpr):
+    """(start, whole, stop) of this program's split of K: whole steps run start..whole unmasked, then one
+    masked step whole..stop when the split ends inside a step (the last split, K not a multiple)."""
+    start = tl.program_id(1) * chunk
+    stop = tl.minimum(start + chunk, depth)
+    return start, start + (stop - start) // BLOCK_K * BLOCK_K, stop
+
+
+@triton.jit
+def clamp_rows(offsets, count):
+    """Row offsets past ``count`` read row ``count - 1`` instead: loads need no mask (the rows' results
+    are never stored), so the steps' loads are plain vectors."""
+    return tl.minimum(offsets, count - 1).to(tl.int64)
 
 
 @triton.jit
@@ -125,6 +161,27 @@ def sum_splits(partials: torch.Tensor, scale: torch.Tensor, y: torch.Tensor, inv
     block = min(triton.next_power_of_2(cols), 1024)
     _sum_splits[(rows, triton.cdiv(cols, block))](
         partials, splits, rows, cols, scale, y, y.stride(0), BLOCK=block, INVERT_SCALE=invert_scale, num_warps=4)
+
+
+def run_tiles(kernel, x: torch.Tensor, cols: int, weight_args: tuple, scale: torch.Tensor, invert_scale: bool,
+              plan: GemvPlan, **meta) -> torch.Tensor:
+    """y bf16 [M, cols]: ``kernel`` (a GEMV's tile kernel, arguments x, weight, outputs, chunk) over ``plan``,
+    then the split-K sum when K is split. ``scale`` multiplies every output (its reciprocal: ``invert_scale``)."""
+    rows, depth = x.shape
+    y = torch.empty(rows, cols, dtype=torch.bfloat16, device=x.device)
+    if cols == 0:
+        return y
+    split = plan.splits > 1
+    partials = torch.empty((plan.splits, rows, cols) if split else (1,), dtype=torch.float32, device=x.device)
+    kernel[(triton.cdiv(cols, plan.block_n), plan.splits)](
+        x.view(torch.int16), x.stride(0), x.stride(1), rows, *weight_args, cols, depth,
+        y, y.stride(0), partials, plan.chunk,
+        BLOCK_M=ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split, COMPILED=plan.compiled,
+        NUM_STAGES=plan.num_stages, num_warps=plan.num_warps, **meta,
+    )
+    if split:
+        sum_splits(partials, scale, y, invert_scale)
+    return y
 
 
 class OnBf16Weights:

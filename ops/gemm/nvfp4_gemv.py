@@ -9,9 +9,9 @@ Bytes: read ``N * K / 2`` (codes) + ``N * K / 16`` (scales) + ``2 * M * K`` (x),
 N = K = 8192: 36 MB of weights, 8.8 us at 4.3 TB/s; the stock op moves a bf16 copy of W besides.
 
 Per step a program decodes a [BLOCK_N, BLOCK_K] tile: byte j of a row holds elements 2j (low nibble)
-and 2j+1 (high nibble), so the low and high nibbles are two [BLOCK_N, BLOCK_K/2] tiles that meet the
-even and odd columns of x. ``e2m1(code) * sf`` has at most 6 significant bits: exact in bf16, so the
-tensor-core product with bf16 x is exact and only the float32 sum rounds; ``1 / global_scale`` (IEEE)
+and 2j+1 (high nibble); the two values are joined pairwise in registers, so one tensor-core product per
+step meets x as it lies in memory. ``e2m1(code) * sf`` has at most 6 significant bits: exact in bf16, so
+the product with bf16 x is exact and only the float32 sum rounds; ``1 / global_scale`` (IEEE)
 is applied once per output. On a GPU the decode is a table lookup in inline PTX (``E2M1_PAIRS_PTX``),
 under the interpreter arithmetic. See ``gemv_launch`` for the plan and the split-K reduction.
 """
@@ -23,20 +23,27 @@ import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
 from ops.gemm.gemv_launch import (
-    ACTIVATION_ROWS,
     GemvPlan,
     OnBf16Weights,
+    PlanShape,
     accumulate,
+    clamp_rows,
     gemv_plan,
     plan_variants,
+    run_tiles,
+    step_bounds,
     store_rows,
-    sum_splits,
 )
 from ops.triton_backend import interpreting, sm_count
 from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_dequantize, nvfp4_global_scale, nvfp4_quantize
 from references.gemm import nvfp4_gemv as contract
 
 E2M1_BITS = 4
+SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for the kernels
+# Measured on the H200 at N = K = 8192, M = 1 (the kernel before the single-dot rewrite): 64 rows x 3
+# stages with K split in two, 39 us; one pass (64 or 32 rows) 50 us: the decode wants more programs.
+# The single-dot kernel at 64 rows spills (255 registers, sm_90 ptxas); 32 rows does not (160).
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=5, num_warps=4, split_below=2.0)
 
 
 # -- kernel ---------------------------------------------------------------------------------------
@@ -116,6 +123,16 @@ def dequantize_pairs(packed, scale, PTX_DECODE: tl.constexpr):
         return _e2m1_times_2_pow_14(code) * scale, _e2m1_times_2_pow_14(code >> 4) * scale
 
 
+@triton.jit
+def dequantize_tile(packed, scales, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PTX_DECODE: tl.constexpr):
+    """The [BLOCK_N, BLOCK_K] weight tile, columns in order, from its packed bytes [BLOCK_N, BLOCK_K / 2]
+    and block scales [BLOCK_N, BLOCK_K / 16] (without the global scale): byte j holds columns 2j (low
+    nibble) and 2j + 1 (high), so the low and high values are joined pairwise, in registers."""
+    low, high = dequantize_pairs(tl.reshape(packed, [BLOCK_N, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK // 2]),
+                                 tl.reshape(scales.to(tl.float32), [BLOCK_N, BLOCK_K // SCALE_BLOCK, 1]), PTX_DECODE)
+    return tl.reshape(tl.join(low, high), [BLOCK_N, BLOCK_K])
+
+
 # M, N and y's row stride change from call to call and gain nothing from specialization (each distinct
 # one is a compile). K, the chunk and the weights' strides stay specialized: without their divisibility
 # by 16 the loads are neither vectorized nor pipelined (cp.async), measured on the sm_90 PTX.
@@ -131,68 +148,53 @@ def _nvfp4_gemv_tiles(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
-    split = tl.program_id(1)
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
-    live_n = offs_n < cols
-    weight_row = offs_n.to(tl.int64)[:, None]
-    pairs = tl.arange(0, BLOCK_K // 2)
-    groups = tl.arange(0, BLOCK_K // 16)
+    x_rows = (offs_m < rows)[:, None]  # padding rows of x are not read (an M = 1 call reads one row)
+    start, whole, stop = step_bounds(chunk, depth, BLOCK_K)
+    weight_row = clamp_rows(offs_n, cols)[:, None]
+    byte = start // 2 + tl.arange(0, BLOCK_K // 2)
+    group = start // SCALE_BLOCK + tl.arange(0, BLOCK_K // SCALE_BLOCK)
+    column = start + tl.arange(0, BLOCK_K)
+    packed_tile = packed_ptr + weight_row * stride_pn + byte[None, :]
+    scale_tile = scales_ptr + weight_row * stride_sn + group[None, :]
+    x_tile = x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk
     acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-    start = split * chunk
-    for k0 in tl.range(start, start + chunk, BLOCK_K, num_stages=NUM_STAGES):
-        byte = k0 // 2 + pairs
-        packed = tl.load(packed_ptr + weight_row * stride_pn + byte[None, :],
-                         mask=live_n[:, None] & (byte < depth // 2)[None, :], other=0)
-        group = k0 // 16 + groups
-        scale = tl.load(scales_ptr + weight_row * stride_sn + group[None, :],
-                        mask=live_n[:, None] & (group < depth // 16)[None, :], other=0.0).to(tl.float32)
-        # byte j of a row holds columns k0 + 2j (low nibble) and k0 + 2j + 1 (high), of block j // 8
-        low, high = dequantize_pairs(tl.reshape(packed, [BLOCK_N, BLOCK_K // 16, 8]),
-                                     tl.reshape(scale, [BLOCK_N, BLOCK_K // 16, 1]), PTX_DECODE)
-        low = tl.reshape(low, [BLOCK_N, BLOCK_K // 2])
-        high = tl.reshape(high, [BLOCK_N, BLOCK_K // 2])
-
-        column = k0 + tl.arange(0, BLOCK_K)
-        x_bits = tl.load(x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk,
-                         mask=(offs_m < rows)[:, None] & (column < depth)[None, :], other=0)
-        x_even, x_odd = tl.split(tl.reshape(x_bits, [BLOCK_M, BLOCK_K // 2, 2]))
-        acc = accumulate(acc, low, x_even, COMPILED)
-        acc = accumulate(acc, high, x_odd, COMPILED)
+    for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
+        weights = dequantize_tile(tl.load(packed_tile), tl.load(scale_tile), BLOCK_N, BLOCK_K, PTX_DECODE)
+        acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows, other=0), COMPILED)
+        packed_tile += BLOCK_K // 2
+        scale_tile += BLOCK_K // SCALE_BLOCK
+        x_tile += BLOCK_K * stride_xk
+    if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
+        live = (whole + tl.arange(0, BLOCK_K) < stop)[None, :]
+        packed = tl.load(packed_tile, mask=(whole + 2 * tl.arange(0, BLOCK_K // 2) < stop)[None, :], other=0)
+        scale = tl.load(scale_tile, mask=(whole + SCALE_BLOCK * tl.arange(0, BLOCK_K // SCALE_BLOCK) < stop)[None, :],
+                        other=0.0)
+        weights = dequantize_tile(packed, scale, BLOCK_N, BLOCK_K, PTX_DECODE)
+        acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows & live, other=0), COMPILED)
     decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
-    store_rows(acc, y_ptr, stride_ym, partial_ptr, split, rows, cols, offs_n, decode_scale, BLOCK_M, SPLIT)
+    store_rows(acc, y_ptr, stride_ym, partial_ptr, tl.program_id(1), rows, cols, offs_n, decode_scale, BLOCK_M, SPLIT)
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
+def default_plan(x, packed) -> GemvPlan:
+    return gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), interpreting(), DEFAULT_SHAPE)
+
+
 def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: bool | None = None) -> torch.Tensor:
     """Launch ``plan`` on already-validated inputs (``tools/bench`` sweeps plans through this).
 
     ``ptx_decode``: the table-lookup decode (default: whenever compiled for a GPU) or the arithmetic one.
     """
-    rows, depth = x.shape
-    cols = packed.shape[0]
-    y = torch.empty(rows, cols, dtype=torch.bfloat16, device=x.device)
-    if cols == 0:
-        return y
-    split = plan.splits > 1
-    partials = torch.empty((plan.splits, rows, cols) if split else (1,), dtype=torch.float32, device=x.device)
-    _nvfp4_gemv_tiles[(triton.cdiv(cols, plan.block_n), plan.splits)](
-        x.view(torch.int16), x.stride(0), x.stride(1), rows,
-        packed, packed.stride(0), block_scales, block_scales.stride(0), global_scale, cols, depth,
-        y, y.stride(0), partials, plan.chunk,
-        BLOCK_M=ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split,
-        COMPILED=plan.compiled, PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode,
-        NUM_STAGES=plan.num_stages, num_warps=plan.num_warps,
-    )
-    if split:
-        sum_splits(partials, global_scale, y, invert_scale=True)
-    return y
+    weight_args = (packed, packed.stride(0), block_scales, block_scales.stride(0), global_scale)
+    return run_tiles(_nvfp4_gemv_tiles, x, packed.shape[0], weight_args, global_scale, True, plan,
+                     PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode)
 
 
 def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
     contract.validate(x, packed, block_scales, global_scale)
-    plan = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), interpreting())
-    return run_plan(x, packed, block_scales, global_scale, plan)
+    return run_plan(x, packed, block_scales, global_scale, default_plan(x, packed))
 
 
 def bench_variants(x, packed, block_scales, global_scale) -> dict:
@@ -200,7 +202,7 @@ def bench_variants(x, packed, block_scales, global_scale) -> dict:
     plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device))
     variants = {label: lambda x, packed, block_scales, global_scale, plan=plan:
                 run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
-    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False)
+    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False, DEFAULT_SHAPE)
     variants["default plan, arithmetic decode"] = lambda x, packed, block_scales, global_scale: run_plan(
         x, packed, block_scales, global_scale, default, ptx_decode=False)
     return variants

@@ -5,9 +5,7 @@ import pytest
 import torch
 
 from oracles.battery import Implementation, strategy_module
-from ops.gemm.fp8_gemv import E4M3_BITS, ENTRY
-from ops.gemm.gemv_launch import gemv_plan
-from ops.triton_backend import interpreting, sm_count
+from ops.gemm.fp8_gemv import ENTRY, default_plan
 from suites.certification import (
     arch_marks,
     assert_certified,
@@ -59,7 +57,7 @@ def test_corners_reach_both_launch_paths_and_every_kind_of_code():
     for cell in ENTRY.cells:
         for recipe in strategy.corners(cell, device):
             kwargs = strategy.build(recipe, device)
-            plan = gemv_plan(recipe["N"], recipe["K"], E4M3_BITS, sm_count(device), interpreting())
+            plan = default_plan(kwargs["x"], kwargs["w"])
             codes = kwargs["w"].view(torch.uint8) & 0x7F
             reached |= {"split_k" if plan.splits > 1 else "one_pass", f"M={recipe['M']}", f"K={recipe['K']}"}
             reached |= {name for name, hit in (("K_not_a_multiple_of_64", recipe["K"] % 64 != 0),

@@ -9,9 +9,7 @@ import triton
 import triton.language as tl
 
 from oracles.battery import Implementation, strategy_module
-from ops.gemm.gemv_launch import gemv_plan
-from ops.gemm.nvfp4_gemv import E2M1_BITS, E2M1_PAIRS_PTX, ENTRY, dequantize_pairs
-from ops.triton_backend import interpreting, sm_count
+from ops.gemm.nvfp4_gemv import E2M1_PAIRS_PTX, ENTRY, default_plan, dequantize_pairs
 from references.formats import E4M3_MAX, e2m1_decode
 from suites.certification import (
     arch_marks,
@@ -67,7 +65,7 @@ def test_corners_reach_both_launch_paths_and_the_hard_weights():
     for cell in ENTRY.cells:
         for recipe in strategy.corners(cell, device):
             kwargs = strategy.build(recipe, device)
-            plan = gemv_plan(recipe["N"], recipe["K"], E2M1_BITS, sm_count(device), interpreting())
+            plan = default_plan(kwargs["x"], kwargs["packed"])
             scales = kwargs["block_scales"].float()
             reached |= {"split_k" if plan.splits > 1 else "one_pass", f"M={recipe['M']}"}
             reached |= {name for name, hit in (("K_not_a_multiple_of_64", recipe["K"] % 64 != 0),
