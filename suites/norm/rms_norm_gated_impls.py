@@ -92,6 +92,24 @@ def batch_of_one_unweighted(x, z, weight, eps, group_size, norm_before_gate=True
     return contract.rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate, amax)
 
 
+def sum_order_follows_row_slot(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
+    """Wrong only in its bits: rows at odd positions of the batch sum their squares one by one, the
+    others pairwise (as a kernel whose reduction order follows a row's slot in a multi-row tile): each
+    row is within the band, but moving a row to another slot can change its rounding."""
+    contract.validate(x, z, weight, eps, group_size, norm_before_gate, amax)
+    tokens, width = x.shape
+    gate = None if z is None else contract.silu(z.float())
+    u = x.float() if gate is None or norm_before_gate else x.float() * gate
+    squares = (u * u).reshape(tokens, width // group_size, group_size)
+    sums = squares.sum(-1, keepdim=True)
+    sums[1::2] = squares[1::2].cumsum(-1)[..., -1:]  # cumsum adds in channel order
+    y = (u.reshape(squares.shape) * torch.rsqrt(sums / group_size + eps)).reshape(tokens, width) * weight.float()
+    y = (y if gate is None or not norm_before_gate else y * gate).to(torch.bfloat16)
+    if amax is not None:
+        contract.raise_amax(amax, y)
+    return y
+
+
 def missing_refusal(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
     """Wrong: no validation; a group size that does not divide H fails inside torch instead."""
     y = _fp32(x, z, weight, eps, group_size, norm_before_gate).to(torch.bfloat16)
