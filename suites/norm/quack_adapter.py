@@ -17,8 +17,10 @@ What is the adapter's, not quack's:
 Two entry points:
 - ``rms_norm_gated`` passes x and weight as the caller has them, as a user calling ``quack.rmsnorm``
   would: row-strided and unaligned views included (the cell's layouts have NaN garbage between rows);
-- ``rms_norm_gated_contiguous`` first copies x and weight to fresh contiguous tensors, which isolates
-  quack's arithmetic from how it handles such layouts.
+- ``rms_norm_gated_contiguous`` first copies x and weight into fresh storage (``clone`` with a
+  contiguous format: ``.contiguous()`` of a view that is already contiguous keeps its storage offset,
+  and an offset weight then fails quack's 16-byte alignment check), which isolates quack's arithmetic
+  from how it handles such layouts.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ def _run(x, z, weight, eps, group_size, norm_before_gate, amax, contiguous: bool
             "quack's RMSNorm has no gate and no groups within a row: judge it on the cell plain_rms_norm "
             f"(got z {'given' if z is not None else 'None'}, group_size {group_size} of H = {x.shape[1]})")
     if contiguous:
-        x, weight = x.contiguous(), weight.contiguous()
+        x, weight = (t.clone(memory_format=torch.contiguous_format) for t in (x, weight))
     y = _quack_rmsnorm(x, weight, float(eps))
     if amax is not None:
         contract.raise_amax(amax, y)

@@ -92,6 +92,26 @@ def batch_of_one_unweighted(x, z, weight, eps, group_size, norm_before_gate=True
     return contract.rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate, amax)
 
 
+def rstd_follows_row_slot(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
+    """Wrong only in its bits: rows at odd positions of the batch take their rstd in float64 (rounded
+    once), the others in float32 (as a kernel whose code for a row follows its slot in a multi-row
+    tile): each row is within the band, but a row moved to another slot changes the last bit of some
+    rstd values, and so the rounding of some outputs."""
+    contract.validate(x, z, weight, eps, group_size, norm_before_gate, amax)
+    tokens, width = x.shape
+    gate = None if z is None else contract.silu(z.float())
+    u = x.float() if gate is None or norm_before_gate else x.float() * gate
+    squares = (u * u).reshape(tokens, width // group_size, group_size)
+    mean_square = squares.sum(-1, keepdim=True) / group_size + eps
+    rstd = torch.rsqrt(mean_square)
+    rstd[1::2] = torch.rsqrt(mean_square[1::2].double()).float()
+    y = (u.reshape(squares.shape) * rstd).reshape(tokens, width) * weight.float()
+    y = (y if gate is None or not norm_before_gate else y * gate).to(torch.bfloat16)
+    if amax is not None:
+        contract.raise_amax(amax, y)
+    return y
+
+
 def missing_refusal(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
     """Wrong: no validation; a group size that does not divide H fails inside torch instead."""
     y = _fp32(x, z, weight, eps, group_size, norm_before_gate).to(torch.bfloat16)

@@ -45,6 +45,7 @@ WRONG = [
     ("bf16_arithmetic", "plain_rms_norm", "parity"),
     ("strided_rows_read_as_contiguous", "per_head_decode", "parity"),
     ("batch_of_one_unweighted", "per_head_prefill", "batch_invariance"),
+    ("rstd_follows_row_slot", "plain_rms_norm", "batch_invariance"),
     ("missing_refusal", "empty_batch", "refusals"),
 ]
 
