@@ -355,6 +355,17 @@ def entries() -> dict[str, Entry]:
     return {name: found[0] for name, found in _registry().items()}
 
 
+def every_kernel() -> tuple[Entry, ...]:
+    """Every kernel of every op: ops by name, each op's kernels in dispatch order."""
+    return tuple(entry for found in _registry().values() for entry in found)
+
+
+def kernel_label(entry: Entry) -> str:
+    """How the tools name a kernel: ``op [backend]`` when its op has several kernels here, else the op's
+    name alone (``greedy_argmax``; ``rms_norm_gated [cute]``)."""
+    return f"{entry.name} [{entry.backend}]" if len(_registry().get(entry.name, ())) > 1 else entry.name
+
+
 def op(name: str) -> Entry:
     """The op named ``name`` (call it for certified dispatch over all of its kernels)."""
     return kernels(name)[0]

@@ -1,12 +1,19 @@
 """tools/gate: the CI gate on every kernel change.
 
-From the git diff against a base revision it finds the ops whose kernel, reference (or a module of
+From the git diff against a base revision it finds the kernels whose kernel module, reference (or a module of
 ``ops/`` or ``references/`` they use), entry and cells (in the kernel module), strategy, suite,
 alternative implementations, or the test machinery their suite imports (``oracles/``, ``suites/``,
 ``tools/``) changed; runs those ops' CPU tests — the ids of ``test_lists/l0_cpu.yml`` in their suite
 files — and the claims gates (``suites/test_claims.py``); and lists every certificate section that is
 stale now, saying whether this change made it stale (fresh at the base, judged on the sources as they
 were there), with the command that re-certifies it on its architecture.
+
+Every kernel of an op is judged on its own (an op may have a Triton and a CuTe DSL kernel, each with its
+certificate): it is named ``op [backend]`` where its op has several kernels, the op's name alone where it
+has one. A kernel module the catalog leaves out on this machine (its backend's package is missing,
+``catalog.UNAVAILABLE``) cannot be judged here: it is listed (``unavailable_kernels``; each section of its
+certificate a skipped JUnit testcase), and a change to that module is a finding, since nothing here
+checked it.
 
 The base revision (``--base REV``; by default the first of):
 
@@ -173,12 +180,12 @@ def listed_cpu_tests(suite_files: set[str]) -> list[str]:
 
 # -- certificates -------------------------------------------------------------------------------------
 def stale_certificates(entry, base: Base) -> list[dict]:
-    """Every arch section of ``entry``'s certificate that is stale now, with its state at the base.
+    """Every arch section of ``entry``'s certificate (one kernel's) that is stale now, with its state at the base.
 
     At the base, the certificate and the sources are read as they were there (the modules the kernel
     uses are those it uses now)."""
     from ops import certificates
-    from ops.catalog import Arch
+    from ops.catalog import Arch, kernel_label
 
     now = certificates.load(entry)
     digest_now = certificates.source_digest(entry)
@@ -193,27 +200,33 @@ def stale_certificates(entry, base: Base) -> list[dict]:
         if certificates.arch_status(entry, arch, now, digest_now) != "stale":
             continue
         status_then = "unknown" if digest_then is None else certificates.arch_status(entry, arch, then, digest_then)
-        found.append({"op": entry.name, "arch": arch.value, "status_at_base": status_then,
+        found.append({"op": kernel_label(entry), "arch": arch.value, "status_at_base": status_then,
                       "made_stale_by_this_change": status_then == "fresh",
                       "command": certificates.recertify_command(entry, arch)})
     return found
 
 
-def certificate_cases(registry: dict, stale: list[dict]) -> list:
-    """One JUnit testcase per certificate section present now: fresh passes, stale fails."""
-    if not registry:
+def certificate_cases(kernels, stale: list[dict], unjudged: list[dict]) -> list:
+    """One JUnit testcase per certificate section present now, per kernel: fresh passes, stale fails; a
+    section of a kernel the catalog left out here is skipped, saying why."""
+    if not kernels:
         return []  # the catalog did not import: that is the finding
     from ops import certificates
+    from ops.catalog import kernel_label
 
     stale_at = {(s["op"], s["arch"]): s for s in stale}
     cases = []
-    for entry in registry.values():
+    for entry in kernels:
         for arch_name in certificates.load(entry)["archs"]:
-            found = stale_at.get((entry.name, arch_name))
+            found = stale_at.get((kernel_label(entry), arch_name))
             failure = None if found is None else (
                 f"stale ({'made stale by this change' if found['made_stale_by_this_change'] else 'already stale at the base'})",
                 f"re-certify: {found['command']}")
-            cases.append(junit.testcase("certificates", f"{entry.name}[{arch_name}]", failure=failure))
+            cases.append(junit.testcase("certificates", f"{kernel_label(entry)}[{arch_name}]", failure=failure))
+    for left_out in unjudged:
+        for arch_name in left_out["certificate_archs"]:
+            cases.append(junit.testcase("certificates", f"{left_out['module']}[{arch_name}]",
+                                        skipped=f"not judged on this machine: {left_out['why']}"))
     return cases
 
 
@@ -241,28 +254,37 @@ def main(argv=None) -> int:
     changed = changed_files(base)
     findings = []
     try:
-        from ops import catalog
+        from ops import catalog, certificates
 
-        registry = catalog.entries()
+        kernels = catalog.every_kernel()
+        unjudged = certificates.unjudged_kernels()
     except Exception as error:  # noqa: BLE001 - a catalog that does not import is this change's finding
         findings.append(f"the catalog does not import: {type(error).__name__}: {error}")
-        registry = {}
-    ops = {}
-    for entry in registry.values():
+        kernels, unjudged = (), []
+    ops, suites = {}, {}  # by kernel: "op", or "op [backend]" for an op of several kernels
+    for entry in kernels:
         touched = {path: role for path, role in op_files(entry).items() if path in changed}
         if touched:
-            ops[entry.name] = {"changed": touched, "tests": listed_cpu_tests({suite_file(entry)})}
+            label = catalog.kernel_label(entry)
+            ops[label] = {"changed": touched, "tests": listed_cpu_tests({suite_file(entry)})}
+            suites[label] = suite_file(entry)
     ids = list(dict.fromkeys(test for op in ops.values() for test in op["tests"]))
     if changed:
         ids.append(CLAIMS_GATES)
-    stale = [found for entry in registry.values() for found in stale_certificates(entry, base)]
+    stale = [found for entry in kernels for found in stale_certificates(entry, base)]
+    for left_out in unjudged:
+        if left_out["kernel_file"] in changed:
+            findings.append(f"{left_out['kernel_file']} changed, but this machine cannot judge it: {left_out['why']}")
 
     if not args.json:
         print(f"gate: base {base.commit[:12]}, {base.how}; {len(changed)} changed files")
         for name, op in ops.items():
             print(f"  {name}: " + ", ".join(f"{path} ({role})" for path, role in op["changed"].items()))
             if not op["tests"]:
-                print(f"  {name}: no test of {suite_file(registry[name])} is listed in {relative(CPU_LIST)}")
+                print(f"  {name}: no test of {suites[name]} is listed in {relative(CPU_LIST)}")
+        for left_out in unjudged:
+            print(f"gate: {left_out['module']} not judged here (certificate sections: "
+                  f"{', '.join(left_out['certificate_archs']) or 'none'}): {left_out['why']}")
         if not changed:
             print("gate: no change against the base: no test to run")
 
@@ -283,8 +305,8 @@ def main(argv=None) -> int:
             findings.append(f"{found['op']}: the {found['arch']} certificate is stale ({why}); "
                             f"re-certify on that device: {found['command']}")
         if args.junit:
-            suites = [junit.testsuite("gate.certificates", certificate_cases(registry, stale))]
-            if not registry:
+            suites = [junit.testsuite("gate.certificates", certificate_cases(kernels, stale, unjudged))]
+            if not kernels:
                 suites.append(junit.testsuite("gate.catalog", [junit.testcase("catalog", "imports",
                                                                               failure=(findings[0], findings[0]))]))
             if tests["ran"] and os.path.exists(pytest_junit):
@@ -295,7 +317,7 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"base": dataclasses.asdict(base), "changed_files": changed, "ops": ops,
                           "tests": tests,
-                          "stale_certificates": stale, "findings": findings, "verdict": verdict}, indent=2))
+                          "stale_certificates": stale, "unavailable_kernels": unjudged, "findings": findings, "verdict": verdict}, indent=2))
     else:
         for finding in findings:
             print(f"FINDING: {finding}")

@@ -8,6 +8,12 @@ that failed is then replayed ``--replays`` more times on its own (``oracles.batt
 - FLAKY: it failed at least once and passed at least once (or Hypothesis saw it pass when re-run);
 - FAILING: it failed every time.
 
+Every kernel of an op runs on its own (an op may have a Triton and a CuTe DSL kernel), named
+``op [backend]`` where the op has several kernels, and each kernel that does not claim the device's
+architecture is skipped, saying so; ``--impl`` judges its implementation once per op, on the cells of the
+op's first kernel that claims it. A kernel module left out of the catalog here (its backend's package is
+missing) is named on stderr and under ``unavailable_kernels`` in the JSON: it did not run.
+
 Both are findings, each printed with its minimal recipe and the one-line reproduction of
 ``tools/certify-cells --replay`` (a flaky one may need a few repeats to fail). Draws per cell default
 to the ``nightly`` Hypothesis profile's (suites/strategies/profiles.py).
@@ -34,7 +40,7 @@ def parse_args(argv):
                     "sometimes (flaky) or always (failing).",
         epilog="Example: tools/nightly --op greedy_argmax --repeat 5 --max-examples 50")
     parser.add_argument("--op", action="append", default=[], metavar="NAME",
-                        help="op to run (repeatable; default: every op in the catalog)")
+                        help="op to run, every kernel of it (repeatable; default: every op in the catalog)")
     parser.add_argument("--impl", metavar="MODULE[:ATTR]", help="judge this implementation instead of the catalog kernel")
     parser.add_argument("--cell", action="append", default=[], metavar="ID", help="only this cell (repeatable)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="default: cpu (Triton interpreter)")
@@ -77,6 +83,7 @@ def main(argv=None) -> int:
     import torch
 
     from ops import catalog
+    from ops import certificates
     from oracles.battery import Implementation, recipe_json, replay, run_cell
     from tools.certify import load_implementation, reproduction
 
@@ -88,37 +95,54 @@ def main(argv=None) -> int:
     unknown = [name for name in args.op if name not in registry]
     if unknown:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
-    entries = [registry[name] for name in (args.op or registry) if arch in registry[name].archs]
-    for name in sorted({*(args.op or registry)} - {entry.name for entry in entries}):
-        print(f"{name}: does not claim {arch.value}; skipped", file=sys.stderr)
-    implementations = load_implementation(args.impl, entries) if args.impl else \
-        {entry.name: Implementation.of_kernels(entry) for entry in entries}
+    unjudged = certificates.unjudged_kernels()
+    for left_out in unjudged:
+        print(f"{left_out['module']}: not in the catalog on this machine, not run: {left_out['why']}", file=sys.stderr)
+    claiming = {name: [entry for entry in catalog.kernels(name) if arch in entry.archs] for name in args.op or registry}
+    for name, found in sorted(claiming.items()):
+        if args.impl and not found:
+            print(f"{name}: does not claim {arch.value}; skipped", file=sys.stderr)
+        elif not args.impl:
+            for entry in catalog.kernels(name):
+                if entry not in found:
+                    print(f"{catalog.kernel_label(entry)}: does not claim {arch.value}; skipped", file=sys.stderr)
+    # Entry -> (its name in what is printed, its implementation, the certify-cells flags that pick it)
+    if args.impl:  # an outside implementation of the op: once per op
+        entries = [found[0] for found in claiming.values() if found]
+        implementations = load_implementation(args.impl, entries)  # by op name
+        judged = {entry: (entry.name, implementations[entry.name], []) for entry in entries}
+    else:
+        entries = [entry for found in claiming.values() for entry in found]
+        judged = {entry: (catalog.kernel_label(entry), Implementation.of_kernels(entry),
+                          ["--backend", entry.backend] if len(catalog.kernels(entry.name)) > 1 else [])
+                  for entry in entries}
     pairs = chosen_cells(entries, args.cell)
     max_examples = nightly_max_examples() if args.max_examples is None else args.max_examples
     seed = secrets.randbelow(2**31) if args.seed is None else args.seed
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else (lambda line: print(line, flush=True))
-    say(f"nightly: {args.repeat} runs x {len(pairs)} cells of {', '.join(e.name for e in entries)} "
+    say(f"nightly: {args.repeat} runs x {len(pairs)} cells of {', '.join(judged[e][0] for e in entries)} "
         f"({args.impl or 'catalog kernels'}) on {args.device}, seed {seed}, {max_examples} drawn examples per cell "
         f"and run besides the corners; every failing example replayed {args.replays} times")
 
-    # (op, cell id, recipe as JSON) -> what was seen of that example
+    # (kernel, cell id, recipe as JSON) -> what was seen of that example
     examples: dict[tuple, dict] = {}
     runs = []
     for run in range(args.repeat):
         results = []
         for entry, cell in pairs:
+            name, implementation, _ = judged[entry]
             started = time.monotonic()
-            result = run_cell(entry, implementations[entry.name], cell, device, max_examples=max_examples,
+            result = run_cell(entry, implementation, cell, device, max_examples=max_examples,
                               seed=seed + run, shrink=not args.no_shrink)
-            results.append({"op": entry.name, "cell": cell.id, "status": result.status, "examples": result.examples,
+            results.append({"op": name, "cell": cell.id, "status": result.status, "examples": result.examples,
                             "seconds": round(time.monotonic() - started, 3)})
-            say(f"run {run + 1}/{args.repeat} (seed {seed + run}): {entry.name}/{cell.id}: {result.status} after "
+            say(f"run {run + 1}/{args.repeat} (seed {seed + run}): {name}/{cell.id}: {result.status} after "
                 f"{result.examples} examples")
             if result.failure is None:
                 continue
             recipe = result.failure.recipe or {}
-            seen = examples.setdefault((entry.name, cell.id, recipe_json(recipe)), {
-                "op": entry.name, "cell": cell.id, "recipe": recipe, "failed": 0, "passed": 0,
+            seen = examples.setdefault((name, cell.id, recipe_json(recipe)), {
+                "op": name, "cell": cell.id, "recipe": recipe, "failed": 0, "passed": 0,
                 "oracle": result.failure.oracle, "message": result.failure.message, "entry": entry, "cell_obj": cell})
             seen["failed"] += 1
             # Hypothesis re-ran the example while shrinking and saw it pass
@@ -127,14 +151,12 @@ def main(argv=None) -> int:
 
     findings = []
     for seen in examples.values():
+        _, implementation, flags = judged[seen["entry"]]
         if "seed" in seen["recipe"]:  # the refusal table has no recipe to replay; its runs count already
             for _ in range(args.replays):
-                outcome = replay(seen["entry"], implementations[seen["op"]], seen["cell_obj"], device, seen["recipe"])
+                outcome = replay(seen["entry"], implementation, seen["cell_obj"], device, seen["recipe"])
                 seen["failed" if outcome.failure else "passed"] += 1
-            command = reproduction(seen["op"], seen["cell"], args.device, seen["recipe"], args.impl)
-        else:
-            command = f"tools/certify-cells --op {seen['op']} --cell {seen['cell']} --device {args.device}" + \
-                (f" --impl {args.impl}" if args.impl else "")
+        command = reproduction(seen["entry"].name, seen["cell"], args.device, seen["recipe"], args.impl, flags)
         verdict = "flaky" if seen["passed"] else "failing"
         findings.append({key: seen[key] for key in ("op", "cell", "recipe", "failed", "passed", "oracle", "message")}
                         | {"verdict": verdict, "reproduce": command})
@@ -153,19 +175,20 @@ def main(argv=None) -> int:
         f"{args.repeat * len(pairs)} cell runs)")
     if args.json:
         print(json.dumps({"seed": seed, "repeat": args.repeat, "replays": args.replays, "max_examples": max_examples,
-                          "impl": args.impl, "device": args.device, "runs": runs, "findings": findings,
+                          "impl": args.impl, "device": args.device, "unavailable_kernels": unjudged, "runs": runs, "findings": findings,
                           "verdict": verdict}, indent=2))
     if args.junit:
         cases = []
         for entry, cell in pairs:
-            mine = [f for f in findings if (f["op"], f["cell"]) == (entry.name, cell.id)]
+            name = judged[entry][0]
+            mine = [f for f in findings if (f["op"], f["cell"]) == (name, cell.id)]
             failure = None if not mine else (
                 f"{mine[0]['verdict']}: {mine[0]['oracle']}: {mine[0]['message']}",
                 "\n".join(f"{f['verdict']}: failed {f['failed']} of {f['failed'] + f['passed']} times\n"
                           f"reproduce: {f['reproduce']}" for f in mine))
             seconds = sum(r["seconds"] for run in runs for r in run["results"]
-                          if (r["op"], r["cell"]) == (entry.name, cell.id))
-            cases.append(junit.testcase(f"nightly.{entry.name}", cell.id, seconds, failure))
+                          if (r["op"], r["cell"]) == (name, cell.id))
+            cases.append(junit.testcase(f"nightly.{name}", cell.id, seconds, failure))
         junit.write(args.junit, [junit.testsuite(f"nightly {args.device} seed {seed}", cases)])
     return 1 if findings else 0
 

@@ -3,9 +3,11 @@
 ``tools/certify-cells --report PATH.html`` writes one self-contained page (inline CSS and SVG; no
 script, nothing fetched) with:
 
-1. the status grid: op x cell x arch — certified, stale, failing, unknown (or not claimed) — read
+1. the status grid: kernel x cell x arch — certified, stale, failing, unknown (or not claimed) — read
    from every certificate file of the catalog, not only the run that writes the page, with the
-   examples each cell ran;
+   examples each cell ran; each kernel of an op has rows of its own, named ``op [backend]`` where the
+   op has several kernels; a kernel the catalog leaves out on this machine (its backend's package is
+   missing) is listed under the grid with its certificate's sections as *not judged here*;
 2. per (op, cell, arch) record: the worst kernel error against the stock op's and the band the
    kernel is allowed (``max(2 x stock, 1 ULP)``, oracles/band.py), plotted;
 3. this run: each cell's verdict, and for a failure its oracle, finding and reproduction line;
@@ -42,9 +44,9 @@ KERNEL_COLOUR, STOCK_COLOUR, BAND_COLOUR, COMPETITOR_COLOUR = "#1565c0", "#75757
 
 @dataclasses.dataclass
 class GridCell:
-    """One (op, cell, arch) square of the grid."""
+    """One (kernel, cell, arch) square of the grid."""
 
-    op: str
+    op: str                  # the kernel's name: "op", or "op [backend]" for an op of several kernels
     cell: str
     why: str
     arch: str
@@ -54,14 +56,15 @@ class GridCell:
     section: dict | None     # its arch section (device, date, command)
 
 
-def collect_grid(registry=None) -> list[GridCell]:
-    """Every (op, cell, arch) of the catalog, read from the certificate files as they are now."""
+def collect_grid(kernels=None) -> list[GridCell]:
+    """Every (kernel, cell, arch) of the catalog (or of ``kernels``), read from the certificate files as
+    they are now."""
     from ops import catalog, certificates
     from ops.quarantine import QUARANTINED
 
-    registry = catalog.entries() if registry is None else registry
+    kernels = catalog.every_kernel() if kernels is None else kernels
     grid = []
-    for entry in registry.values():
+    for entry in kernels:
         certificate = certificates.load(entry)
         digest = certificates.source_digest(entry)
         for cell in entry.cells:
@@ -77,7 +80,7 @@ def collect_grid(registry=None) -> list[GridCell]:
                 else:
                     status = record["status"] if record["status"] in (certificates.CERTIFIED, QUARANTINED) \
                         else "failing"
-                grid.append(GridCell(entry.name, cell.id, cell.why, arch.value, entry.parity.value, status,
+                grid.append(GridCell(catalog.kernel_label(entry), cell.id, cell.why, arch.value, entry.parity.value, status,
                                      record, section))
     return grid
 
@@ -157,6 +160,18 @@ def _grid_html(grid: list[GridCell]) -> str:
     legend = "".join(f'<span class="swatch" style="background:{colour};border:1px solid #bdbdbd"></span>'
                      f"{_escape(status)} ({counts[status]})" for status, colour in STATUS_COLOURS.items())
     return f'<p class="legend">{legend}</p><table class="grid">{head}{"".join(rows)}</table>'
+
+
+def _unjudged_html(unjudged: list[dict]) -> str:
+    """Kernels the catalog left out on this machine: shown, with the sections no one judged here."""
+    if not unjudged:
+        return ""
+    rows = "".join(f'<tr><td class="op">{_escape(left_out["module"])}</td>'
+                   f'<td>{_escape(", ".join(left_out["certificate_archs"]) or "none")}</td>'
+                   f'<td class="wrap">{_escape(left_out["why"])}</td></tr>' for left_out in unjudged)
+    return ('<p class="note">Kernels not in the catalog on this machine: their certificate sections are not '
+            'judged here (neither fresh nor stale) and have no rows above.</p><table class="list"><tr><th>kernel '
+            "module</th><th>certificate sections, not judged</th><th>why</th></tr>" + rows + "</table>")
 
 
 def _sections_html(grid: list[GridCell]) -> str:
@@ -314,17 +329,19 @@ def _bench_html(tables: list[BenchTable], unreadable: list[str]) -> str:
 
 
 def render_html(grid: list[GridCell], run: dict | None, tables: list[BenchTable], unreadable: list[str] = (),
-                generated: str | None = None) -> str:
+                generated: str | None = None, unjudged: list[dict] = ()) -> str:
+    """The page; ``unjudged``: ``certificates.unjudged_kernels()``, kernels left out of the catalog here."""
     generated = generated or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    ops = len({square.op for square in grid})
+    kernels = len({square.op for square in grid})
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>kernel-parity certification report</title>
 <style>{CSS}</style></head><body>
 <h1>kernel-parity certification report</h1>
-<p class="meta">{ops} ops, {len({(s.op, s.cell) for s in grid})} cells; every certificate file of the catalog, read {_escape(generated)}.
+<p class="meta">{kernels} kernels, {len({(s.op, s.cell) for s in grid})} cells; every certificate file of the catalog, read {_escape(generated)}.
 A section is stale when the kernel, reference or a module they use changed since it was earned.</p>
-<h2>Status: op x cell x architecture</h2>
+<h2>Status: kernel x cell x architecture</h2>
 {_grid_html(grid)}
+{_unjudged_html(list(unjudged))}
 <h2>Certificate sections</h2>
 {_sections_html(grid)}
 <h2>Worst error against the band</h2>
@@ -360,7 +377,9 @@ def write_outputs(run: dict, report_path: str | None, junit_path: str | None) ->
     if report_path:
         if report_path.endswith(".html"):
             tables, unreadable = bench_tables()
-            text = render_html(collect_grid(), run, tables, unreadable)
+            from ops.certificates import unjudged_kernels
+
+            text = render_html(collect_grid(), run, tables, unreadable, unjudged=unjudged_kernels())
         else:
             text = json.dumps(run, indent=2)
         try:
