@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from ops import certificates
-from ops.catalog import entries
+from ops.catalog import Arch, entries, kernels
 from suites.claims import REPO
 
 pytestmark = pytest.mark.cpu
@@ -53,6 +53,15 @@ def edit(path: pathlib.Path) -> None:
     path.write_text(path.read_text() + "\n# an edit\n")
 
 
+def certify_fresh(root: pathlib.Path, entry, arch: Arch = Arch.SM90) -> None:
+    """Give ``entry``'s certificate in the copy a section of ``arch`` fresh on the copy's sources (which are
+    byte-identical to this tree's, so this tree's digest is the copy's too), whatever is committed here."""
+    certificate = root / pathlib.Path(certificates.certificate_path(entry)).relative_to(REPO)
+    archs = json.loads(certificate.read_text())["archs"] if certificate.exists() else {}
+    archs[arch.value] = {"source_sha256": certificates.source_digest(entry), "cells": {}}
+    certificate.write_text(json.dumps({"op": entry.name, "archs": archs}))
+
+
 def test_a_kernel_change_names_its_op_its_tests_and_the_certificate_it_made_stale(repo):
     entry = entries()["greedy_argmax"]
     certificate = repo / pathlib.Path(certificates.certificate_path(entry)).relative_to(REPO)
@@ -83,6 +92,9 @@ def test_a_kernel_change_names_its_op_its_tests_and_the_certificate_it_made_stal
 
 
 def test_shared_modules_strategies_and_uncommitted_files_select_their_ops(repo):
+    for name in ("rollback_restore", "rollback_save"):
+        certify_fresh(repo, entries()[name])
+    git(repo, "commit", "-q", "-am", "certified")
     edit(repo / "ops" / "attention" / "rollback_save.py")             # rollback_restore runs this kernel too
     edit(repo / "suites" / "speculative" / "strict_accept_strategy.py")
     edit(repo / "README.md")                                           # touches no op
@@ -98,8 +110,61 @@ def test_shared_modules_strategies_and_uncommitted_files_select_their_ops(repo):
     assert found["tests"]["ids"][-1] == "suites/test_claims.py"
     # the kernel edit makes the committed sm90 certificates of both ops that run it stale
     assert found["verdict"] == "fail"
-    assert [finding.split(":")[0] for finding in found["findings"]] == ["rollback_restore", "rollback_save"]
-    assert all("sm90 certificate is stale (made stale by this change)" in f for f in found["findings"])
+    made_stale = [f for f in found["findings"] if "made stale by this change" in f]
+    assert [finding.split(":")[0] for finding in made_stale] == ["rollback_restore", "rollback_save"]
+    assert all("sm90 certificate is stale (made stale by this change)" in f for f in made_stale)
+
+
+def test_each_kernel_of_an_op_is_judged_on_its_own_certificate(repo, tmp_path):
+    triton, cute = sorted(kernels("rms_norm_gated"), key=lambda entry: entry.backend, reverse=True)
+    assert (triton.backend, cute.backend) == ("triton", "cute")
+    for entry in (triton, cute):
+        certify_fresh(repo, entry)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "both kernels certified")
+    edit(repo / "ops" / "norm" / "rms_norm_gated_cute.py")
+    junit = tmp_path / "gate.xml"
+    found = verdict(gate(repo, "--base", "HEAD", "--dry-run", "--json", "--junit", str(junit)))
+    assert found["ops"] == {"rms_norm_gated [cute]": {
+        "changed": {"ops/norm/rms_norm_gated_cute.py": "kernel, entry and cells"},
+        "tests": found["ops"]["rms_norm_gated [cute]"]["tests"]}}
+    assert found["ops"]["rms_norm_gated [cute]"]["tests"][0].startswith("suites/norm/test_rms_norm_gated.py")
+    made_stale = [s for s in found["stale_certificates"] if s["made_stale_by_this_change"]]
+    assert [(s["op"], s["arch"]) for s in made_stale] == [("rms_norm_gated [cute]", "sm90")]
+    assert "--op rms_norm_gated --device cuda --backend cute" in made_stale[0]["command"]
+    # negative control: the Triton kernel's certificate, on sources this change did not touch, stays fresh
+    assert not any(s["op"].startswith("rms_norm_gated [triton]") for s in found["stale_certificates"])
+    cases = {case.get("name"): case for case in ET.parse(junit).getroot().iter("testcase")}
+    assert cases["rms_norm_gated [cute][sm90]"].find("failure") is not None
+    assert cases["rms_norm_gated [triton][sm90]"].find("failure") is None
+    assert found["unavailable_kernels"] == []
+
+
+def gate_without_cutlass(root: pathlib.Path, *words: str) -> subprocess.CompletedProcess:
+    """tools/gate --base HEAD --dry-run --json in a process where importing cutlass fails, as where
+    nvidia-cutlass-dsl is not installed (its .pth puts it ahead of PYTHONPATH: it cannot be shadowed there)."""
+    argv = ["tools/gate", "--base", "HEAD", "--dry-run", "--json", *words]
+    script = f"import runpy, sys; sys.modules['cutlass'] = None; sys.argv = {argv!r}; runpy.run_path('tools/gate', run_name='__main__')"
+    return subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True)
+
+
+def test_a_kernel_whose_backend_is_missing_here_is_shown_not_judged_and_its_change_is_a_finding(repo, tmp_path):
+    certify_fresh(repo, kernels("rms_norm_gated")[0])  # the cute kernel's
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "cute kernel certified")
+    run = gate_without_cutlass(repo, "--junit", str(tmp_path / "gate.xml"))
+    found = verdict(run)
+    assert [(k["module"], k["kernel_file"], k["certificate_archs"]) for k in found["unavailable_kernels"]] == \
+        [("ops.norm.rms_norm_gated_cute", "ops/norm/rms_norm_gated_cute.py", ["sm90"])]
+    assert "nvidia-cutlass-dsl is not installed" in found["unavailable_kernels"][0]["why"]
+    skipped = {case.get("name"): case.find("skipped") for case in ET.parse(tmp_path / "gate.xml").getroot().iter("testcase")}
+    assert "nvidia-cutlass-dsl is not installed" in skipped["ops.norm.rms_norm_gated_cute[sm90]"].get("message")
+    assert not any("rms_norm_gated_cute" in f for f in found["findings"])   # unchanged: listed, not a finding
+    edit(repo / "ops" / "norm" / "rms_norm_gated_cute.py")
+    found = verdict(gate_without_cutlass(repo))
+    assert found["verdict"] == "fail"
+    assert "ops/norm/rms_norm_gated_cute.py changed, but this machine cannot judge it: nvidia-cutlass-dsl is not " \
+           "installed" in "\n".join(found["findings"])
 
 
 def test_no_change_in_a_clone_without_history_passes_and_runs_nothing(repo):
