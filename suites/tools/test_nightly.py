@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from ops.catalog import kernels
 from tools import nightly
 from tools.cli import UsageError
 
@@ -49,6 +50,22 @@ def test_a_correct_implementation_is_clean(capsys):
     code, found = run(capsys, "--impl", "suites.sampling.greedy_argmax_impls:correct_via_max", "--repeat", "2")
     assert code == 0 and found["verdict"] == "pass" and found["findings"] == []
     assert [r["results"][0]["status"] for r in found["runs"]] == ["certified", "certified"]
+
+
+def test_each_kernel_of_an_op_runs_named_by_its_backend_and_reproduces_with_it(capsys, monkeypatch):
+    from suites.norm.rms_norm_gated_impls import eps_outside_sqrt
+
+    cute, triton = kernels("rms_norm_gated")
+    monkeypatch.setattr(triton, "kernel", eps_outside_sqrt)   # a wrong triton kernel; the cute one untouched
+    code = nightly.main(["--op", "rms_norm_gated", "--cell", "per_head_decode", "--max-examples", "0", "--no-shrink",
+                         "--repeat", "1", "--replays", "1", "--seed", "3", "--json"])
+    out, err = capsys.readouterr()
+    found = json.loads(out)
+    assert "rms_norm_gated [cute]: does not claim cpu-interp; skipped" in err   # shown, not dropped
+    assert code == 1 and [r["op"] for r in found["runs"][0]["results"]] == ["rms_norm_gated [triton]"]
+    assert {f["op"] for f in found["findings"]} == {"rms_norm_gated [triton]"}
+    assert all(f["reproduce"].startswith("tools/certify-cells --op rms_norm_gated --cell per_head_decode --device cpu "
+                                         "--backend triton") for f in found["findings"])
 
 
 @pytest.mark.parametrize("words, reason", [

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ops import certificates
-from ops.catalog import Arch, entries
+from ops.catalog import Arch, entries, kernels
 from tools import bench, certify, report
 
 pytestmark = pytest.mark.cpu
@@ -36,13 +36,37 @@ def test_the_grid_reads_every_certificate_section_as_it_is_now(tmp_path, monkeyp
                                                         "cells": cells})
     certificates.write_section(entry, Arch.SM90, {"source_sha256": "0" * 64, "cells": cells})
     only_two_archs = dataclasses.replace(entry, archs=frozenset({Arch.CPU_INTERP, Arch.SM90}))
-    status = {(square.cell, square.arch): square.status for square in report.collect_grid({"x": only_two_archs})}
+    status = {(square.cell, square.arch): square.status for square in report.collect_grid([only_two_archs])}
     assert status[("empty_batch", "cpu-interp")] == "certified"
     assert status[("decode_small_batch", "cpu-interp")] == "failing"
     assert status[("decode_large_batch", "cpu-interp")] == "unknown"   # the section records no such cell
     assert {status[(cell, "sm90")] for cell in cells} == {"stale"}     # earned on other sources
     assert status[("decode_large_batch", "sm90")] == "unknown"
     assert status[("empty_batch", "sm100")] == "not claimed"
+
+
+def test_each_kernel_of_an_op_has_its_own_rows_read_from_its_own_certificate(tmp_path, monkeypatch):
+    monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}_{entry.backend}.json")
+    cute, triton = kernels("rms_norm_gated")
+    certificates.write_section(triton, Arch.SM90, {"source_sha256": certificates.source_digest(triton),
+                                                   "cells": {"empty_batch": record()}})
+    # the cute section was earned on other sources: it, and not the triton one, must read stale
+    certificates.write_section(cute, Arch.SM90, {"source_sha256": "0" * 64, "cells": {"empty_batch": record()}})
+    status = {(square.op, square.arch): square.status for square in report.collect_grid([cute, triton])
+              if square.cell == "empty_batch"}
+    assert status[("rms_norm_gated [triton]", "sm90")] == "certified"
+    assert status[("rms_norm_gated [cute]", "sm90")] == "stale"
+    assert status[("rms_norm_gated [cute]", "cpu-interp")] == "not claimed"
+    assert {square.op for square in report.collect_grid([entries()["greedy_argmax"]])} == {"greedy_argmax"}
+
+
+def test_a_kernel_left_out_of_the_catalog_is_listed_as_not_judged():
+    left_out = {"module": "ops.norm.rms_norm_gated_cute", "kernel_file": "ops/norm/rms_norm_gated_cute.py",
+                "why": "nvidia-cutlass-dsl is not installed", "certificate_archs": ["sm90"]}
+    page = report.render_html(synthetic_grid(), None, [], [], unjudged=[left_out])
+    assert "Kernels not in the catalog on this machine" in page
+    assert "<td>sm90</td>" in page and "ops.norm.rms_norm_gated_cute" in page and "nvidia-cutlass-dsl" in page
+    assert "Kernels not in the catalog" not in report.render_html(synthetic_grid(), None, [], [])
 
 
 def synthetic_grid() -> list[report.GridCell]:
