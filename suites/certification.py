@@ -32,6 +32,11 @@ def _ledger() -> list:
     return quarantine.load()
 
 
+def judged(entry, module, name: str) -> Implementation:
+    """``module.name`` as an implementation of ``entry``'s op, labelled as ``certify-cells --impl`` names it."""
+    return Implementation(f"{module.__name__}:{name}", {entry.name: getattr(module, name)})
+
+
 def certify_cell(entry, cell, impl: Implementation | None = None, **options) -> CellResult:
     """Run the battery on one cell with the active Hypothesis profile's number of draws.
 

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from oracles.battery import Implementation, strategy_module
+from oracles.battery import strategy_module
 from ops.gemm.nvfp4_gemv import E2M1_PAIRS_PTX, ENTRY, default_plan, dequantize_pairs
 from references.formats import E4M3_MAX, e2m1_decode
 from suites.certification import (
@@ -17,12 +17,12 @@ from suites.certification import (
     assert_rejected,
     cell_params,
     certify_cell,
+    judged,
     machine_device,
 )
 from suites.gemm import nvfp4_gemv_impls as impls
 
 pytestmark = arch_marks(ENTRY.archs)
-IMPLS = "suites.gemm.nvfp4_gemv_impls"
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
@@ -47,13 +47,13 @@ WRONG = [
 
 @pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
 def test_battery_rejects(name, oracle):
-    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    impl = judged(ENTRY, impls, name)
     assert_rejected(certify_cell(ENTRY, ENTRY.cell("narrow_outputs"), impl, max_examples=0), oracle, impl.label)
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_battery_accepts_another_correct_implementation(cell):
-    impl = Implementation(f"{IMPLS}:correct_via_float32_sums", {ENTRY.name: impls.correct_via_float32_sums})
+    impl = judged(ENTRY, impls, "correct_via_float32_sums")
     assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
 
 

@@ -10,7 +10,6 @@ import types
 
 import pytest
 
-from oracles.battery import Implementation
 from ops.norm.rms_norm_gated import ENTRY
 from suites.certification import (
     arch_marks,
@@ -18,6 +17,7 @@ from suites.certification import (
     assert_rejected,
     cell_params,
     certify_cell,
+    judged,
     machine_device,
 )
 from suites.launches import aten_launches
@@ -27,7 +27,6 @@ from suites.norm import rms_norm_gated_impls as impls
 from suites.norm.rms_norm_gated_strategy import build
 
 pytestmark = arch_marks(ENTRY.archs)
-IMPLS = "suites.norm.rms_norm_gated_impls"
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
@@ -52,7 +51,7 @@ WRONG = [
 
 @pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
 def test_battery_rejects(name, cell_id, oracle):
-    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    impl = judged(ENTRY, impls, name)
     result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=8, shrink=False)
     assert_rejected(result, oracle, impl.label)
 
@@ -60,14 +59,14 @@ def test_battery_rejects(name, cell_id, oracle):
 def test_amax_from_fp32_values_passes_every_oracle_but_the_property():
     """The negative control's other half: without the amax property the battery certifies the
     pre-rounding amax, so the property is what catches it."""
-    impl = Implementation(f"{IMPLS}:amax_before_rounding", {ENTRY.name: impls.amax_before_rounding})
+    impl = judged(ENTRY, impls, "amax_before_rounding")
     blind = dataclasses.replace(ENTRY, properties=())
     assert_certified(certify_cell(blind, ENTRY.cell("per_head_decode"), impl, max_examples=8), impl.label)
 
 
 @pytest.mark.parametrize("cell_id", ["per_head_decode", "gated_whole_row"])
 def test_battery_accepts_another_correct_implementation(cell_id):
-    impl = Implementation(f"{IMPLS}:correct_in_float64", {ENTRY.name: impls.correct_in_float64})
+    impl = judged(ENTRY, impls, "correct_in_float64")
     assert_certified(certify_cell(ENTRY, ENTRY.cell(cell_id), impl), impl.label)
 
 
@@ -93,13 +92,13 @@ def _plain_rms_norm(x, weight, eps):
 @pytest.mark.parametrize("entry_point", ["rms_norm_gated", "rms_norm_gated_contiguous"])
 def test_quack_adapter_passes_a_right_rms_norm_through_on_its_cell(monkeypatch, entry_point):
     _stand_in_quack(monkeypatch, _plain_rms_norm)
-    impl = Implementation(f"suites.norm.quack_adapter:{entry_point}", {ENTRY.name: getattr(quack_adapter, entry_point)})
+    impl = judged(ENTRY, quack_adapter, entry_point)
     assert_certified(certify_cell(ENTRY, ENTRY.cell("plain_rms_norm"), impl, max_examples=4), impl.label)
 
 
 def test_quack_adapter_neither_hides_a_wrong_rms_norm_nor_passes_a_gated_cell(monkeypatch):
     _stand_in_quack(monkeypatch, lambda x, weight, eps: _plain_rms_norm(x, weight, 0.5))
-    impl = Implementation("suites.norm.quack_adapter:rms_norm_gated", {ENTRY.name: quack_adapter.rms_norm_gated})
+    impl = judged(ENTRY, quack_adapter, "rms_norm_gated")
     assert_rejected(certify_cell(ENTRY, ENTRY.cell("plain_rms_norm"), impl, max_examples=4, shrink=False),
                     "parity", impl.label)
     _stand_in_quack(monkeypatch, _plain_rms_norm)

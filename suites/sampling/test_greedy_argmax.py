@@ -6,9 +6,8 @@ import sys
 
 import pytest
 
-from oracles.battery import Implementation
 from ops.sampling.greedy_argmax import ENTRY
-from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell
+from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, judged
 from suites.sampling import greedy_argmax_impls as impls
 
 pytestmark = arch_marks(ENTRY.archs)
@@ -35,20 +34,20 @@ WRONG = [
 
 @pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
 def test_battery_rejects(name, cell_id, oracle):
-    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    impl = judged(ENTRY, impls, name)
     result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=10, shrink=False)
     assert_rejected(result, oracle, impl.label)
 
 
 def test_large_batch_bug_hides_from_small_batches():
     """The large-batch control is right below 256 rows: only a cell reaching that path exposes it."""
-    impl = Implementation(f"{IMPLS}:large_batch_bug", {ENTRY.name: impls.large_batch_bug})
+    impl = judged(ENTRY, impls, "large_batch_bug")
     assert_certified(certify_cell(ENTRY, ENTRY.cell("decode_mid_batch"), impl, max_examples=4), impl.label)
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_battery_accepts_another_correct_implementation(cell):
-    impl = Implementation(f"{IMPLS}:correct_via_max", {ENTRY.name: impls.correct_via_max})
+    impl = judged(ENTRY, impls, "correct_via_max")
     assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
 
 

@@ -5,17 +5,22 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oracles.battery import Implementation
 from ops.speculative.strict_accept import ENTRY
 from references.speculative.strict_accept import STOCK_LAUNCHES, stock
-from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, \
-    machine_device
+from suites.certification import (
+    arch_marks,
+    assert_certified,
+    assert_rejected,
+    cell_params,
+    certify_cell,
+    judged,
+    machine_device,
+)
 from suites.launches import aten_launches, cuda_launches
 from suites.speculative import strict_accept_impls as impls
 from suites.speculative.strict_accept_strategy import build
 
 pytestmark = arch_marks(ENTRY.archs)
-IMPLS = "suites.speculative.strict_accept_impls"
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
@@ -37,20 +42,20 @@ WRONG = [
 
 @pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
 def test_battery_rejects(name, cell_id, oracle):
-    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    impl = judged(ENTRY, impls, name)
     result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=4, shrink=False)
     assert_rejected(result, oracle, impl.label)
 
 
 def test_large_batch_bug_hides_from_small_batches():
     """The large-batch control is right up to 64 rows: only a cell reaching that path exposes it."""
-    impl = Implementation(f"{IMPLS}:large_batch_bug", {ENTRY.name: impls.large_batch_bug})
+    impl = judged(ENTRY, impls, "large_batch_bug")
     assert_certified(certify_cell(ENTRY, ENTRY.cell("small_batch"), impl, max_examples=2), impl.label)
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_battery_accepts_another_correct_implementation(cell):
-    impl = Implementation(f"{IMPLS}:correct_column_loop", {ENTRY.name: impls.correct_column_loop})
+    impl = judged(ENTRY, impls, "correct_column_loop")
     assert_certified(certify_cell(ENTRY, cell, impl, max_examples=2), impl.label)
 
 
