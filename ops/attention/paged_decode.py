@@ -9,8 +9,8 @@ bf16 or e4m3 caches (element = ``float(x) * kv_scale``); band parity; batch-inva
 
 Bytes: read the attended K and V (``2 * n_b * Hkv * D * itemsize`` per row: the whole cost), q
 (``2 * B * Hq * D``), the page table or selection; write o (``2 * B * Hq * D``) and lse
-(``4 * B * Hq``); plus split partials written and read once (``B * Hq * splits * (D + 3) * 4``, 1.6%
-of the KV bytes at the bench shape).  B=64, L=8192, Hkv=8, D=128 in bf16 is 2.15 GB of K and V: 500 us
+(``4 * B * Hq``); plus split partials written and read once (``B * Hq * splits * (D + 3) * 4``, 0.8%
+of the bf16 KV bytes at the bench shape).  B=64, L=8192, Hkv=8, D=128 in bf16 is 2.15 GB of K and V: 500 us
 at the H200's 4.3 TB/s.
 
 Split-K ("flash-decoding"): one program per (row, KV head, split) streams its split's tokens tile by
@@ -19,7 +19,7 @@ tensor-core dot, G padded to 16), so each K/V tile is read once per group.  A se
 row's splits by their log-sum-exp.  What makes it right:
 
 - Batch invariance: a split is a fixed number of token positions (``LaunchPlan.split_tokens``), chosen
-  from the head dim only — never from B — so a row's partition, and so its bits, are the same alone or
+  from the head dim, the cache dtype and dense or sparse — never from B — so a row's partition, and so its bits, are the same alone or
   in any batch.  The grid covers the table's capacity (``M * S`` positions, or ``T * S`` sparse);
   splits past a row's length write nothing and the merge never reads them: no host sync, and the same
   launch replays in a CUDA graph whatever the metadata.
@@ -27,8 +27,11 @@ row's splits by their log-sum-exp.  What makes it right:
   is ``>= 0`` (and inside the pool), and, sparse, its entry counts; masked loads give 0, and the
   masked scores are set to -inf before the running max, so NaN garbage cannot reach a reduction.
 - Overflow: every exp is taken relative to the running max (``exp(s - m)``, ``m`` = -inf handled).
-- Precision: ``q . k`` multiplies bf16 (or e4m3 widened to bf16) exactly and accumulates in fp32;
-  ``p`` is split into bf16 ``hi + lo`` halves so ``p @ v`` keeps ~16 bits of p on bf16 tensor cores;
+- Precision: ``q . k`` multiplies exactly and accumulates in fp32: bf16 caches on bf16 tensor cores;
+  e4m3 caches widened to fp16 (exact, one instruction per two elements) against q scaled per head by a
+  power of two into fp16's range (``_query_in_fp16``), the scale undone on the scores.  ``p`` is
+  split into 16-bit ``hi + lo`` halves so ``p @ v`` keeps ~16 bits of p (bf16) or ~22 (fp16, with an
+  absolute error under 2^-25 for p below fp16's normal range);
   ``l`` (the denominator, hence ``lse``) is accumulated in float64, and the merge runs in float64 and
   rounds o and lse once.
 - Sparse duplicates: ``page_select`` is sorted per row on the device; an entry counts when it is in
@@ -56,28 +59,52 @@ class LaunchPlan:
     split_tokens: int  # token positions per program: a multiple of block_n, never a function of B
     num_warps: int
     num_stages: int
+    max_registers: int | None = None  # ptxas cap per thread (None: Triton's choice)
 
 
-def launch_plan(head_dim: int) -> LaunchPlan:
+def launch_plan(head_dim: int, cache_dtype: torch.dtype, sparse: bool) -> LaunchPlan:
     if interpreting():
         # The interpreter pays per op, not per element (~20 ms for a two-tile program here): wide
         # tiles, and splits of 128 positions so the CPU strategy's rows (<= 256 positions) still span
         # two splits of two tiles, through both the online rescale and the merge.
         return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
-    # 16 KB of bf16 K per tile (128 x 64, 64 x 128, 32 x 256), moved by 16-byte cp.async into a
-    # 3-stage pipeline.  512 positions per split keep the partials under 2% of the KV bytes (G x D
-    # fp32 per 512 x D x 2 x itemsize) while B=64 x Hkv=8 at L=8192 gives 8192 programs (62 per SM)
-    # and a single 8K row still gets 16 splits per KV head.  Registers (ptxas for sm_90, Triton 3.6, no
-    # spills): D=128 bf16 167 at 4 warps (3 programs per SM); D=256 needs 255 at 4 warps, 148 at 8.
-    return LaunchPlan(block_n=16384 // (2 * head_dim), split_tokens=512, num_warps=8 if head_dim == 256 else 4,
-                      num_stages=3)
+    # Tiles of 16 KB of bf16 K (128 x 64, 64 x 128, 32 x 256 tokens x D), moved by cp.async into a
+    # 3-stage pipeline (metadata -> K/V -> math).  1024 positions per split: the H200 sweep at the
+    # bench shape (D=128, 4 warps, 3 stages) gave 622 us against 650 us at 512 and 726 us at 256 —
+    # fewer partials and programs; the partials stay under 1% of the KV bytes (G x D fp32 per
+    # 1024 x D x 2 x itemsize, the same share at every D), a single 8K row still gets 8 splits per
+    # KV head, and B=64 x Hkv=8 at L=8192 gives 4096 programs (31 per SM).  Registers (ptxas sm_90,
+    # Triton 3.6, no spills): bf16 D=128 165 at 4 warps (3 programs per SM); D=256 needs 255 at 4
+    # warps, 148 at 8.  e4m3 keeps the warps and at most 64 tokens a tile: at 128 x 64 with 4 warps
+    # Triton 3.6 moves the e4m3 -> fp16 conversion of V after the shared-memory transpose despite the
+    # select (70 byte-wide shared loads a thread, ptxas sm_90).  Widening V in registers costs 189
+    # at D=128, capped at 168 (32 bytes of spill stores) to keep 3 programs per SM like bf16.
+    # Sparse tiles are half as long: the selection's metadata chain (entry, its predecessor, the
+    # table) takes D=128 bf16 to 206 registers at 64 tokens (2 programs per SM), 122 at 32; the H200
+    # sweep at 1/4 selection gave 216 us at 32 tokens against 256 us at 64 (split 512, 3 stages).
+    num_warps = 8 if head_dim == 256 else 4
+    block_n = 16384 // (2 * head_dim) // (2 if sparse else 1)
+    max_registers = None
+    if cache_dtype == torch.float8_e4m3fn:
+        block_n = min(block_n, 64)
+        max_registers = 168 if num_warps == 4 else None
+    return LaunchPlan(block_n=block_n, split_tokens=1024, num_warps=num_warps, num_stages=3,
+                      max_registers=max_registers)
 
 
-def _dot_operand():
-    # bf16 tensor cores on the GPU; the interpreter's bf16 dot is wrong, so it multiplies in fp32 —
-    # every operand (bf16 q, k, v, e4m3 widened, p's bf16 halves) is exact in both, so only the
-    # accumulation order differs.
-    return tl.float32 if interpreting() else tl.bfloat16
+def _widened(cache_dtype: torch.dtype):
+    """The 16-bit type a cache element is widened to for the tensor cores: bf16 caches stay bf16; e4m3
+    becomes fp16 — exact, and one ``cvt.rn.f16x2.e4m3x2`` per two elements on sm_90, where bf16 needs
+    a second conversion per element (fp16 -> bf16), which made the conversions, not the bytes, bound
+    the e4m3 kernel (1011 us, 1.55x the bf16 time, H200)."""
+    return tl.float16 if cache_dtype == torch.float8_e4m3fn else tl.bfloat16
+
+
+def _dot_operand(widened):
+    # 16-bit tensor cores on the GPU; the interpreter's bf16 dot is wrong, so it multiplies in fp32 —
+    # every operand (bf16 q, fp16-scaled q, k, v, e4m3 widened, p's 16-bit halves) is exact in both,
+    # so only the accumulation order differs.
+    return tl.float32 if interpreting() else widened
 
 
 # -- kernels --------------------------------------------------------------------------------------
@@ -100,6 +127,23 @@ def _round_to_bf16(x):
     return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
 
 
+@triton.jit
+def _query_in_fp16(q):
+    """bf16 q as an fp16 operand, and the per-head factor that undoes its scaling.
+
+    fp16 holds an e4m3 element exactly but not bf16's exponent range, so each head is scaled by the
+    power of two that puts its largest |q| in [2^14, 2^15): exact, and every element above 2^-29 of
+    that largest stays exact (the rest lose under 2^-40 of it, far below the fp32 accumulation's own
+    rounding).  Both factors are kept normal; a zero head gets the largest, an inf/NaN head the
+    smallest, which leaves inf and NaN what they were."""
+    largest = tl.max(tl.abs(q.to(tl.float32)), axis=1)
+    exponent = (largest.to(tl.int32, bitcast=True) >> 23) & 0xFF       # biased fp32 exponent
+    scale_field = tl.minimum(tl.maximum(268 - exponent, 1), 253)       # 2^(14 - unbiased exponent)
+    scale = (scale_field << 23).to(tl.float32, bitcast=True)
+    unscale = ((254 - scale_field) << 23).to(tl.float32, bitcast=True)
+    return (q.to(tl.float32) * scale[:, None]).to(tl.float16), unscale
+
+
 # Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
 # head dim, cache dtype and dense/sparse, whatever the batch, table and pool sizes.
 @triton.jit(do_not_specialize=["num_pages", "page_size", "kv_heads", "group", "pages_per_row", "table_stride_b",
@@ -120,7 +164,7 @@ def _decode_splits(
     part_m_ptr, part_l_ptr, part_acc_ptr, splits,
     # meta
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
-    SPARSE: tl.constexpr, OPERAND: tl.constexpr,
+    SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = pid % splits
@@ -137,7 +181,10 @@ def _decode_splits(
     end = tl.minimum(start + SPLIT_TOKENS, limit)
 
     q_rows = q_ptr + row.to(tl.int64) * q_stride_b + (kv_head * group + offs_g) * q_stride_h
-    q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0).to(OPERAND)
+    q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
+    if WIDENED == tl.float16:
+        q, q_unscale = _query_in_fp16(q)
+    q = q.to(OPERAND)
     table_row = table_ptr + row.to(tl.int64) * table_stride_b
     select_row = select_ptr + row.to(tl.int64) * select_stride_b
     k_tile = k_ptr + kv_head * k_stride_h + offs_d[None, :] * k_stride_d
@@ -166,7 +213,10 @@ def _decode_splits(
         physical = physical.to(tl.int64)
 
         k = tl.load(k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None], mask=valid[:, None], other=0.0)
-        scores = tl.dot(q, tl.trans(k.to(OPERAND))) * qk_scale
+        scores = tl.dot(q, tl.trans(k.to(WIDENED).to(OPERAND)))
+        if WIDENED == tl.float16:
+            scores = scores * q_unscale[:, None]   # exact: a power of two
+        scores = scores * qk_scale
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
@@ -175,9 +225,15 @@ def _decode_splits(
         l = l * alpha + tl.sum(p.to(tl.float64), axis=1)
 
         v = tl.load(v_tile + (physical * v_stride_p + slot * v_stride_s)[:, None], mask=valid[:, None], other=0.0)
+        if WIDENED == tl.float16:
+            # Widen V where it was loaded, 16 bytes a thread, before Triton moves it into the dot
+            # operand through shared memory: the select (a no-op on values: masked slots load 0)
+            # keeps Triton from converting after that move instead, which reads e4m3 V one byte at a
+            # time (64 ld.shared.b8 a thread per 64 x 128 tile; ptxas sm_90, Triton 3.6).
+            v = tl.where(valid[:, None], v.to(WIDENED), 0.0)
         v = v.to(OPERAND)
-        p_hi = p.to(tl.bfloat16)
-        p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+        p_hi = p.to(WIDENED)
+        p_lo = (p - p_hi.to(tl.float32)).to(WIDENED)
         acc = acc * alpha.to(tl.float32)[:, None]
         acc = tl.dot(p_hi.to(OPERAND), v, acc)
         acc = tl.dot(p_lo.to(OPERAND), v, acc)
@@ -244,6 +300,7 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     lse = torch.empty(batch, query_heads, dtype=torch.float32, device=q.device)
     if batch * query_heads == 0:
         return o, lse
+    widened = _widened(k_cache.dtype)
     sparse = page_select is not None
     if sparse:
         selection = torch.sort(page_select, dim=1).values  # on the device: duplicates become neighbours
@@ -266,7 +323,8 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
         float(sm_scale) * float(kv_scale),
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
-        SPARSE=sparse, OPERAND=_dot_operand(), num_warps=plan.num_warps, num_stages=plan.num_stages,
+        SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), num_warps=plan.num_warps,
+        num_stages=plan.num_stages, **({} if plan.max_registers is None else {"maxnreg": plan.max_registers}),
     )
     _merge_splits[(batch * kv_heads,)](
         part_m, part_l, part_acc, splits, kv_heads, group,
@@ -280,8 +338,8 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
 
 def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
     contract.validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
-    return run_plan(launch_plan(q.shape[2]), q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale,
-                    page_select)
+    plan = launch_plan(q.shape[2], k_cache.dtype, page_select is not None)
+    return run_plan(plan, q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
 
 
 def bytes_moved(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> int:
@@ -293,16 +351,23 @@ def bytes_moved(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.
 
 
 def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> dict:
-    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
-    default = launch_plan(q.shape[2])
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device.
+
+    The first H200 sweep ruled out 8 warps at D=128 (20-30% slower everywhere) and splits of 256;
+    what is left to settle: the split (512..2048), the stages, the tile, and the register cap that
+    buys e4m3 a third program per SM."""
+    default = launch_plan(q.shape[2], k_cache.dtype, page_select is not None)
     plans = {}
-    for split_tokens in (256, 512, 1024):
-        for num_warps in (4, 8):
-            for num_stages in (2, 3):
-                plans[f"split {split_tokens} {num_warps}w {num_stages} stages"] = dataclasses.replace(
-                    default, split_tokens=split_tokens, num_warps=num_warps, num_stages=num_stages)
+    for split_tokens in (512, 1024, 2048):
+        for num_stages in (2, 3, 4):
+            plans[f"split {split_tokens} {num_stages} stages"] = dataclasses.replace(
+                default, split_tokens=split_tokens, num_stages=num_stages)
     for block_n in (default.block_n // 2, default.block_n * 2):
         plans[f"block {block_n}"] = dataclasses.replace(default, block_n=block_n)
+    for max_registers in (None, 128, 168, 200):
+        if max_registers != default.max_registers:
+            label = f"register cap {max_registers or 'none'}"
+            plans[label] = dataclasses.replace(default, max_registers=max_registers)
     return {label: (lambda plan=plan, **kwargs: run_plan(plan, **kwargs)) for label, plan in plans.items()}
 
 
