@@ -78,7 +78,8 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype, sparse: bool) -> Launch
     # warps, 148 at 8.  e4m3 keeps the warps and at most 64 tokens a tile: at 128 x 64 with 4 warps
     # Triton 3.6 moves the e4m3 -> fp16 conversion of V after the shared-memory transpose despite the
     # select (70 byte-wide shared loads a thread, ptxas sm_90).  Widening V in registers costs 189
-    # at D=128, capped at 168 (32 bytes of spill stores) to keep 3 programs per SM like bf16.
+    # at D=128, capped at 168 (32 bytes spilled before the loop, reloaded after it) to keep 3 programs
+    # per SM like bf16.
     # Sparse tiles are half as long: the selection's metadata chain (entry, its predecessor, the
     # table) takes D=128 bf16 to 206 registers at 64 tokens (2 programs per SM), 122 at 32; the H200
     # sweep at 1/4 selection gave 216 us at 32 tokens against 256 us at 64 (split 512, 3 stages).
