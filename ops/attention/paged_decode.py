@@ -19,8 +19,8 @@ tensor-core dot, G padded to 16), so each K/V tile is read once per group.  A se
 row's splits by their log-sum-exp.  What makes it right:
 
 - Batch invariance: a split is a fixed number of token positions (``LaunchPlan.split_tokens``), chosen
-  from the head dim, the cache dtype and dense or sparse — never from B — so a row's partition, and so its bits, are the same alone or
-  in any batch.  The grid covers the table's capacity (``M * S`` positions, or ``T * S`` sparse);
+  from the head dim and the cache dtype only — never from B — so a row's partition, and so its bits,
+  are the same alone or in any batch.  The grid covers the table's capacity (``M * S`` positions, or ``T * S`` sparse);
   splits past a row's length write nothing and the merge never reads them: no host sync, and the same
   launch replays in a CUDA graph whatever the metadata.
 - Invalid memory is never loaded: a slot is read only when its token is below ``seq_lens``, its page
@@ -36,6 +36,8 @@ row's splits by their log-sum-exp.  What makes it right:
   rounds o and lse once.
 - Sparse duplicates: ``page_select`` is sorted per row on the device; an entry counts when it is in
   ``0..M-1`` and differs from its sorted predecessor (see ``references/attention/paged_decode.py``).
+  A small kernel resolves each sorted entry to its physical page and live slots once per row
+  (``_resolve_selection``), so the decode's sparse tiles read one level of metadata, like dense.
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ class LaunchPlan:
     max_registers: int | None = None  # ptxas cap per thread (None: Triton's choice)
 
 
-def launch_plan(head_dim: int, cache_dtype: torch.dtype, sparse: bool) -> LaunchPlan:
+def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
     if interpreting():
         # The interpreter pays per op, not per element (~20 ms for a two-tile program here): wide
         # tiles, and splits of 128 positions so the CPU strategy's rows (<= 256 positions) still span
@@ -80,11 +82,12 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype, sparse: bool) -> Launch
     # select (70 byte-wide shared loads a thread, ptxas sm_90).  Widening V in registers costs 189
     # at D=128, capped at 168 (32 bytes spilled before the loop, reloaded after it) to keep 3 programs
     # per SM like bf16.
-    # Sparse tiles are half as long: the selection's metadata chain (entry, its predecessor, the
-    # table) takes D=128 bf16 to 206 registers at 64 tokens (2 programs per SM), 122 at 32; the H200
-    # sweep at 1/4 selection gave 216 us at 32 tokens against 256 us at 64 (split 512, 3 stages).
+    # Sparse runs the dense plan: with the selection resolved beforehand (``_resolve_selection``) its
+    # tiles cost 163 registers at D=128 bf16, 3 programs per SM.  (The in-tile chain entry ->
+    # predecessor -> table took 206, 2 programs per SM: 256 us at 1/4 selection, 216 us with tiles of
+    # 32 tokens, H200.)
     num_warps = 8 if head_dim == 256 else 4
-    block_n = 16384 // (2 * head_dim) // (2 if sparse else 1)
+    block_n = 16384 // (2 * head_dim)
     max_registers = None
     if cache_dtype == torch.float8_e4m3fn:
         block_n = min(block_n, 64)
@@ -145,10 +148,44 @@ def _query_in_fp16(q):
     return (q.to(tl.float32) * scale[:, None]).to(tl.float16), unscale
 
 
+@triton.jit(do_not_specialize=["select_stride_b", "entries", "table_stride_b", "table_stride_m", "pages_per_row",
+                               "seq_lens_stride", "page_size", "num_pages"])
+def _resolve_selection(
+    select_ptr, select_stride_b, entries,            # sorted selection [B, T]
+    table_ptr, table_stride_b, table_stride_m, pages_per_row,
+    seq_lens_ptr, seq_lens_stride, page_size, num_pages,
+    pages_ptr, live_slots_ptr,                       # out: [B, T], contiguous
+    BLOCK: tl.constexpr,
+):
+    """Each sorted entry's physical page (-1 when it attends nothing) and live slots, once per row, so
+    the decode reads one level of metadata before K/V, as dense does, instead of a chain of three
+    (entry and predecessor -> table -> K/V) in every tile of every KV head.
+
+    An entry counts when it lies in ``0..M-1``, differs from its sorted predecessor (duplicates
+    once), names a page ``>= 0`` inside the pool, and starts below ``seq_lens``."""
+    row = tl.program_id(0)
+    seq_len = tl.load(seq_lens_ptr + row * seq_lens_stride)
+    select_row = select_ptr + row.to(tl.int64) * select_stride_b
+    table_row = table_ptr + row.to(tl.int64) * table_stride_b
+    out_row = row.to(tl.int64) * entries
+    for first in range(0, entries, BLOCK):
+        entry = first + tl.arange(0, BLOCK)
+        within = entry < entries
+        logical = tl.load(select_row + entry, mask=within, other=-1)
+        previous = tl.load(select_row - 1 + entry, mask=within & (entry > 0), other=-1)
+        counted = within & (logical >= 0) & (logical < pages_per_row) & ((entry == 0) | (logical != previous))
+        logical = tl.where(counted, logical, 0)  # no int32 overflow from the wild entries
+        live_slots = tl.minimum(tl.maximum(seq_len - logical * page_size, 0), page_size)
+        physical = tl.load(table_row + logical * table_stride_m, mask=counted, other=-1)
+        counted = counted & (physical >= 0) & (physical < num_pages) & (live_slots > 0)
+        tl.store(pages_ptr + out_row + entry, tl.where(counted, physical, -1), mask=within)
+        tl.store(live_slots_ptr + out_row + entry, tl.where(counted, live_slots, 0), mask=within)
+
+
 # Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
 # head dim, cache dtype and dense/sparse, whatever the batch, table and pool sizes.
 @triton.jit(do_not_specialize=["num_pages", "page_size", "kv_heads", "group", "pages_per_row", "table_stride_b",
-                               "table_stride_m", "seq_lens_stride", "select_stride_b", "entries", "splits"])
+                               "table_stride_m", "seq_lens_stride", "entries", "splits"])
 def _decode_splits(
     # query [B, Hq, D]
     q_ptr, q_stride_b, q_stride_h, q_stride_d,
@@ -156,10 +193,10 @@ def _decode_splits(
     k_ptr, k_stride_p, k_stride_s, k_stride_h, k_stride_d,
     v_ptr, v_stride_p, v_stride_s, v_stride_h, v_stride_d,
     num_pages, page_size, kv_heads, group,
-    # metadata: page table [B, M], lengths [B], sorted selection [B, T] (sparse)
+    # metadata: page table [B, M], lengths [B]; sparse: each selected entry's page and live slots [B, T]
     table_ptr, table_stride_b, table_stride_m, pages_per_row,
     seq_lens_ptr, seq_lens_stride,
-    select_ptr, select_stride_b, entries,
+    selected_pages_ptr, selected_live_slots_ptr, entries,
     qk_scale,
     # partials, one per (row, KV head, split, head of the group)
     part_m_ptr, part_l_ptr, part_acc_ptr, splits,
@@ -176,7 +213,6 @@ def _decode_splits(
     offs_n = tl.arange(0, BLOCK_N)
     in_group = offs_g < group
 
-    seq_len = tl.load(seq_lens_ptr + row * seq_lens_stride)
     limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, page_size, entries, SPARSE)
     start = split * SPLIT_TOKENS
     end = tl.minimum(start + SPLIT_TOKENS, limit)
@@ -187,7 +223,7 @@ def _decode_splits(
         q, q_unscale = _query_in_fp16(q)
     q = q.to(OPERAND)
     table_row = table_ptr + row.to(tl.int64) * table_stride_b
-    select_row = select_ptr + row.to(tl.int64) * select_stride_b
+    selected_row = row.to(tl.int64) * entries
     k_tile = k_ptr + kv_head * k_stride_h + offs_d[None, :] * k_stride_d
     v_tile = v_ptr + kv_head * v_stride_h + offs_d[None, :] * v_stride_d
 
@@ -200,17 +236,14 @@ def _decode_splits(
         if SPARSE:
             entry = n // page_size
             slot = n - entry * page_size
-            logical = tl.load(select_row + entry, mask=within, other=-1)
-            previous = tl.load(select_row - 1 + entry, mask=within & (entry > 0), other=-1)
-            counted = within & (logical >= 0) & (logical < pages_per_row) & ((entry == 0) | (logical != previous))
-            logical = tl.where(counted, logical, 0)  # no int32 overflow from the wild entries
-            counted = counted & (logical * page_size + slot < seq_len)
+            physical = tl.load(selected_pages_ptr + selected_row + entry, mask=within, other=-1)
+            live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=within, other=0)
+            valid = within & (physical >= 0) & (slot < live_slots)   # -1 unless counted, in the pool
         else:
             logical = n // page_size      # dense positions are tokens, and end <= seq_len
             slot = n - logical * page_size
-            counted = within
-        physical = tl.load(table_row + logical * table_stride_m, mask=counted, other=-1)
-        valid = counted & (physical >= 0) & (physical < num_pages)
+            physical = tl.load(table_row + logical * table_stride_m, mask=within, other=-1)
+            valid = within & (physical >= 0) & (physical < num_pages)
         physical = physical.to(tl.int64)
 
         k = tl.load(k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None], mask=valid[:, None], other=0.0)
@@ -306,8 +339,18 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     if sparse:
         selection = torch.sort(page_select, dim=1).values  # on the device: duplicates become neighbours
         entries, positions = selection.shape[1], selection.shape[1] * page_size
+        selected_pages, selected_live_slots = torch.empty_like(selection), torch.empty_like(selection)
+        if entries:
+            _resolve_selection[(batch,)](
+                selection, selection.stride(0), entries,
+                page_table, *page_table.stride(), pages_per_row,
+                seq_lens, seq_lens.stride(0), page_size, num_pages,
+                selected_pages, selected_live_slots,
+                BLOCK=min(1024, triton.next_power_of_2(entries)),
+            )
     else:
-        selection, entries, positions = page_table, 0, pages_per_row * page_size  # selection unused
+        entries, positions = 0, pages_per_row * page_size
+        selected_pages = selected_live_slots = page_table  # unused
     splits = max(1, triton.cdiv(positions, plan.split_tokens))
     partials = batch * kv_heads * splits * group
     part_m = torch.empty(partials, dtype=torch.float32, device=q.device)
@@ -320,7 +363,7 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
         num_pages, page_size, kv_heads, group,
         page_table, *page_table.stride(), pages_per_row,
         seq_lens, seq_lens.stride(0),
-        selection, selection.stride(0), entries,
+        selected_pages, selected_live_slots, entries,
         float(sm_scale) * float(kv_scale),
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
@@ -339,7 +382,7 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
 
 def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
     contract.validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
-    plan = launch_plan(q.shape[2], k_cache.dtype, page_select is not None)
+    plan = launch_plan(q.shape[2], k_cache.dtype)
     return run_plan(plan, q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
 
 
@@ -357,7 +400,7 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
     The first H200 sweep ruled out 8 warps at D=128 (20-30% slower everywhere) and splits of 256;
     what is left to settle: the split (512..2048), the stages, the tile, and the register cap that
     buys e4m3 a third program per SM."""
-    default = launch_plan(q.shape[2], k_cache.dtype, page_select is not None)
+    default = launch_plan(q.shape[2], k_cache.dtype)
     plans = {}
     for split_tokens in (512, 1024, 2048):
         for num_stages in (2, 3, 4):
