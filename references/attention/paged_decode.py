@@ -30,9 +30,10 @@ Decisions where the contract is silent (every implementation is judged by them):
 How the kernel (``ops/attention/paged_decode.py``) counts a duplicate once without a device sync: it
 sorts each row of ``page_select`` on the device (``torch.sort``: no host round trip, capturable in a
 CUDA graph), then an entry counts when it lies in ``0..M-1`` and differs from its predecessor in
-sorted order.  Each split of the kernel checks its own entries against their predecessors, so no
-program needs another's result, and every split is a fixed number of sorted entries, independent of
-the batch.  The reference below does not sort: it marks the selected logical pages of a row in a
+sorted order.  A small kernel makes that check for every entry of a row (each against its own
+predecessor: no entry needs another's result) and resolves the counted ones to their pages; every
+decode split then covers a fixed number of sorted entries, independent of the batch.  The reference
+below does not sort: it marks the selected logical pages of a row in a
 boolean set, which is the contract's "appears in" read literally.
 
 Stock op: what a PyTorch user runs today — gather each row's pages, zero and mask the slots it must
