@@ -9,8 +9,8 @@ bf16 or e4m3 caches (element = ``float(x) * kv_scale``); band parity; batch-inva
 
 Bytes: read the attended K and V (``2 * n_b * Hkv * D * itemsize`` per row: the whole cost), q
 (``2 * B * Hq * D``), the page table or selection; write o (``2 * B * Hq * D``) and lse
-(``4 * B * Hq``); plus split partials written and read once (``B * Hq * splits * (D + 3) * 4``, 1.6%
-of the KV bytes at the bench shape).  B=64, L=8192, Hkv=8, D=128 in bf16 is 2.15 GB of K and V: 500 us
+(``4 * B * Hq``); plus split partials written and read once (``B * Hq * splits * (D + 3) * 4``, 0.8%
+of the bf16 KV bytes at the bench shape).  B=64, L=8192, Hkv=8, D=128 in bf16 is 2.15 GB of K and V: 500 us
 at the H200's 4.3 TB/s.
 
 Split-K ("flash-decoding"): one program per (row, KV head, split) streams its split's tokens tile by
@@ -19,20 +19,25 @@ tensor-core dot, G padded to 16), so each K/V tile is read once per group.  A se
 row's splits by their log-sum-exp.  What makes it right:
 
 - Batch invariance: a split is a fixed number of token positions (``LaunchPlan.split_tokens``), chosen
-  from the head dim only — never from B — so a row's partition, and so its bits, are the same alone or
-  in any batch.  The grid covers the table's capacity (``M * S`` positions, or ``T * S`` sparse);
+  from the head dim and the cache dtype only — never from B — so a row's partition, and so its bits,
+  are the same alone or in any batch.  The grid covers the table's capacity (``M * S`` positions, or ``T * S`` sparse);
   splits past a row's length write nothing and the merge never reads them: no host sync, and the same
   launch replays in a CUDA graph whatever the metadata.
 - Invalid memory is never loaded: a slot is read only when its token is below ``seq_lens``, its page
   is ``>= 0`` (and inside the pool), and, sparse, its entry counts; masked loads give 0, and the
   masked scores are set to -inf before the running max, so NaN garbage cannot reach a reduction.
 - Overflow: every exp is taken relative to the running max (``exp(s - m)``, ``m`` = -inf handled).
-- Precision: ``q . k`` multiplies bf16 (or e4m3 widened to bf16) exactly and accumulates in fp32;
-  ``p`` is split into bf16 ``hi + lo`` halves so ``p @ v`` keeps ~16 bits of p on bf16 tensor cores;
+- Precision: ``q . k`` multiplies exactly and accumulates in fp32: bf16 caches on bf16 tensor cores;
+  e4m3 caches widened to fp16 (exact, one instruction per two elements) against q scaled per head by a
+  power of two into fp16's range (``_query_in_fp16``), the scale undone on the scores.  ``p`` is
+  split into 16-bit ``hi + lo`` halves so ``p @ v`` keeps ~16 bits of p (bf16) or ~22 (fp16, with an
+  absolute error under 2^-25 for p below fp16's normal range);
   ``l`` (the denominator, hence ``lse``) is accumulated in float64, and the merge runs in float64 and
   rounds o and lse once.
 - Sparse duplicates: ``page_select`` is sorted per row on the device; an entry counts when it is in
   ``0..M-1`` and differs from its sorted predecessor (see ``references/attention/paged_decode.py``).
+  A small kernel resolves each sorted entry to its physical page and live slots once per row
+  (``_resolve_selection``), so the decode's sparse tiles read one level of metadata, like dense.
 """
 from __future__ import annotations
 
@@ -56,28 +61,54 @@ class LaunchPlan:
     split_tokens: int  # token positions per program: a multiple of block_n, never a function of B
     num_warps: int
     num_stages: int
+    max_registers: int | None = None  # ptxas cap per thread (None: Triton's choice)
 
 
-def launch_plan(head_dim: int) -> LaunchPlan:
+def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
     if interpreting():
         # The interpreter pays per op, not per element (~20 ms for a two-tile program here): wide
         # tiles, and splits of 128 positions so the CPU strategy's rows (<= 256 positions) still span
         # two splits of two tiles, through both the online rescale and the merge.
         return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
-    # 16 KB of bf16 K per tile (128 x 64, 64 x 128, 32 x 256), moved by 16-byte cp.async into a
-    # 3-stage pipeline.  512 positions per split keep the partials under 2% of the KV bytes (G x D
-    # fp32 per 512 x D x 2 x itemsize) while B=64 x Hkv=8 at L=8192 gives 8192 programs (62 per SM)
-    # and a single 8K row still gets 16 splits per KV head.  Registers (ptxas for sm_90, Triton 3.6, no
-    # spills): D=128 bf16 167 at 4 warps (3 programs per SM); D=256 needs 255 at 4 warps, 148 at 8.
-    return LaunchPlan(block_n=16384 // (2 * head_dim), split_tokens=512, num_warps=8 if head_dim == 256 else 4,
-                      num_stages=3)
+    # Tiles of 16 KB of bf16 K (128 x 64, 64 x 128, 32 x 256 tokens x D), moved by cp.async into a
+    # 3-stage pipeline (metadata -> K/V -> math).  1024 positions per split: the H200 sweep at the
+    # bench shape (D=128, 4 warps, 3 stages) gave 622 us against 650 us at 512 and 726 us at 256 —
+    # fewer partials and programs; the partials stay under 1% of the KV bytes (G x D fp32 per
+    # 1024 x D x 2 x itemsize, the same share at every D), a single 8K row still gets 8 splits per
+    # KV head, and B=64 x Hkv=8 at L=8192 gives 4096 programs (31 per SM).  Registers (ptxas sm_90,
+    # Triton 3.6, no spills): bf16 D=128 165 at 4 warps (3 programs per SM); D=256 needs 255 at 4
+    # warps, 148 at 8.  e4m3 keeps the warps and at most 64 tokens a tile: at 128 x 64 with 4 warps
+    # Triton 3.6 moves the e4m3 -> fp16 conversion of V after the shared-memory transpose despite the
+    # select (70 byte-wide shared loads a thread, ptxas sm_90).  Widening V in registers costs 189
+    # at D=128, capped at 168 (32 bytes spilled before the loop, reloaded after it) to keep 3 programs
+    # per SM like bf16.
+    # Sparse runs the dense plan: with the selection resolved beforehand (``_resolve_selection``) its
+    # tiles cost 163 registers at D=128 bf16, 3 programs per SM.  (The in-tile chain entry ->
+    # predecessor -> table took 206, 2 programs per SM: 256 us at 1/4 selection, 216 us with tiles of
+    # 32 tokens, H200.)
+    num_warps = 8 if head_dim == 256 else 4
+    block_n = 16384 // (2 * head_dim)
+    max_registers = None
+    if cache_dtype == torch.float8_e4m3fn:
+        block_n = min(block_n, 64)
+        max_registers = 168 if num_warps == 4 else None
+    return LaunchPlan(block_n=block_n, split_tokens=1024, num_warps=num_warps, num_stages=3,
+                      max_registers=max_registers)
 
 
-def _dot_operand():
-    # bf16 tensor cores on the GPU; the interpreter's bf16 dot is wrong, so it multiplies in fp32 —
-    # every operand (bf16 q, k, v, e4m3 widened, p's bf16 halves) is exact in both, so only the
-    # accumulation order differs.
-    return tl.float32 if interpreting() else tl.bfloat16
+def _widened(cache_dtype: torch.dtype):
+    """The 16-bit type a cache element is widened to for the tensor cores: bf16 caches stay bf16; e4m3
+    becomes fp16 — exact, and one ``cvt.rn.f16x2.e4m3x2`` per two elements on sm_90, where bf16 needs
+    a second conversion per element (fp16 -> bf16), which made the conversions, not the bytes, bound
+    the e4m3 kernel (1011 us, 1.55x the bf16 time, H200)."""
+    return tl.float16 if cache_dtype == torch.float8_e4m3fn else tl.bfloat16
+
+
+def _dot_operand(widened):
+    # 16-bit tensor cores on the GPU; the interpreter's bf16 dot is wrong, so it multiplies in fp32 —
+    # every operand (bf16 q, fp16-scaled q, k, v, e4m3 widened, p's 16-bit halves) is exact in both,
+    # so only the accumulation order differs.
+    return tl.float32 if interpreting() else widened
 
 
 # -- kernels --------------------------------------------------------------------------------------
@@ -100,10 +131,61 @@ def _round_to_bf16(x):
     return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
 
 
+@triton.jit
+def _query_in_fp16(q):
+    """bf16 q as an fp16 operand, and the per-head factor that undoes its scaling.
+
+    fp16 holds an e4m3 element exactly but not bf16's exponent range, so each head is scaled by the
+    power of two that puts its largest |q| in [2^14, 2^15): exact, and every element above 2^-29 of
+    that largest stays exact (the rest lose under 2^-40 of it, far below the fp32 accumulation's own
+    rounding).  Both factors are kept normal; a zero head gets the largest, an inf/NaN head the
+    smallest, which leaves inf and NaN what they were."""
+    largest = tl.max(tl.abs(q.to(tl.float32)), axis=1)
+    exponent = (largest.to(tl.int32, bitcast=True) >> 23) & 0xFF       # biased fp32 exponent
+    scale_field = tl.minimum(tl.maximum(268 - exponent, 1), 253)       # 2^(14 - unbiased exponent)
+    scale = (scale_field << 23).to(tl.float32, bitcast=True)
+    unscale = ((254 - scale_field) << 23).to(tl.float32, bitcast=True)
+    return (q.to(tl.float32) * scale[:, None]).to(tl.float16), unscale
+
+
+@triton.jit(do_not_specialize=["select_stride_b", "entries", "table_stride_b", "table_stride_m", "pages_per_row",
+                               "seq_lens_stride", "page_size", "num_pages"])
+def _resolve_selection(
+    select_ptr, select_stride_b, entries,            # sorted selection [B, T]
+    table_ptr, table_stride_b, table_stride_m, pages_per_row,
+    seq_lens_ptr, seq_lens_stride, page_size, num_pages,
+    pages_ptr, live_slots_ptr,                       # out: [B, T], contiguous
+    BLOCK: tl.constexpr,
+):
+    """Each sorted entry's physical page (-1 when it attends nothing) and live slots, once per row, so
+    the decode reads one level of metadata before K/V, as dense does, instead of a chain of three
+    (entry and predecessor -> table -> K/V) in every tile of every KV head.
+
+    An entry counts when it lies in ``0..M-1``, differs from its sorted predecessor (duplicates
+    once), names a page ``>= 0`` inside the pool, and starts below ``seq_lens``."""
+    row = tl.program_id(0)
+    seq_len = tl.load(seq_lens_ptr + row * seq_lens_stride)
+    select_row = select_ptr + row.to(tl.int64) * select_stride_b
+    table_row = table_ptr + row.to(tl.int64) * table_stride_b
+    out_row = row.to(tl.int64) * entries
+    for first in range(0, entries, BLOCK):
+        entry = first + tl.arange(0, BLOCK)
+        within = entry < entries
+        logical = tl.load(select_row + entry, mask=within, other=-1)
+        previous = tl.load(select_row - 1 + entry, mask=within & (entry > 0), other=-1)
+        counted = within & (logical >= 0) & (logical < pages_per_row) & ((entry == 0) | (logical != previous))
+        logical = tl.where(counted, logical, 0)  # no int32 overflow from the wild entries
+        live_slots = tl.minimum(tl.maximum(seq_len - logical * page_size, 0), page_size)
+        physical = tl.load(table_row + logical * table_stride_m, mask=counted, other=-1)
+        counted = counted & (physical >= 0) & (physical < num_pages) & (live_slots > 0)
+        tl.store(pages_ptr + out_row + entry, tl.where(counted, physical, -1), mask=within)
+        tl.store(live_slots_ptr + out_row + entry, tl.where(counted, live_slots, 0), mask=within)
+
+
 # Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
 # head dim, cache dtype and dense/sparse, whatever the batch, table and pool sizes.
 @triton.jit(do_not_specialize=["num_pages", "page_size", "kv_heads", "group", "pages_per_row", "table_stride_b",
-                               "table_stride_m", "seq_lens_stride", "select_stride_b", "entries", "splits"])
+                               "table_stride_m", "seq_lens_stride", "entries", "splits"])
 def _decode_splits(
     # query [B, Hq, D]
     q_ptr, q_stride_b, q_stride_h, q_stride_d,
@@ -111,16 +193,16 @@ def _decode_splits(
     k_ptr, k_stride_p, k_stride_s, k_stride_h, k_stride_d,
     v_ptr, v_stride_p, v_stride_s, v_stride_h, v_stride_d,
     num_pages, page_size, kv_heads, group,
-    # metadata: page table [B, M], lengths [B], sorted selection [B, T] (sparse)
+    # metadata: page table [B, M], lengths [B]; sparse: each selected entry's page and live slots [B, T]
     table_ptr, table_stride_b, table_stride_m, pages_per_row,
     seq_lens_ptr, seq_lens_stride,
-    select_ptr, select_stride_b, entries,
+    selected_pages_ptr, selected_live_slots_ptr, entries,
     qk_scale,
     # partials, one per (row, KV head, split, head of the group)
     part_m_ptr, part_l_ptr, part_acc_ptr, splits,
     # meta
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
-    SPARSE: tl.constexpr, OPERAND: tl.constexpr,
+    SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
 ):
     pid = tl.program_id(0)
     split = pid % splits
@@ -131,15 +213,17 @@ def _decode_splits(
     offs_n = tl.arange(0, BLOCK_N)
     in_group = offs_g < group
 
-    seq_len = tl.load(seq_lens_ptr + row * seq_lens_stride)
     limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, page_size, entries, SPARSE)
     start = split * SPLIT_TOKENS
     end = tl.minimum(start + SPLIT_TOKENS, limit)
 
     q_rows = q_ptr + row.to(tl.int64) * q_stride_b + (kv_head * group + offs_g) * q_stride_h
-    q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0).to(OPERAND)
+    q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
+    if WIDENED == tl.float16:
+        q, q_unscale = _query_in_fp16(q)
+    q = q.to(OPERAND)
     table_row = table_ptr + row.to(tl.int64) * table_stride_b
-    select_row = select_ptr + row.to(tl.int64) * select_stride_b
+    selected_row = row.to(tl.int64) * entries
     k_tile = k_ptr + kv_head * k_stride_h + offs_d[None, :] * k_stride_d
     v_tile = v_ptr + kv_head * v_stride_h + offs_d[None, :] * v_stride_d
 
@@ -152,21 +236,21 @@ def _decode_splits(
         if SPARSE:
             entry = n // page_size
             slot = n - entry * page_size
-            logical = tl.load(select_row + entry, mask=within, other=-1)
-            previous = tl.load(select_row - 1 + entry, mask=within & (entry > 0), other=-1)
-            counted = within & (logical >= 0) & (logical < pages_per_row) & ((entry == 0) | (logical != previous))
-            logical = tl.where(counted, logical, 0)  # no int32 overflow from the wild entries
-            counted = counted & (logical * page_size + slot < seq_len)
+            physical = tl.load(selected_pages_ptr + selected_row + entry, mask=within, other=-1)
+            live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=within, other=0)
+            valid = within & (physical >= 0) & (slot < live_slots)   # -1 unless counted, in the pool
         else:
             logical = n // page_size      # dense positions are tokens, and end <= seq_len
             slot = n - logical * page_size
-            counted = within
-        physical = tl.load(table_row + logical * table_stride_m, mask=counted, other=-1)
-        valid = counted & (physical >= 0) & (physical < num_pages)
+            physical = tl.load(table_row + logical * table_stride_m, mask=within, other=-1)
+            valid = within & (physical >= 0) & (physical < num_pages)
         physical = physical.to(tl.int64)
 
         k = tl.load(k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None], mask=valid[:, None], other=0.0)
-        scores = tl.dot(q, tl.trans(k.to(OPERAND))) * qk_scale
+        scores = tl.dot(q, tl.trans(k.to(WIDENED).to(OPERAND)))
+        if WIDENED == tl.float16:
+            scores = scores * q_unscale[:, None]   # exact: a power of two
+        scores = scores * qk_scale
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
@@ -175,9 +259,15 @@ def _decode_splits(
         l = l * alpha + tl.sum(p.to(tl.float64), axis=1)
 
         v = tl.load(v_tile + (physical * v_stride_p + slot * v_stride_s)[:, None], mask=valid[:, None], other=0.0)
+        if WIDENED == tl.float16:
+            # Widen V where it was loaded, 16 bytes a thread, before Triton moves it into the dot
+            # operand through shared memory: the select (a no-op on values: masked slots load 0)
+            # keeps Triton from converting after that move instead, which reads e4m3 V one byte at a
+            # time (64 ld.shared.b8 a thread per 64 x 128 tile; ptxas sm_90, Triton 3.6).
+            v = tl.where(valid[:, None], v.to(WIDENED), 0.0)
         v = v.to(OPERAND)
-        p_hi = p.to(tl.bfloat16)
-        p_lo = (p - p_hi.to(tl.float32)).to(tl.bfloat16)
+        p_hi = p.to(WIDENED)
+        p_lo = (p - p_hi.to(tl.float32)).to(WIDENED)
         acc = acc * alpha.to(tl.float32)[:, None]
         acc = tl.dot(p_hi.to(OPERAND), v, acc)
         acc = tl.dot(p_lo.to(OPERAND), v, acc)
@@ -244,12 +334,23 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     lse = torch.empty(batch, query_heads, dtype=torch.float32, device=q.device)
     if batch * query_heads == 0:
         return o, lse
+    widened = _widened(k_cache.dtype)
     sparse = page_select is not None
     if sparse:
         selection = torch.sort(page_select, dim=1).values  # on the device: duplicates become neighbours
         entries, positions = selection.shape[1], selection.shape[1] * page_size
+        selected_pages, selected_live_slots = torch.empty_like(selection), torch.empty_like(selection)
+        if entries:
+            _resolve_selection[(batch,)](
+                selection, selection.stride(0), entries,
+                page_table, *page_table.stride(), pages_per_row,
+                seq_lens, seq_lens.stride(0), page_size, num_pages,
+                selected_pages, selected_live_slots,
+                BLOCK=min(1024, triton.next_power_of_2(entries)),
+            )
     else:
-        selection, entries, positions = page_table, 0, pages_per_row * page_size  # selection unused
+        entries, positions = 0, pages_per_row * page_size
+        selected_pages = selected_live_slots = page_table  # unused
     splits = max(1, triton.cdiv(positions, plan.split_tokens))
     partials = batch * kv_heads * splits * group
     part_m = torch.empty(partials, dtype=torch.float32, device=q.device)
@@ -262,11 +363,12 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
         num_pages, page_size, kv_heads, group,
         page_table, *page_table.stride(), pages_per_row,
         seq_lens, seq_lens.stride(0),
-        selection, selection.stride(0), entries,
+        selected_pages, selected_live_slots, entries,
         float(sm_scale) * float(kv_scale),
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
-        SPARSE=sparse, OPERAND=_dot_operand(), num_warps=plan.num_warps, num_stages=plan.num_stages,
+        SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), num_warps=plan.num_warps,
+        num_stages=plan.num_stages, **({} if plan.max_registers is None else {"maxnreg": plan.max_registers}),
     )
     _merge_splits[(batch * kv_heads,)](
         part_m, part_l, part_acc, splits, kv_heads, group,
@@ -280,8 +382,8 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
 
 def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
     contract.validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
-    return run_plan(launch_plan(q.shape[2]), q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale,
-                    page_select)
+    plan = launch_plan(q.shape[2], k_cache.dtype)
+    return run_plan(plan, q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
 
 
 def bytes_moved(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> int:
@@ -293,16 +395,23 @@ def bytes_moved(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.
 
 
 def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> dict:
-    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
-    default = launch_plan(q.shape[2])
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device.
+
+    The first H200 sweep ruled out 8 warps at D=128 (20-30% slower everywhere) and splits of 256;
+    what is left to settle: the split (512..2048), the stages, the tile, and the register cap that
+    buys e4m3 a third program per SM."""
+    default = launch_plan(q.shape[2], k_cache.dtype)
     plans = {}
-    for split_tokens in (256, 512, 1024):
-        for num_warps in (4, 8):
-            for num_stages in (2, 3):
-                plans[f"split {split_tokens} {num_warps}w {num_stages} stages"] = dataclasses.replace(
-                    default, split_tokens=split_tokens, num_warps=num_warps, num_stages=num_stages)
+    for split_tokens in (512, 1024, 2048):
+        for num_stages in (2, 3, 4):
+            plans[f"split {split_tokens} {num_stages} stages"] = dataclasses.replace(
+                default, split_tokens=split_tokens, num_stages=num_stages)
     for block_n in (default.block_n // 2, default.block_n * 2):
         plans[f"block {block_n}"] = dataclasses.replace(default, block_n=block_n)
+    for max_registers in (None, 128, 168, 200):
+        if max_registers != default.max_registers:
+            label = f"register cap {max_registers or 'none'}"
+            plans[label] = dataclasses.replace(default, max_registers=max_registers)
     return {label: (lambda plan=plan, **kwargs: run_plan(plan, **kwargs)) for label, plan in plans.items()}
 
 

@@ -30,19 +30,22 @@ Decisions where the contract is silent (every implementation is judged by them):
 How the kernel (``ops/attention/paged_decode.py``) counts a duplicate once without a device sync: it
 sorts each row of ``page_select`` on the device (``torch.sort``: no host round trip, capturable in a
 CUDA graph), then an entry counts when it lies in ``0..M-1`` and differs from its predecessor in
-sorted order.  Each split of the kernel checks its own entries against their predecessors, so no
-program needs another's result, and every split is a fixed number of sorted entries, independent of
-the batch.  The reference below does not sort: it marks the selected logical pages of a row in a
+sorted order.  A small kernel makes that check for every entry of a row (each against its own
+predecessor: no entry needs another's result) and resolves the counted ones to their pages; every
+decode split then covers a fixed number of sorted entries, independent of the batch.  The reference
+below does not sort: it marks the selected logical pages of a row in a
 boolean set, which is the contract's "appears in" read literally.
 
 Stock op: what a PyTorch user runs today — gather each row's pages, zero and mask the slots it must
 not attend, ``scaled_dot_product_attention`` in bf16 (e4m3 caches dequantized to bf16 first);
 SDPA does not return the log-sum-exp, so ``lse`` is ``logsumexp`` of the same scores in fp32.
+SDPA's cuDNN backend is excluded: it read misaligned memory at D=256 (see ``stock``).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from references.validation import (Refusal, refuse, require_dtype, require_ndim, require_number,
                                    require_same_device, require_shape, require_tensor)
@@ -160,7 +163,20 @@ def _pages_read(page_table: torch.Tensor, page_select: torch.Tensor | None) -> t
 
 
 def stock(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
-    """Gather + masked SDPA in bf16 (o) and an fp32 logsumexp of the same scores (lse)."""
+    """Gather + masked SDPA in bf16 (o) and an fp32 logsumexp of the same scores (lse).
+
+    SDPA runs on contiguous operands with the cuDNN backend excluded (flash, memory-efficient or math
+    stay: torch's own choice among them).  Why: on the H200 (torch 2.11, cuDNN 9) the battery's
+    ``dense_bf16_kv`` cell crashed the worker with "CUDA misaligned address" inside this stock op;
+    isolating the shrunk recipe (D=256, one KV head, group 16, pages of 128, a q padded past its last
+    dim) and running it under ``compute-sanitizer --tool memcheck`` put the fault in cuDNN's
+    ``cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_35_16x128x256`` kernel: a
+    16-byte global read 8 bytes off alignment inside a 16,576-byte allocation — q's (2 rows x 16
+    heads x 259 bf16: heads 518 bytes apart), which cuDNN read as if its heads were 16-byte aligned.
+    Both measures only choose which torch kernel runs and on what copy; the composition, and what it
+    computes, are the ones a PyTorch user writes, and nothing here syncs with the host, so it still
+    captures in a CUDA graph.
+    """
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
@@ -181,10 +197,11 @@ def stock(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, pag
         x = x.reshape(batch, pages * page_size, kv_heads, head_dim).transpose(1, 2)
         return torch.where(attend[:, None, :, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
 
-    k, v = gather(k_cache), gather(v_cache)
+    k, v = gather(k_cache).contiguous(), gather(v_cache).contiguous()
     mask = attend[:, None, None, :]
-    o = F.scaled_dot_product_attention(q[:, :, None, :], k, v, attn_mask=mask, scale=sm_scale,
-                                       enable_gqa=True)[:, :, 0]
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        o = F.scaled_dot_product_attention(q[:, :, None, :].contiguous(), k, v, attn_mask=mask, scale=sm_scale,
+                                           enable_gqa=True)[:, :, 0]
     o = torch.where(attend.any(dim=1)[:, None, None], o, torch.zeros((), dtype=o.dtype, device=o.device))
     scores = torch.matmul(q.float().view(batch, kv_heads, query_heads // kv_heads, head_dim),
                           k.float().transpose(-1, -2)) * sm_scale
