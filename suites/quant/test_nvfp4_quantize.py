@@ -78,7 +78,12 @@ HARD_CASES = ([f"{m}_{where}" for m in E2M1_MIDPOINTS for where in ("on_midpoint
 
 
 def hard_cases_in(x: torch.Tensor, global_scale: torch.Tensor) -> set[str]:
-    """Which of HARD_CASES one input reaches, measured on the contract's own intermediate values."""
+    """Which of HARD_CASES one input reaches, measured on the contract's own intermediate values.
+
+    Measured on the CPU: on CUDA, torch divides a tensor by a Python number as a multiplication by its
+    float32 reciprocal, so the formula run there is the reciprocal form this census tells apart.
+    """
+    x, global_scale = x.cpu(), global_scale.cpu()
     rows, cols = x.shape
     blocks = x.float().reshape(rows, cols // NVFP4_BLOCK, NVFP4_BLOCK)
     _, block_scales = nvfp4_quantize(x, global_scale)
