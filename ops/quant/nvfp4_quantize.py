@@ -99,24 +99,23 @@ def _e4m3_satfinite_rne(scale):
 
 
 @triton.jit
-def _e2m1_satfinite_rne(y):
-    """E2M1 code (int32, 0..15) of float32 ``y``: ties to the even index, saturating at 6, sign bit kept.
+def _e2m1_satfinite_rne(y, floor):
+    """E2M1 code (int32, 0..15) of float32 ``y`` whose magnitude is first raised to ``floor`` (0 or 6):
+    ties to the even index, saturating at 6, sign bit kept. ``y`` must not be NaN (see the kernel).
 
     Rounding to E2M1 is rounding to one mantissa bit in the binade of |y|, or to steps of 0.5 below 1:
     adding 2**(e + 22), e = max(exponent, 0), leaves exactly that step as the ulp of the sum, and the
-    float32 add rounds to nearest, ties to even; the sum's low bits count the steps k (2..4 above 1, 0..2
-    below), and the index is 2e + k. Magnitudes are clamped to 8 first (all saturate to 6, and the
-    exponent of the added power of two stays in range). NaN (0 * inf, where a block's out_scale
-    overflows) is code 7, as the reference has it. About 13 instructions, against 25 for the seven
-    comparisons with the midpoints (SASS for sm_90, Triton 3.6).
+    float32 add rounds to nearest, ties to even; the sum's low bits count the steps k (0..4 below 2, 2..4
+    below 4, 2..3 up to 6; a k that reaches the next binade is that binade's first index), and the index
+    is 2e + k. Magnitudes are clamped to 6 first: everything above rounds to 6 (index 7, e = 2, k = 3),
+    so no index needs saturating. 11 instructions with the scaling multiply (SASS for sm_90, Triton 3.6).
     """
-    magnitude = tl.minimum(tl.abs(y), 8.0)
+    magnitude = tl.minimum(tl.maximum(tl.abs(y), floor), 6.0)
     binade = tl.maximum(magnitude.to(tl.int32, bitcast=True) & 0x7F800000, 0x3F800000)  # 2**e, e >= 0
     power = binade + (22 << 23)  # 2**(e + 22)
     steps = (magnitude + power.to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True) - power
-    index = tl.minimum(steps + ((binade >> 22) - 254), 7)  # (binade >> 22) - 254 = 2e
-    code = index | ((y.to(tl.int32, bitcast=True) >> 28) & 0x8)
-    return tl.where(y == y, code, 7)
+    index = steps + ((binade >> 22) - 254)  # (binade >> 22) - 254 = 2e
+    return index | ((y.to(tl.int32, bitcast=True) >> 28) & 0x8)
 
 
 # The sizes change from call to call and gain nothing from specialization (each distinct one is a
@@ -130,16 +129,20 @@ def _quantize_tiles(
     # meta
     BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr,
 ):
-    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    block = tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)
-    live = (row < rows)[:, None] & (block < blocks_per_row)[None, :]  # whole blocks: K % 16 == 0
-    row_offset = row.to(tl.int64)[:, None]
-    column = (block[None, :, None] * 16 + tl.arange(0, 16)[None, None, :]).to(tl.int64)
-    x_bits = tl.load(x_bits_ptr + row_offset[:, :, None] * stride_xm + column * stride_xk, mask=live[:, :, None],
-                     other=0)
-    x = bf16_bits_to_float32(x_bits)  # [rows, blocks, 16]
+    # The tile is [blocks, rows, half, 8]: element (b, r, h, e) is column 16 b + 8 h + e of row r. Triton
+    # spreads a warp's lanes over the leading dimension after the 8 contiguous elements, so with the
+    # halves behind the blocks each thread holds whole blocks (two 16-byte loads): the block max needs no
+    # shuffle and each block's scale is computed once, not by both threads of a half-block pair.
+    block = tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)[:, None]
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)[None, :]
+    live = (block < blocks_per_row) & (row < rows)  # [blocks, rows]; whole blocks: K % 16 == 0
+    half = tl.arange(0, 2)[None, None, :, None]
+    row_offset = row.to(tl.int64)[:, :, None, None]
+    column = (block[:, :, None, None] * 16 + half * 8 + tl.arange(0, 8)[None, None, None, :]).to(tl.int64)
+    x_bits = tl.load(x_bits_ptr + row_offset * stride_xm + column * stride_xk, mask=live[:, :, None, None], other=0)
+    x = bf16_bits_to_float32(x_bits)  # [blocks, rows, 2, 8]
 
-    block_max = tl.max(tl.abs(x), axis=2)
+    block_max = tl.max(tl.max(tl.abs(x), axis=3), axis=2)
     global_scale = tl.load(global_scale_ptr)
     if IEEE_DIVISION:
         scale = global_scale * tl.math.div_rn(block_max, 6.0)
@@ -153,14 +156,23 @@ def _quantize_tiles(
     else:
         reciprocal = 1.0 / (scale_value * decode_scale)
     out_scale = tl.where(scale_value == 0.0, 0.0, reciprocal)
-    codes = _e2m1_satfinite_rne(x * out_scale[:, :, None])
+    # Where out_scale overflows to inf (a tiny block scale under a huge global scale) the contract's
+    # x * inf is ±inf, code 7 with the sign, and 0 * inf is NaN, code 7. Such blocks are scaled by 1 and
+    # floored at magnitude 6 instead, and +0 added: -0 + +0 = +0, so every code comes out the contract's
+    # without a NaN test per element. Elsewhere the -0 added changes nothing, -0 and inf included.
+    overflowed = out_scale == float("inf")
+    multiplier = tl.where(overflowed, 1.0, out_scale)[:, :, None, None]
+    # -0.0 from its bits: a -0.0 literal reaches the PTX as +0.0 (Triton 3.6)
+    addend = tl.where(overflowed, 0, -2147483648).to(tl.float32, bitcast=True)[:, :, None, None]
+    floor = tl.where(overflowed, 6.0, 0.0)[:, :, None, None]
+    codes = _e2m1_satfinite_rne(tl.fma(x, multiplier, addend), floor)
 
     # element 2j -> low nibble of byte j
-    low, high = tl.split(tl.reshape(codes, [BLOCK_ROWS, BLOCKS, 8, 2]))
-    byte = (block[None, :, None] * 8 + tl.arange(0, 8)[None, None, :]).to(tl.int64)
-    tl.store(packed_ptr + row_offset[:, :, None] * stride_pm + byte, (low | (high << 4)).to(tl.uint8),
+    low, high = tl.split(tl.reshape(codes, [BLOCKS, BLOCK_ROWS, 8, 2]))
+    byte = (block[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]).to(tl.int64)
+    tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + byte, (low | (high << 4)).to(tl.uint8),
              mask=live[:, :, None])
-    tl.store(scales_ptr + row_offset * stride_sm + block[None, :], scale_code.to(tl.uint8), mask=live)
+    tl.store(scales_ptr + row.to(tl.int64) * stride_sm + block, scale_code.to(tl.uint8), mask=live)
 
 
 # -- host wrapper ---------------------------------------------------------------------------------

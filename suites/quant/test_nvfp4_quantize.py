@@ -132,11 +132,12 @@ def test_hard_case_census_can_miss():
 
 # -- the kernel's rounding helpers, value by value, against the format references ----------------------
 @triton.jit
-def _round_elementwise(values_ptr, e2m1_ptr, e4m3_code_ptr, e4m3_value_ptr, count, BLOCK: tl.constexpr):
+def _round_elementwise(values_ptr, e2m1_ptr, e4m3_code_ptr, e4m3_value_ptr, count, BLOCK: tl.constexpr,
+                       FLOOR: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offsets < count
     values = tl.load(values_ptr + offsets, mask=live, other=0.0)
-    tl.store(e2m1_ptr + offsets, _e2m1_satfinite_rne(values).to(tl.uint8), mask=live)
+    tl.store(e2m1_ptr + offsets, _e2m1_satfinite_rne(values, FLOOR).to(tl.uint8), mask=live)
     code, value = _e4m3_satfinite_rne(values)
     tl.store(e4m3_code_ptr + offsets, code.to(tl.uint8), mask=live)
     tl.store(e4m3_value_ptr + offsets, value, mask=live)
@@ -154,19 +155,21 @@ def _with_neighbours(centres: torch.Tensor, ulps: int = 3) -> torch.Tensor:
     return torch.cat([values, -values])
 
 
-def _kernel_rounding(values: torch.Tensor):
+def _kernel_rounding(values: torch.Tensor, e2m1_floor: float = 0.0):
     values = values.to(machine_device())
     e2m1 = torch.empty(values.shape, dtype=torch.uint8, device=values.device)
     e4m3_code, e4m3_value = torch.empty_like(e2m1), torch.empty_like(values)
     block = 4096
     _round_elementwise[(triton.cdiv(values.numel(), block),)](values, e2m1, e4m3_code, e4m3_value, values.numel(),
-                                                               BLOCK=block)
+                                                               BLOCK=block, FLOOR=e2m1_floor)
     return values, e2m1, e4m3_code, e4m3_value
 
 
 def _e2m1_probe_values() -> torch.Tensor:
+    """Not NaN: the kernel never rounds one (blocks whose out_scale overflows are floored at 6 instead)."""
     grid = torch.tensor(E2M1_VALUES + E2M1_MIDPOINTS + (7.0, 8.0, 1e30, 2.0**-126, 2.0**-149, torch.inf))
-    return torch.cat([_with_neighbours(grid), random_float32(2**16, seed=3), torch.tensor([torch.nan, -torch.nan])])
+    random = random_float32(2**16, seed=3)
+    return torch.cat([_with_neighbours(grid), random[~random.isnan()]])
 
 
 def _e4m3_probe_values() -> torch.Tensor:
@@ -181,6 +184,13 @@ def test_kernel_e2m1_rounding_is_the_reference_on_every_midpoint_its_neighbours_
     values, codes, _, _ = _kernel_rounding(_e2m1_probe_values())
     expected = e2m1_encode(values)
     assert torch.equal(codes, expected), f"{int((codes != expected).sum())} codes differ"
+
+
+def test_kernel_e2m1_rounding_floored_at_6_is_6_with_the_sign():
+    """The floor of blocks whose out_scale overflows: every magnitude, zero included, saturates."""
+    values, codes, _, _ = _kernel_rounding(_e2m1_probe_values(), e2m1_floor=6.0)
+    expected = (7 | (values.signbit().to(torch.uint8) << 3)).cpu()
+    assert torch.equal(codes.cpu(), expected), f"{int((codes.cpu() != expected).sum())} codes differ"
 
 
 def test_kernel_e4m3_rounding_is_the_reference_on_every_code_every_tie_and_random_bits():
