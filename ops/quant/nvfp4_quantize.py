@@ -23,16 +23,18 @@ E2M1 rounding one float32 add whose ulp is the E2M1 step: both exact on every de
 against the references value by value in ``suites/quant/test_nvfp4_quantize.py``. ``x`` is loaded as
 int32 words, two bf16 bit patterns each: the interpreter's bf16 cast mangles subnormals, which the
 battery found on the tiny-amax inputs of the strategy, and a shift (even element) or a mask (odd) is one
-instruction per element. The PTX for sm_90 (compiled offline) has 5 ``div.rn.f32`` per thread (two
-blocks: their ``bmax / 6`` and reciprocals, and ``1 / global_scale``), 16-byte loads, 8-byte code
-stores and no ``.ftz``; the ``IEEE_DIVISION=False`` build has 5 ``div.full.f32``.
+instruction per element. On a GPU ``bmax / 6`` is a product corrected by two FMAs, proved to be the IEEE
+quotient for every bf16 ``bmax`` (the kernel says how); the interpreter, whose ``tl.fma`` rounds twice,
+keeps ``div_rn`` there. The PTX for sm_90 (compiled offline) has 3 ``div.rn.f32`` per thread (the
+reciprocals of its two blocks, and ``1 / global_scale``), 16-byte loads, 8-byte code stores and no
+``.ftz``; the ``IEEE_DIVISION=False`` build has 5 ``div.full.f32``.
 
 Speed. The kernel is bound by instruction issue, not by memory: on the H200 an 8 x 512 tile on 4
 warps of the first version (a block split over two threads, a NaN test per element) ran at 50% of
 copy bandwidth, 910 SASS instructions per thread for 32 elements. Whole blocks per thread, words loaded
-as pairs, E2M1 clamped at 6 and the NaN of ``0 * inf`` avoided per block (see the kernel) bring that to
-685 (sm_90a, Triton 3.6, nvdisasm), of which the per-element chain is about 15: the multiply, the E2M1
-rounding (clamp, binade, one add, the index, the sign), the block max and the nibble packing.
+as pairs, E2M1 clamped at 6, the NaN of ``0 * inf`` avoided per block and the fused quotient (see the
+kernel) bring that to 652 (sm_90a, Triton 3.6, nvdisasm), of which the per-element chain is about 15: the
+multiply, the E2M1 rounding (clamp, binade, one add, the index, the sign), the block max and the packing.
 """
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ class LaunchPlan:
 
 
 # Elements per program: 4096 bf16 (8 KB) gives each of 128 threads two whole blocks, four 16-byte loads
-# in flight, in 64 registers: 8 programs per SM.
+# in flight, in 71 registers: 7 programs per SM.
 # The interpreter pays about 3 ms per program whatever its size, so it takes 16x larger tiles.
 GPU_TILE_ELEMENTS = 4096
 INTERPRETER_TILE_ELEMENTS = 65536
@@ -74,7 +76,8 @@ def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile_eleme
 
 
 # (elements per program, warps) of the variants: 16 to 64 elements, one to four whole blocks, per thread
-# (64 elements compile to 127 registers against 64 for 32 and 40 for 16: sm_90a, Triton 3.6, ptxas -v).
+# (64 elements compiled to 127 registers against 64 for 32 and 40 for 16 before the fused quotient:
+# sm_90a, Triton 3.6, ptxas -v).
 VARIANT_TILES = ((2048, 2), (2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8))
 
 
@@ -90,6 +93,8 @@ def bench_variants(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
 
 
 # -- kernel ---------------------------------------------------------------------------------------
+ONE_SIXTH = tl.constexpr(0.1666666716337204)  # fl(1/6), float32 0x3E2AAAAB
+# The interpreter's tl.fma multiplies and adds in float32, two roundings: there bmax / 6 stays div_rn.
 @triton.jit
 def _e4m3_satfinite_rne(scale):
     """(code, value) of float32 ``scale`` rounded to E4M3: nearest, ties to even, saturating at 448.
@@ -141,7 +146,7 @@ def _quantize_tiles(
     # outputs
     packed_ptr, stride_pm, scales_ptr, stride_sm,
     # meta
-    BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr, FUSED_QUOTIENT: tl.constexpr,
 ):
     # The tile is [blocks, rows, half, 4] words: word (b, r, h, j) holds elements 16 b + 8 h + 2 j and the
     # next of row r. Triton spreads a warp's lanes over the leading dimension after the 4 contiguous
@@ -161,7 +166,15 @@ def _quantize_tiles(
 
     block_max = tl.max(tl.max(tl.maximum(tl.abs(even), tl.abs(odd)), axis=3), axis=2)
     global_scale = tl.load(global_scale_ptr)
-    if IEEE_DIVISION:
+    if IEEE_DIVISION and FUSED_QUOTIENT:
+        # fl(bmax / 6) as fl(bmax * fl(1/6)) corrected once by its exact residual: the IEEE quotient for
+        # every bf16 bmax (all 32639 positive finite ones tried exactly in test_nvfp4_quantize.py), in 3
+        # instructions where div_rn's are 10 plus a range check and a branch to a slow path.
+        quotient = block_max * ONE_SIXTH
+        quotient = tl.fma(tl.fma(quotient, -6.0, block_max), ONE_SIXTH, quotient)
+        scale = global_scale * quotient
+        decode_scale = tl.math.div_rn(1.0, global_scale)
+    elif IEEE_DIVISION:
         scale = global_scale * tl.math.div_rn(block_max, 6.0)
         decode_scale = tl.math.div_rn(1.0, global_scale)
     else:
@@ -215,7 +228,8 @@ def run_plan(x: torch.Tensor, global_scale: torch.Tensor, plan: LaunchPlan, ieee
     _quantize_tiles[grid](
         words, words.stride(0), global_scale, rows, blocks_per_row,
         packed, packed.stride(0), block_scales.view(torch.uint8), block_scales.stride(0),
-        BLOCK_ROWS=plan.block_rows, BLOCKS=plan.blocks, IEEE_DIVISION=ieee_division, num_warps=plan.num_warps,
+        BLOCK_ROWS=plan.block_rows, BLOCKS=plan.blocks, IEEE_DIVISION=ieee_division,
+        FUSED_QUOTIENT=not interpreting(), num_warps=plan.num_warps,
     )
     return packed, block_scales
 

@@ -1,13 +1,15 @@
 """nvfp4_quantize: every cell through the whole battery, and the battery against wrong quantizers."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 import torch
 import triton
 import triton.language as tl
 
 from oracles.battery import Implementation, strategy_module
-from ops.quant.nvfp4_quantize import ENTRY, _e2m1_satfinite_rne, _e4m3_satfinite_rne
+from ops.quant.nvfp4_quantize import ENTRY, ONE_SIXTH, _e2m1_satfinite_rne, _e4m3_satfinite_rne
 from references.formats import (
     E2M1_MAX,
     E2M1_MIDPOINTS,
@@ -29,7 +31,7 @@ from suites.certification import (
 )
 from suites.quant import nvfp4_quantize_impls as impls
 from suites.quant import wrong_encoders
-from suites.quant.exact_rounding import random_float32
+from suites.quant.exact_rounding import float32_nearest, random_float32
 
 pytestmark = arch_marks(ENTRY.archs)
 IMPLS = "suites.quant.nvfp4_quantize_impls"
@@ -128,6 +130,30 @@ def test_hard_case_census_can_miss():
     """The census is not vacuous: plain Gaussian data reaches almost none of it."""
     x = torch.randn(64, 256, generator=torch.Generator().manual_seed(0)).bfloat16()
     assert len(hard_cases_in(x, nvfp4_global_scale(x))) < len(HARD_CASES) // 2
+
+
+# -- the kernel's block quotient on a GPU, proved for every input -------------------------------------
+def test_fused_quotient_is_the_ieee_quotient_for_every_bf16_block_max():
+    """On a GPU the kernel computes bmax / 6 as q = fl(bmax * c), q + fl(fl(bmax - 6 q) * c) with
+    c = fl(1/6), each step one float32 rounding (two FMAs): exact rational arithmetic shows that is the
+    IEEE quotient for every positive finite bf16 bmax, subnormals included (0 gives 0)."""
+    one_sixth = Fraction(float(ONE_SIXTH.value))
+    assert one_sixth == float32_nearest(Fraction(1, 6))
+    bits = torch.arange(1, 0x7F80, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float().tolist()
+    wrong = []
+    for block_max in map(Fraction, bits):
+        quotient = float32_nearest(block_max * one_sixth)
+        residual = float32_nearest(block_max - 6 * quotient)
+        if float32_nearest(quotient + residual * one_sixth) != float32_nearest(block_max / 6):
+            wrong.append(float(block_max))
+    assert not wrong, f"{len(wrong)} block maxima, e.g. {wrong[:3]}"
+
+
+def test_the_quotient_proof_can_fail():
+    """The uncorrected product fl(bmax * fl(1/6)) is not the IEEE quotient for some bf16 bmax."""
+    one_sixth = float32_nearest(Fraction(1, 6))
+    assert any(float32_nearest(Fraction(b) * one_sixth) != float32_nearest(Fraction(b) / 6)
+               for b in (1.0, 3.0, 5.0, 7.0, 11.0, 13.0, 100.0, 1000.0, 12345.0))
 
 
 # -- the kernel's rounding helpers, value by value, against the format references ----------------------
