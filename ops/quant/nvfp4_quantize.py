@@ -21,9 +21,20 @@ The E4M3 rounding is integer arithmetic on the float32 bits (Triton's float8 cas
 the interpreter: 28 of 2048 random values came back different, measured with Triton 3.6), and the
 E2M1 rounding one float32 add whose ulp is the E2M1 step: both exact on every device, and pinned
 against the references value by value in ``suites/quant/test_nvfp4_quantize.py``. ``x`` is loaded as
-its bits (``bf16_bits_to_float32``): the interpreter's bf16 cast mangles subnormals, which the battery
-found on the tiny-amax inputs of the strategy. The PTX for sm_90 (compiled offline) has 9
-``div.rn.f32``, 16-byte loads and no ``.ftz``; the ``IEEE_DIVISION=False`` build has 9 ``div.full.f32``.
+int32 words, two bf16 bit patterns each: the interpreter's bf16 cast mangles subnormals, which the
+battery found on the tiny-amax inputs of the strategy, and a shift (even element) or a mask (odd) is one
+instruction per element. On a GPU ``bmax / 6`` is a product corrected by two FMAs, proved to be the IEEE
+quotient for every bf16 ``bmax`` (the kernel says how); the interpreter, whose ``tl.fma`` rounds twice,
+keeps ``div_rn`` there. The PTX for sm_90 (compiled offline) has 3 ``div.rn.f32`` per thread (the
+reciprocals of its two blocks, and ``1 / global_scale``), 16-byte loads, 8-byte code stores and no
+``.ftz``; the ``IEEE_DIVISION=False`` build has 5 ``div.full.f32``.
+
+Speed. The kernel is bound by instruction issue, not by memory: on the H200 an 8 x 512 tile on 4
+warps of the first version (a block split over two threads, a NaN test per element) ran at 50% of
+copy bandwidth, 910 SASS instructions per thread for 32 elements. Whole blocks per thread, words loaded
+as pairs, E2M1 clamped at 6, the NaN of ``0 * inf`` avoided per block and the fused quotient (see the
+kernel) bring that to 652 (sm_90a, Triton 3.6, nvdisasm), of which the per-element chain is about 15: the
+multiply, the E2M1 rounding (clamp, binade, one add, the index, the sign), the block max and the packing.
 """
 from __future__ import annotations
 
@@ -34,7 +45,7 @@ import triton
 import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
-from ops.triton_backend import bf16_bits_to_float32, interpreting
+from ops.triton_backend import interpreting
 from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_global_scale
 from references.quant import nvfp4_quantize as contract
 
@@ -47,7 +58,8 @@ class LaunchPlan:
     num_warps: int
 
 
-# Elements per program: 4096 bf16 (8 KB) gives each of 128 threads four 16-byte loads in flight.
+# Elements per program: 4096 bf16 (8 KB) gives each of 128 threads two whole blocks, four 16-byte loads
+# in flight, in 71 registers: 7 programs per SM.
 # The interpreter pays about 3 ms per program whatever its size, so it takes 16x larger tiles.
 GPU_TILE_ELEMENTS = 4096
 INTERPRETER_TILE_ELEMENTS = 65536
@@ -63,19 +75,26 @@ def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile_eleme
     return LaunchPlan(block_rows=block_rows, blocks=blocks, num_warps=num_warps)
 
 
+# (elements per program, warps) of the variants: 16 to 64 elements, one to four whole blocks, per thread
+# (64 elements compiled to 127 registers against 64 for 32 and 40 for 16 before the fused quotient:
+# sm_90a, Triton 3.6, ptxas -v).
+VARIANT_TILES = ((2048, 2), (2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8))
+
+
 def bench_variants(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
     variants = {}
-    for tile_elements in (4096, 8192, 16384):
+    for tile_elements, num_warps in VARIANT_TILES:
         for max_blocks in (32, 64):
-            for num_warps in (4, 8):
-                plan = launch_plan(x.shape[0], x.shape[1] // NVFP4_BLOCK, False, tile_elements, max_blocks, num_warps)
-                label = f"{plan.block_rows}x{16 * plan.blocks} tile {num_warps}w"
-                variants[label] = lambda x, global_scale, plan=plan: run_plan(x, global_scale, plan)
+            plan = launch_plan(x.shape[0], x.shape[1] // NVFP4_BLOCK, False, tile_elements, max_blocks, num_warps)
+            label = f"{plan.block_rows}x{16 * plan.blocks} tile {num_warps}w"
+            variants[label] = lambda x, global_scale, plan=plan: run_plan(x, global_scale, plan)
     return variants
 
 
 # -- kernel ---------------------------------------------------------------------------------------
+ONE_SIXTH = tl.constexpr(0.1666666716337204)  # fl(1/6), float32 0x3E2AAAAB
+# The interpreter's tl.fma multiplies and adds in float32, two roundings: there bmax / 6 stays div_rn.
 @triton.jit
 def _e4m3_satfinite_rne(scale):
     """(code, value) of float32 ``scale`` rounded to E4M3: nearest, ties to even, saturating at 448.
@@ -99,49 +118,63 @@ def _e4m3_satfinite_rne(scale):
 
 
 @triton.jit
-def _e2m1_satfinite_rne(y):
-    """E2M1 code (int32, 0..15) of float32 ``y``: ties to the even index, saturating at 6, sign bit kept.
+def _e2m1_satfinite_rne(y, floor):
+    """E2M1 code (int32, 0..15) of float32 ``y`` whose magnitude is first raised to ``floor`` (0 or 6):
+    ties to the even index, saturating at 6, sign bit kept. ``y`` must not be NaN (see the kernel).
 
     Rounding to E2M1 is rounding to one mantissa bit in the binade of |y|, or to steps of 0.5 below 1:
     adding 2**(e + 22), e = max(exponent, 0), leaves exactly that step as the ulp of the sum, and the
-    float32 add rounds to nearest, ties to even; the sum's low bits count the steps k (2..4 above 1, 0..2
-    below), and the index is 2e + k. Magnitudes are clamped to 8 first (all saturate to 6, and the
-    exponent of the added power of two stays in range). NaN (0 * inf, where a block's out_scale
-    overflows) is code 7, as the reference has it. About 13 instructions, against 25 for the seven
-    comparisons with the midpoints (SASS for sm_90, Triton 3.6).
+    float32 add rounds to nearest, ties to even; the sum's low bits count the steps k (0..4 below 2, 2..4
+    below 4, 2..3 up to 6; a k that reaches the next binade is that binade's first index), and the index
+    is 2e + k. Magnitudes are clamped to 6 first: everything above rounds to 6 (index 7, e = 2, k = 3),
+    so no index needs saturating. 11 instructions with the scaling multiply (SASS for sm_90, Triton 3.6).
     """
-    magnitude = tl.minimum(tl.abs(y), 8.0)
+    magnitude = tl.minimum(tl.maximum(tl.abs(y), floor), 6.0)
     binade = tl.maximum(magnitude.to(tl.int32, bitcast=True) & 0x7F800000, 0x3F800000)  # 2**e, e >= 0
     power = binade + (22 << 23)  # 2**(e + 22)
     steps = (magnitude + power.to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True) - power
-    index = tl.minimum(steps + ((binade >> 22) - 254), 7)  # (binade >> 22) - 254 = 2e
-    code = index | ((y.to(tl.int32, bitcast=True) >> 28) & 0x8)
-    return tl.where(y == y, code, 7)
+    index = steps + ((binade >> 22) - 254)  # (binade >> 22) - 254 = 2e
+    return index | ((y.to(tl.int32, bitcast=True) >> 28) & 0x8)
 
 
 # The sizes change from call to call and gain nothing from specialization (each distinct one is a
-# compile); the strides stay specialized: their divisibility by 16 is what lets the loads vectorize.
+# compile); the row stride stays specialized: its divisibility by 16 is what lets the loads vectorize.
 @triton.jit(do_not_specialize=["rows", "blocks_per_row"])
 def _quantize_tiles(
-    # input
-    x_bits_ptr, stride_xm, stride_xk, global_scale_ptr, rows, blocks_per_row,
+    # input: x as int32 words, two bf16 each (element 2j in the low half), rows of contiguous words
+    x_words_ptr, stride_xm, global_scale_ptr, rows, blocks_per_row,
     # outputs
     packed_ptr, stride_pm, scales_ptr, stride_sm,
     # meta
-    BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr, FUSED_QUOTIENT: tl.constexpr,
 ):
-    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
-    block = tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)
-    live = (row < rows)[:, None] & (block < blocks_per_row)[None, :]  # whole blocks: K % 16 == 0
-    row_offset = row.to(tl.int64)[:, None]
-    column = (block[None, :, None] * 16 + tl.arange(0, 16)[None, None, :]).to(tl.int64)
-    x_bits = tl.load(x_bits_ptr + row_offset[:, :, None] * stride_xm + column * stride_xk, mask=live[:, :, None],
-                     other=0)
-    x = bf16_bits_to_float32(x_bits)  # [rows, blocks, 16]
+    # The tile is [blocks, rows, half, 4] words: word (b, r, h, j) holds elements 16 b + 8 h + 2 j and the
+    # next of row r. Triton spreads a warp's lanes over the leading dimension after the 4 contiguous
+    # words, so with the halves behind the blocks each thread holds whole blocks (two 16-byte loads): the
+    # block max needs no shuffle and each block's scale is computed once, not by both threads of a pair.
+    block = tl.program_id(1) * BLOCKS + tl.arange(0, BLOCKS)[:, None]
+    row = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)[None, :]
+    live = (block < blocks_per_row) & (row < rows)  # [blocks, rows]; whole blocks: K % 16 == 0
+    half = tl.arange(0, 2)[None, None, :, None]
+    row_offset = row.to(tl.int64)[:, :, None, None]
+    word = (block[:, :, None, None] * 8 + half * 4 + tl.arange(0, 4)[None, None, None, :]).to(tl.int64)
+    words = tl.load(x_words_ptr + row_offset * stride_xm + word, mask=live[:, :, None, None], other=0)
+    # bf16 bits as the high half of a float32: exact, subnormals included (the interpreter's bf16 cast
+    # mangles subnormals, which the battery found on the tiny-amax inputs of the strategy)
+    even = (words << 16).to(tl.float32, bitcast=True)  # [blocks, rows, 2, 4]
+    odd = (words & -65536).to(tl.float32, bitcast=True)
 
-    block_max = tl.max(tl.abs(x), axis=2)
+    block_max = tl.max(tl.max(tl.maximum(tl.abs(even), tl.abs(odd)), axis=3), axis=2)
     global_scale = tl.load(global_scale_ptr)
-    if IEEE_DIVISION:
+    if IEEE_DIVISION and FUSED_QUOTIENT:
+        # fl(bmax / 6) as fl(bmax * fl(1/6)) corrected once by its exact residual: the IEEE quotient for
+        # every bf16 bmax (all 32639 positive finite ones tried exactly in test_nvfp4_quantize.py), in 3
+        # instructions where div_rn's are 10 plus a range check and a branch to a slow path.
+        quotient = block_max * ONE_SIXTH
+        quotient = tl.fma(tl.fma(quotient, -6.0, block_max), ONE_SIXTH, quotient)
+        scale = global_scale * quotient
+        decode_scale = tl.math.div_rn(1.0, global_scale)
+    elif IEEE_DIVISION:
         scale = global_scale * tl.math.div_rn(block_max, 6.0)
         decode_scale = tl.math.div_rn(1.0, global_scale)
     else:
@@ -153,17 +186,35 @@ def _quantize_tiles(
     else:
         reciprocal = 1.0 / (scale_value * decode_scale)
     out_scale = tl.where(scale_value == 0.0, 0.0, reciprocal)
-    codes = _e2m1_satfinite_rne(x * out_scale[:, :, None])
+    # Where out_scale overflows to inf (a tiny block scale under a huge global scale) the contract's
+    # x * inf is ±inf, code 7 with the sign, and 0 * inf is NaN, code 7. Such blocks are scaled by 1 and
+    # floored at magnitude 6 instead, and +0 added: -0 + +0 = +0, so every code comes out the contract's
+    # without a NaN test per element. Elsewhere the -0 added changes nothing, -0 and inf included.
+    overflowed = out_scale == float("inf")
+    multiplier = tl.where(overflowed, 1.0, out_scale)[:, :, None, None]
+    # -0.0 from its bits: a -0.0 literal reaches the PTX as +0.0 (Triton 3.6)
+    addend = tl.where(overflowed, 0, -2147483648).to(tl.float32, bitcast=True)[:, :, None, None]
+    floor = tl.where(overflowed, 6.0, 0.0)[:, :, None, None]
+    low = _e2m1_satfinite_rne(tl.fma(even, multiplier, addend), floor)
+    high = _e2m1_satfinite_rne(tl.fma(odd, multiplier, addend), floor)
 
-    # element 2j -> low nibble of byte j
-    low, high = tl.split(tl.reshape(codes, [BLOCK_ROWS, BLOCKS, 8, 2]))
-    byte = (block[None, :, None] * 8 + tl.arange(0, 8)[None, None, :]).to(tl.int64)
-    tl.store(packed_ptr + row_offset[:, :, None] * stride_pm + byte, (low | (high << 4)).to(tl.uint8),
-             mask=live[:, :, None])
-    tl.store(scales_ptr + row_offset * stride_sm + block[None, :], scale_code.to(tl.uint8), mask=live)
+    # element 2j -> low nibble of byte j: one byte per word, eight contiguous bytes per block
+    packed = tl.reshape((low | (high << 4)).to(tl.uint8), [BLOCKS, BLOCK_ROWS, 8])
+    byte = (block[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]).to(tl.int64)
+    tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + byte, packed, mask=live[:, :, None])
+    tl.store(scales_ptr + row.to(tl.int64) * stride_sm + block, scale_code.to(tl.uint8), mask=live)
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
+def _as_words(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as int32 ``[M, K/2]``, two bf16 per word; a row layout that does not split into whole words
+    (odd row stride or offset, non-contiguous columns) is copied first."""
+    whole_words = x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.storage_offset() % 2 == 0
+    # not x.contiguous(): a one-row view with an odd row stride counts as contiguous and comes back as is
+    dense = x if whole_words else torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
+    return dense.view(torch.int32)
+
+
 def run_plan(x: torch.Tensor, global_scale: torch.Tensor, plan: LaunchPlan, ieee_division: bool = True):
     """Launch ``plan`` on already-validated inputs (``ieee_division=False`` is the negative control)."""
     rows, cols = x.shape
@@ -173,10 +224,12 @@ def run_plan(x: torch.Tensor, global_scale: torch.Tensor, plan: LaunchPlan, ieee
         return packed, block_scales
     blocks_per_row = cols // NVFP4_BLOCK
     grid = (triton.cdiv(rows, plan.block_rows), triton.cdiv(blocks_per_row, plan.blocks))
+    words = _as_words(x)
     _quantize_tiles[grid](
-        x.view(torch.int16), x.stride(0), x.stride(1), global_scale, rows, blocks_per_row,
+        words, words.stride(0), global_scale, rows, blocks_per_row,
         packed, packed.stride(0), block_scales.view(torch.uint8), block_scales.stride(0),
-        BLOCK_ROWS=plan.block_rows, BLOCKS=plan.blocks, IEEE_DIVISION=ieee_division, num_warps=plan.num_warps,
+        BLOCK_ROWS=plan.block_rows, BLOCKS=plan.blocks, IEEE_DIVISION=ieee_division,
+        FUSED_QUOTIENT=not interpreting(), num_warps=plan.num_warps,
     )
     return packed, block_scales
 

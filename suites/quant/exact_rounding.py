@@ -8,6 +8,8 @@ choice is close, so the oracle is exact.
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 import torch
 
 
@@ -40,3 +42,18 @@ def random_float32(count: int, seed: int) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     bits = torch.randint(-(2**31), 2**31, (count,), generator=generator, dtype=torch.int64)
     return bits.to(torch.int32).view(torch.float32)
+
+
+def float32_nearest(value: Fraction) -> Fraction:
+    """The float32 nearest to an exact rational, ties to the even significand, subnormals included (no
+    overflow: the caller's values are far below float32's largest)."""
+    if value == 0:
+        return Fraction(0)
+    magnitude = abs(value)
+    exponent = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
+    if Fraction(2) ** exponent > magnitude:
+        exponent -= 1                                   # now 2**exponent <= magnitude < 2**(exponent + 1)
+    ulp = Fraction(2) ** (max(exponent, -126) - 23)
+    steps, rest = divmod(magnitude / ulp, 1)
+    steps += rest > Fraction(1, 2) or (rest == Fraction(1, 2) and steps % 2 == 1)
+    return steps * ulp * (1 if value > 0 else -1)

@@ -104,11 +104,16 @@ def _random(shape, global_scale, generator):
 
 
 def _contract_out_scale(block_max: torch.Tensor, global_scale: float) -> torch.Tensor:
-    """The contract's out_scale of blocks with this bf16 max, in float32 (torch's division is IEEE)."""
-    scale = torch.tensor(global_scale, dtype=torch.float32, device=block_max.device)
-    block_scale = e4m3_satfinite_rne(scale * (block_max / 6)).float()
+    """The contract's out_scale of blocks with this bf16 max, in float32, on block_max's device.
+
+    Computed on the CPU, where torch's float32 division is IEEE; on CUDA ``block_max / 6`` is
+    ``block_max * fl(1/6)``, an ulp off on some blocks.
+    """
+    scale = torch.tensor(global_scale, dtype=torch.float32)
+    block_max_cpu = block_max.cpu()
+    block_scale = e4m3_satfinite_rne(scale * (block_max_cpu / 6)).float()
     out_scale = torch.reciprocal(block_scale * torch.reciprocal(scale))
-    return torch.where(block_scale == 0, 0.0, out_scale)
+    return torch.where(block_scale == 0, 0.0, out_scale).to(block_max.device)
 
 
 def _with_block_max(others: torch.Tensor, block_max: torch.Tensor, generator) -> torch.Tensor:

@@ -19,6 +19,11 @@ from suites.quant.exact_rounding import nearest_even_index
 
 
 # -- a correct, independent formulation -----------------------------------------------------------
+def _divided_by_six(values: torch.Tensor) -> torch.Tensor:
+    # A tensor divisor: on CUDA, torch divides by a Python number as a multiplication by its reciprocal.
+    return values / torch.tensor(6.0, dtype=values.dtype, device=values.device)
+
+
 def _float32_of_exact(value: torch.Tensor) -> torch.Tensor:
     # float64 holds float32 products exactly, and a float64 quotient rounded again to float32 is the
     # correctly rounded float32 quotient (53 >= 2 * 24 + 2): one IEEE float32 operation, emulated.
@@ -38,7 +43,7 @@ def correct_via_grid_search(x, global_scale):
     blocks = x.double().reshape(rows, cols // NVFP4_BLOCK, NVFP4_BLOCK)
     encode_scale = global_scale.double().reshape(())
     block_max = blocks.abs().amax(dim=-1)
-    block_scale = _e4m3_by_grid_search(_float32_of_exact(encode_scale * _float32_of_exact(block_max / 6)))
+    block_scale = _e4m3_by_grid_search(_float32_of_exact(encode_scale * _float32_of_exact(_divided_by_six(block_max))))
     decode_scale = _float32_of_exact(1 / encode_scale)
     out_scale = torch.where(block_scale == 0, 0.0, _float32_of_exact(1 / _float32_of_exact(block_scale * decode_scale)))
     scaled = _float32_of_exact(blocks * out_scale[..., None])
@@ -51,7 +56,7 @@ def correct_via_grid_search(x, global_scale):
 
 # -- the contract's chain with one step swapped (the rest is the reference's building blocks) ------
 def _block_quotient_ieee(block_max):
-    return block_max / 6
+    return _divided_by_six(block_max)
 
 
 def _out_scale_contract(block_scale, encode_scale):

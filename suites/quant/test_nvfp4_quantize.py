@@ -1,13 +1,15 @@
 """nvfp4_quantize: every cell through the whole battery, and the battery against wrong quantizers."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 import torch
 import triton
 import triton.language as tl
 
 from oracles.battery import Implementation, strategy_module
-from ops.quant.nvfp4_quantize import ENTRY, _e2m1_satfinite_rne, _e4m3_satfinite_rne
+from ops.quant.nvfp4_quantize import ENTRY, ONE_SIXTH, _e2m1_satfinite_rne, _e4m3_satfinite_rne
 from references.formats import (
     E2M1_MAX,
     E2M1_MIDPOINTS,
@@ -29,7 +31,7 @@ from suites.certification import (
 )
 from suites.quant import nvfp4_quantize_impls as impls
 from suites.quant import wrong_encoders
-from suites.quant.exact_rounding import random_float32
+from suites.quant.exact_rounding import float32_nearest, random_float32
 
 pytestmark = arch_marks(ENTRY.archs)
 IMPLS = "suites.quant.nvfp4_quantize_impls"
@@ -78,7 +80,12 @@ HARD_CASES = ([f"{m}_{where}" for m in E2M1_MIDPOINTS for where in ("on_midpoint
 
 
 def hard_cases_in(x: torch.Tensor, global_scale: torch.Tensor) -> set[str]:
-    """Which of HARD_CASES one input reaches, measured on the contract's own intermediate values."""
+    """Which of HARD_CASES one input reaches, measured on the contract's own intermediate values.
+
+    Measured on the CPU: on CUDA, torch divides a tensor by a Python number as a multiplication by its
+    float32 reciprocal, so the formula run there is the reciprocal form this census tells apart.
+    """
+    x, global_scale = x.cpu(), global_scale.cpu()
     rows, cols = x.shape
     blocks = x.float().reshape(rows, cols // NVFP4_BLOCK, NVFP4_BLOCK)
     _, block_scales = nvfp4_quantize(x, global_scale)
@@ -125,13 +132,38 @@ def test_hard_case_census_can_miss():
     assert len(hard_cases_in(x, nvfp4_global_scale(x))) < len(HARD_CASES) // 2
 
 
+# -- the kernel's block quotient on a GPU, proved for every input -------------------------------------
+def test_fused_quotient_is_the_ieee_quotient_for_every_bf16_block_max():
+    """On a GPU the kernel computes bmax / 6 as q = fl(bmax * c), q + fl(fl(bmax - 6 q) * c) with
+    c = fl(1/6), each step one float32 rounding (two FMAs): exact rational arithmetic shows that is the
+    IEEE quotient for every positive finite bf16 bmax, subnormals included (0 gives 0)."""
+    one_sixth = Fraction(float(ONE_SIXTH.value))
+    assert one_sixth == float32_nearest(Fraction(1, 6))
+    bits = torch.arange(1, 0x7F80, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float().tolist()
+    wrong = []
+    for block_max in map(Fraction, bits):
+        quotient = float32_nearest(block_max * one_sixth)
+        residual = float32_nearest(block_max - 6 * quotient)
+        if float32_nearest(quotient + residual * one_sixth) != float32_nearest(block_max / 6):
+            wrong.append(float(block_max))
+    assert not wrong, f"{len(wrong)} block maxima, e.g. {wrong[:3]}"
+
+
+def test_the_quotient_proof_can_fail():
+    """The uncorrected product fl(bmax * fl(1/6)) is not the IEEE quotient for some bf16 bmax."""
+    one_sixth = float32_nearest(Fraction(1, 6))
+    assert any(float32_nearest(Fraction(b) * one_sixth) != float32_nearest(Fraction(b) / 6)
+               for b in (1.0, 3.0, 5.0, 7.0, 11.0, 13.0, 100.0, 1000.0, 12345.0))
+
+
 # -- the kernel's rounding helpers, value by value, against the format references ----------------------
 @triton.jit
-def _round_elementwise(values_ptr, e2m1_ptr, e4m3_code_ptr, e4m3_value_ptr, count, BLOCK: tl.constexpr):
+def _round_elementwise(values_ptr, e2m1_ptr, e4m3_code_ptr, e4m3_value_ptr, count, BLOCK: tl.constexpr,
+                       FLOOR: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offsets < count
     values = tl.load(values_ptr + offsets, mask=live, other=0.0)
-    tl.store(e2m1_ptr + offsets, _e2m1_satfinite_rne(values).to(tl.uint8), mask=live)
+    tl.store(e2m1_ptr + offsets, _e2m1_satfinite_rne(values, FLOOR).to(tl.uint8), mask=live)
     code, value = _e4m3_satfinite_rne(values)
     tl.store(e4m3_code_ptr + offsets, code.to(tl.uint8), mask=live)
     tl.store(e4m3_value_ptr + offsets, value, mask=live)
@@ -149,19 +181,21 @@ def _with_neighbours(centres: torch.Tensor, ulps: int = 3) -> torch.Tensor:
     return torch.cat([values, -values])
 
 
-def _kernel_rounding(values: torch.Tensor):
+def _kernel_rounding(values: torch.Tensor, e2m1_floor: float = 0.0):
     values = values.to(machine_device())
     e2m1 = torch.empty(values.shape, dtype=torch.uint8, device=values.device)
     e4m3_code, e4m3_value = torch.empty_like(e2m1), torch.empty_like(values)
     block = 4096
     _round_elementwise[(triton.cdiv(values.numel(), block),)](values, e2m1, e4m3_code, e4m3_value, values.numel(),
-                                                               BLOCK=block)
+                                                               BLOCK=block, FLOOR=e2m1_floor)
     return values, e2m1, e4m3_code, e4m3_value
 
 
 def _e2m1_probe_values() -> torch.Tensor:
+    """Not NaN: the kernel never rounds one (blocks whose out_scale overflows are floored at 6 instead)."""
     grid = torch.tensor(E2M1_VALUES + E2M1_MIDPOINTS + (7.0, 8.0, 1e30, 2.0**-126, 2.0**-149, torch.inf))
-    return torch.cat([_with_neighbours(grid), random_float32(2**16, seed=3), torch.tensor([torch.nan, -torch.nan])])
+    random = random_float32(2**16, seed=3)
+    return torch.cat([_with_neighbours(grid), random[~random.isnan()]])
 
 
 def _e4m3_probe_values() -> torch.Tensor:
@@ -176,6 +210,13 @@ def test_kernel_e2m1_rounding_is_the_reference_on_every_midpoint_its_neighbours_
     values, codes, _, _ = _kernel_rounding(_e2m1_probe_values())
     expected = e2m1_encode(values)
     assert torch.equal(codes, expected), f"{int((codes != expected).sum())} codes differ"
+
+
+def test_kernel_e2m1_rounding_floored_at_6_is_6_with_the_sign():
+    """The floor of blocks whose out_scale overflows: every magnitude, zero included, saturates."""
+    values, codes, _, _ = _kernel_rounding(_e2m1_probe_values(), e2m1_floor=6.0)
+    expected = (7 | (values.signbit().to(torch.uint8) << 3)).cpu()
+    assert torch.equal(codes.cpu(), expected), f"{int((codes.cpu() != expected).sum())} codes differ"
 
 
 def test_kernel_e4m3_rounding_is_the_reference_on_every_code_every_tie_and_random_bits():

@@ -2,7 +2,7 @@
 
 ``gdn_decode``, ``gdn_verify``, ``gdn_commit`` here are a correct implementation written apart from
 the reference (every row stepped, padding rows included and then dropped with ``where``; dot products
-as sums, not einsum), so ``tools/certify-cells --op gdn_decode --impl suites.ssm.gdn_impls`` judges it
+as pairwise sums of fixed slices, not einsum), so ``tools/certify-cells --op gdn_decode --impl suites.ssm.gdn_impls`` judges it
 as one implementation.  Each wrong one is named after its bug and judged with these as its siblings;
 ``test_gdn.py`` checks the battery rejects every one, through the oracle that must catch it.
 """
@@ -15,6 +15,21 @@ from references.ssm import gdn_commit as commit_contract
 from references.ssm import gdn_decode as decode_contract
 from references.ssm import gdn_verify as verify_contract
 from references.ssm.gdn_decode import L2NORM_EPS, live_rows
+
+
+def _pairwise_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sum over ``dim`` (negative) by halving: the first half plus the second, an odd last slice carried.
+
+    Elementwise adds of fixed slices, so every output element is added in the same order whatever the
+    batch size: on CUDA, torch's ``sum`` picks its reduction layout by shape, and a row computed alone
+    came out differently from the same row in a batch of 256 (H200, 2026-11-29).
+    """
+    while x.shape[dim] > 1:
+        size = x.shape[dim]
+        half = size // 2
+        halved = x.narrow(dim, 0, half) + x.narrow(dim, half, half)
+        x = torch.cat([halved, x.narrow(dim, size - 1, 1)], dim) if size % 2 else halved
+    return x.squeeze(dim)
 
 
 def _steps(q, k, v, g, beta, state, slots, counts, scale, qk_l2norm, bug=None):
@@ -34,16 +49,16 @@ def _steps(q, k, v, g, beta, state, slots, counts, scale, qk_l2norm, bug=None):
         q_t, k_t = q[:, t].float(), k[:, t].float()
         if qk_l2norm:
             eps = 0.0 if bug == "l2norm_without_eps" else L2NORM_EPS
-            q_t = q_t / torch.sqrt((q_t * q_t).sum(-1, keepdim=True) + eps)
-            k_t = k_t / torch.sqrt((k_t * k_t).sum(-1, keepdim=True) + eps)
+            q_t = q_t / torch.sqrt(_pairwise_sum(q_t * q_t, -1)[..., None] + eps)
+            k_t = k_t / torch.sqrt(_pairwise_sum(k_t * k_t, -1)[..., None] + eps)
         q_t, k_t = q_t[:, head], k_t[:, head]                       # [B, HV, Dk]
         decay = torch.exp(g[:, t])[..., None, None]
         stepped = h if bug == "decay_after_update" else h * decay
-        u = beta[:, t, :, None] * (v[:, t].float() - (stepped * k_t[..., None]).sum(-2))
+        u = beta[:, t, :, None] * (v[:, t].float() - _pairwise_sum(stepped * k_t[..., None], -2))
         stepped = stepped + k_t[..., :, None] * u[..., None, :]
         if bug == "decay_after_update":
             stepped = stepped * decay
-        o_t = scale * (stepped * q_t[..., None]).sum(-2)
+        o_t = scale * _pairwise_sum(stepped * q_t[..., None], -2)
         rounded = stepped.to(state.dtype).float()
         active = live & (t < counts)
         if bug == "padding_rows_multiplied_by_zero":
