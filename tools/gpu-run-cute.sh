@@ -24,6 +24,9 @@ quack() {  # judge quack's RMSNorm through the adapter's entry point $1 on the o
     exports="$(python3 tools/install-cutlass-dsl --target /tmp/cutlass-dsl)" || exit 1
     eval "$exports"
     python3 -c "import cutlass, quack; print('nvidia-cutlass-dsl', cutlass.__version__, '| quack-kernels', quack.__version__)"
+    # each step announced, a stack dump if one hangs: whether the host or the kernel would stall certify
+    timeout 60 python3 tools/cute-diagnose
+    echo "cute-diagnose: exit $?"
   fi
   timeout 300 python3 tools/certify-cells --op rms_norm_gated --backend "$stage" --device cuda --cell-timeout 120 \
     --max-examples "$examples"

@@ -23,8 +23,10 @@ folded into ``amax`` with one integer ``atomic_max``.  Integer max is associativ
 in whatever order the CTAs' atomics land, ``amax`` ends at ``max(old, max |y|)`` exactly; an old value
 that is negative reads as a negative int32 and loses to any ``|y|``, as it does in float.
 
-Kernels are compiled per (``whole_row``, ``vector``, ``gate``) and target arch, on first use
-(``compiled``); ``reachable_plans`` lists every plan ``launch_plan`` can return, and the CPU compile gate
+Kernels are compiled per launch plan (``whole_row``, ``vector``, ``gate``, ``threads``) and target arch,
+on first use (``compiled``).  The thread count is compiled in, as quack's RMSNorm compiles its own: the
+block size is then known to the compiler (``nvvm.reqntid``), and every loop bound is a constant.
+``reachable_plans`` lists every plan ``launch_plan`` can return, and the CPU compile gate
 (``suites/test_cute_compile.py``) compiles each for every arch the entry claims.
 """
 from __future__ import annotations
@@ -49,7 +51,6 @@ CHUNKS_PER_THREAD = 2      # two 16-byte loads of each of x, z and weight in fli
 MAX_THREADS = 1024
 MAX_WIDTH = CHUNK * CHUNKS_PER_THREAD * MAX_THREADS  # 16384 channels: rows held in registers
 WARP_SIZE = 32
-MAX_WARPS = MAX_THREADS // WARP_SIZE
 WARP_GROUP_SIZES = (8, 16, 32, 64, 128, 256)  # a power of two of chunks, at most one warp's worth
 SHUFFLE_OFFSETS = (16, 8, 4, 2, 1)
 # The arch a compiled kernel targets, per arch the entry claims ("a": the arch-specific instruction set)
@@ -62,12 +63,12 @@ class LaunchPlan:
     whole_row: bool  # one group per row: reduced over the CTA; else groups within a warp
     vector: int      # channels per global access: CHUNK (16-byte, aligned rows) or 1
     gate: str        # one of claims.GATES
-    threads: int     # per CTA, one row per CTA: a launch argument, not compiled in
+    threads: int     # per CTA, one row per CTA: compiled in, the block size of the launch
 
     @property
     def kernel_key(self) -> tuple:
-        """What the compiled code depends on (``threads`` is read from the launch at run time)."""
-        return self.whole_row, self.vector, self.gate
+        """What the compiled code depends on: all of the plan."""
+        return dataclasses.astuple(self)
 
 
 def _threads_for(width: int) -> int:
@@ -103,21 +104,24 @@ def reachable_plans() -> list[LaunchPlan]:
 
 # -- kernel ---------------------------------------------------------------------------------------
 class RmsNormGated:
-    """One compiled kernel: the kind of group, the vector width and the gate are compile-time."""
+    """One compiled kernel: the kind of group, the vector width, the gate and the thread count are
+    compile-time."""
 
-    def __init__(self, whole_row: bool, vector: int, gate: str):
+    def __init__(self, whole_row: bool, vector: int, gate: str, threads: int):
         self.whole_row = whole_row
         self.vector = vector
         self.gate = gate
+        self.threads = threads
+        self.warps = threads // WARP_SIZE
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, z_ptr: cute.Pointer, w_ptr: cute.Pointer, y_ptr: cute.Pointer,
                  amax_bits_ptr: cute.Pointer, rows: Int32, width: Int32, group_size: Int32,
                  x_row_stride: Int64, z_row_stride: Int64, y_row_stride: Int64, eps: Float32,
-                 write_amax: Int32, threads: Int32, stream: cuda.CUstream):
+                 write_amax: Int32, stream: cuda.CUstream):
         self.kernel(x_ptr, z_ptr, w_ptr, y_ptr, amax_bits_ptr, rows, width, group_size,
                     x_row_stride, z_row_stride, y_row_stride, eps, write_amax).launch(
-            grid=[rows, 1, 1], block=[threads, 1, 1], stream=stream)
+            grid=[rows, 1, 1], block=[self.threads, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, x_ptr: cute.Pointer, z_ptr: cute.Pointer, w_ptr: cute.Pointer, y_ptr: cute.Pointer,
@@ -125,9 +129,8 @@ class RmsNormGated:
                x_row_stride: Int64, z_row_stride: Int64, y_row_stride: Int64, eps: Float32,
                write_amax: Int32):
         tidx, _, _ = cute.arch.thread_idx()
-        threads, _, _ = cute.arch.block_dim()
         row, _, _ = cute.arch.block_idx()
-        warps = threads // WARP_SIZE
+        threads = self.threads
         chunks = (width + CHUNK - 1) // CHUNK
         gated = const_expr(self.gate != "none")
         if const_expr(self.vector == CHUNK):
@@ -167,7 +170,7 @@ class RmsNormGated:
 
         # 2. each round's sum of squares of u (x, or x * silu(z) when the gate comes first)
         smem = SmemAllocator()
-        sPartial = smem.allocate_tensor(Float32, cute.make_layout((MAX_WARPS,)), byte_alignment=16)
+        sPartial = smem.allocate_tensor(Float32, cute.make_layout((self.warps,)), byte_alignment=16)
         tXrRstd = cute.make_rmem_tensor(cute.make_layout((CHUNKS_PER_THREAD,)), Float32)
         tXrSum = cute.make_rmem_tensor(cute.make_layout((CHUNKS_PER_THREAD,)), Float32)
         for k in cutlass.range_constexpr(CHUNKS_PER_THREAD):
@@ -184,7 +187,7 @@ class RmsNormGated:
                 sPartial[cute.arch.warp_idx()] = total
             cute.arch.barrier()
             total = sPartial[0]
-            for warp in cutlass.range(1, warps):
+            for warp in cutlass.range_constexpr(1, self.warps):
                 total = total + sPartial[warp]
             rstd = 1.0 / cute.math.sqrt(total / width.to(Float32) + eps)
             for k in cutlass.range_constexpr(CHUNKS_PER_THREAD):
@@ -233,7 +236,7 @@ class RmsNormGated:
                 sLargest[cute.arch.warp_idx()] = largest
             cute.arch.barrier()
             if tidx == 0:
-                for warp in cutlass.range(1, warps):
+                for warp in cutlass.range_constexpr(1, self.warps):
                     largest = cutlass.max(largest, sLargest[warp])
                 cute.arch.atomic_max(amax_bits_ptr, largest)
 
@@ -256,14 +259,14 @@ def _pointer(dtype, address: int, align: int) -> cute.Pointer:
 
 @functools.cache
 def compiled(kernel_key: tuple, arch_target: str):
-    """The kernel of ``kernel_key`` compiled for ``arch_target`` (``sm_90a``...); no GPU needed."""
-    whole_row, vector, gate = kernel_key
-    align = 2 * vector
+    """The kernel of ``kernel_key`` (a plan's) compiled for ``arch_target`` (``sm_90a``...); no GPU needed."""
+    plan = LaunchPlan(*kernel_key)
+    align = 2 * plan.vector
     return cute.compile(
-        RmsNormGated(whole_row, vector, gate),
+        RmsNormGated(plan.whole_row, plan.vector, plan.gate, plan.threads),
         _pointer(BFloat16, 0, align), _pointer(BFloat16, 0, align), _pointer(BFloat16, 0, align),
         _pointer(BFloat16, 0, align), _pointer(Int32, 0, 4),
-        Int32(0), Int32(0), Int32(0), Int64(0), Int64(0), Int64(0), Float32(0.0), Int32(0), Int32(WARP_SIZE),
+        Int32(0), Int32(0), Int32(0), Int64(0), Int64(0), Int64(0), Float32(0.0), Int32(0),
         cuda.CUstream(0),
         options=f"--gpu-arch {arch_target}",
     )
@@ -278,6 +281,16 @@ def _aligned(*tensors: torch.Tensor) -> bool:
     return all(t.data_ptr() % 16 == 0 and (t.dim() == 1 or t.stride(0) % CHUNK == 0) for t in tensors)
 
 
+def operands(x, z, weight, y, group_size, norm_before_gate) -> tuple:
+    """(launch plan, x, gate input, weight): the plan for these tensors and the unit-column views of them
+    the kernel reads (``tools/cute-diagnose`` compiles the plan before the call it times)."""
+    x, weight = _unit_columns(x), _unit_columns(weight)
+    gate_input = x if z is None else _unit_columns(z)  # never read without a gate
+    width = x.shape[1]
+    aligned = width % CHUNK == 0 and _aligned(x, gate_input, weight, y)
+    return launch_plan(width, group_size, claims.gate_of(z, norm_before_gate), aligned), x, gate_input, weight
+
+
 def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) -> torch.Tensor:
     contract.validate(x, z, weight, eps, group_size, norm_before_gate, amax)
     rows, width = x.shape
@@ -288,19 +301,17 @@ def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
     if arch not in ARCH_TARGETS:
         raise NotImplementedError(f"rms_norm_gated_cute runs on {sorted(a.value for a in ARCH_TARGETS)}, "
                                   f"not on {x.device} ({arch.value if arch else 'unknown architecture'})")
-    x, weight = _unit_columns(x), _unit_columns(weight)
-    gate_input = x if z is None else _unit_columns(z)  # never read without a gate
-    aligned = width % CHUNK == 0 and _aligned(x, gate_input, weight, y)
-    plan = launch_plan(width, group_size, claims.gate_of(z, norm_before_gate), aligned)
+    plan, x, gate_input, weight = operands(x, z, weight, y, group_size, norm_before_gate)
     align = 2 * plan.vector
     amax_bits = y if amax is None else amax  # never written when write_amax is 0
-    compiled(plan.kernel_key, ARCH_TARGETS[arch])(
-        _pointer(BFloat16, x.data_ptr(), align), _pointer(BFloat16, gate_input.data_ptr(), align),
-        _pointer(BFloat16, weight.data_ptr(), align), _pointer(BFloat16, y.data_ptr(), align),
-        _pointer(Int32, amax_bits.data_ptr(), 4),
-        rows, width, group_size, x.stride(0), gate_input.stride(0), y.stride(0), float(eps), int(amax is not None),
-        plan.threads, cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream),
-    )
+    kernel = compiled(plan.kernel_key, ARCH_TARGETS[arch])
+    # the DSL launches on the current device's context: make it x's, whose stream is passed
+    with torch.cuda.device(x.device):
+        kernel(_pointer(BFloat16, x.data_ptr(), align), _pointer(BFloat16, gate_input.data_ptr(), align),
+               _pointer(BFloat16, weight.data_ptr(), align), _pointer(BFloat16, y.data_ptr(), align),
+               _pointer(Int32, amax_bits.data_ptr(), 4),
+               rows, width, group_size, x.stride(0), gate_input.stride(0), y.stride(0), float(eps),
+               int(amax is not None), cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream))
     return y
 
 
