@@ -147,6 +147,34 @@ def test_batch_invariance_accepts_a_rowwise_exact_reduction():
     check_batch_invariance(rowwise, {"x": x}, ("x",), full=(rowwise(x),))
 
 
+def _sum_by_layout(x):
+    """Right for any one layout, but its arithmetic follows the row stride: padded rows are summed in
+    float64, contiguous ones in float32 -- as a kernel compiled per stride alignment can differ."""
+    return x.sum(dim=1) if x.stride(0) == x.shape[1] else x.double().sum(dim=1).float()
+
+
+def test_batch_invariance_rotates_the_batch_in_its_own_layout():
+    """A padded batch stays padded when rotated: the oracle judges neighbours, not layouts (the layout's
+    own path is the parity oracle's to judge, on layouts the strategies draw)."""
+    padded = (_rows(16, 1001 + 7) * 1e3)[:, :1001]
+    check_batch_invariance(_sum_by_layout, {"x": padded}, ("x",), full=(_sum_by_layout(padded),))
+    with pytest.raises(OracleFailure, match="batch_invariance"):  # the control can fail: a real batch bug
+        check_batch_invariance(_sum_split_by_batch, {"x": padded}, ("x",), full=(_sum_split_by_batch(padded),))
+
+
+def test_rotated_rows_keep_strides_offset_and_padding():
+    from oracles.batch_invariance import _permuted_in_place
+
+    storage = torch.full((5 * 12 + 3,), float("nan"))
+    padded = storage[3:].view(5, 12)[:, :10]
+    padded.copy_(torch.arange(50.0).view(5, 10))
+    rotated = _permuted_in_place(padded, torch.roll(torch.arange(5), 1))
+    assert (rotated.stride(), rotated.storage_offset()) == (padded.stride(), padded.storage_offset())
+    assert torch.equal(rotated, padded[torch.roll(torch.arange(5), 1)])
+    assert torch.isnan(rotated.as_strided((5, 2), (12, 1), 13)).all()  # the padding is the original's
+    assert rotated.untyped_storage().data_ptr() != padded.untyped_storage().data_ptr()
+
+
 def _sum_with_optional_weights(x, weights=None):
     return _sum_split_by_batch(x if weights is None else x * weights)
 
