@@ -150,15 +150,17 @@ def main(argv=None) -> int:
     copy_gbps = copy_bandwidth_gbps(device)
     print(f"device {torch.cuda.get_device_name(device)}: copy bandwidth {copy_gbps:.0f} GB/s (read + write)",
           file=sys.stderr, flush=True)
+    command = "tools/bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    header = (f"`{command}` on {torch.cuda.get_device_name(device)}, "
+              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}; "
+              f"copy bandwidth {copy_gbps:.0f} GB/s (device-to-device, read + write, same run)")
     rows = []
     for name in args.op or registry:
         for entry in catalog.kernels(name):  # every backend's kernel of the op, each on its bench cases
             rows += bench_entry(entry, device, copy_gbps, args.variants)
             print(f"  {name} [{entry.backend}]: done", file=sys.stderr, flush=True)
-    command = "tools/bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    header = (f"`{command}` on {torch.cuda.get_device_name(device)}, "
-              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, torch {torch.__version__}; "
-              f"copy bandwidth {copy_gbps:.0f} GB/s (device-to-device, read + write, same run)")
+            if args.out:  # the table so far: a run cut short by its time limit still leaves its rows
+                _write(args.out, f"{header} (incomplete: stopped after {name} [{entry.backend}])\n\n{table(rows)}\n")
     text = f"{header}\n\n{table(rows)}\n"
     if args.json:
         print(json.dumps({"header": header, "copy_gbps": copy_gbps,
@@ -167,12 +169,16 @@ def main(argv=None) -> int:
     else:
         print(text)
     if args.out:
-        try:
-            with open(args.out, "w") as handle:
-                handle.write(text)
-        except OSError as error:
-            raise UsageError(f"--out: cannot write {args.out}: {error.strerror}") from None
+        _write(args.out, text)
     return 0
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as handle:
+            handle.write(text)
+    except OSError as error:
+        raise UsageError(f"--out: cannot write {path}: {error.strerror}") from None
 
 
 if __name__ == "__main__":
