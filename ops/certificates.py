@@ -37,6 +37,9 @@ def modules_used(roots, prefixes: tuple[str, ...], excluded=frozenset()) -> set[
     pending, seen = list(roots), set(roots)
     while pending:
         for value in vars(sys.modules[pending.pop()]).values():
+            # a Triton kernel, by the Python function it wraps: under the interpreter the wrapper's own
+            # __module__ is Triton's, on a GPU it is the kernel's, and a digest must not depend on which
+            value = value.fn if callable(getattr(value, "fn", None)) else value
             name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
             if isinstance(name, str) and name.startswith(prefixes) and name not in seen and name not in excluded:
                 seen.add(name)

@@ -44,6 +44,24 @@ def test_a_changed_kernel_makes_its_certificate_stale(tmp_path):
     assert len(findings) == 1 and "stale" in findings[0] and "tools/certify-cells --op greedy_argmax" in findings[0]
 
 
+def test_a_digest_follows_a_triton_kernel_to_the_module_it_was_written_in(monkeypatch):
+    """Under the interpreter a kernel's wrapper says it comes from Triton, on a GPU from its own module:
+    the digest followed the wrapper, so the sm90 certificate of a kernel calling another module's
+    @triton.jit helpers was stale on every CPU (rms_norm_gated, H200 run of 2026-11-30)."""
+    import types
+
+    from ops import triton_backend
+
+    wrapper = type("InterpretedFunction", (), {"__module__": "triton.runtime.interpreter"})()
+    wrapper.fn = triton_backend.interpreting
+    kernel = types.ModuleType("ops.digest_probe")
+    kernel.helper = wrapper
+    monkeypatch.setitem(sys.modules, "ops.digest_probe", kernel)
+    assert certificates.modules_used({"ops.digest_probe"}, ("ops.",)) >= {"ops.triton_backend"}
+    wrapper.fn = None  # an object with a plain attribute called fn is taken for itself
+    assert "ops.triton_backend" not in certificates.modules_used({"ops.digest_probe"}, ("ops.",))
+
+
 def test_a_suite_missing_a_cell_is_a_finding(tmp_path, monkeypatch):
     entry = entries()["greedy_argmax"]
     suite = tmp_path / "suites" / "sampling" / "test_greedy_argmax.py"
