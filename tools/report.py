@@ -58,11 +58,13 @@ class GridCell:
 
 def collect_grid(kernels=None) -> list[GridCell]:
     """Every (kernel, cell, arch) of the catalog (or of ``kernels``), read from the certificate files as
-    they are now."""
-    from ops import catalog, certificates
+    they are now; a cell the quarantine ledger holds reads quarantined whatever its certificate says
+    (an entry added after the cell was certified or failed is shown at once)."""
+    from ops import catalog, certificates, quarantine
     from ops.quarantine import QUARANTINED
 
     kernels = catalog.every_kernel() if kernels is None else kernels
+    ledger = quarantine.load()
     grid = []
     for entry in kernels:
         certificate = certificates.load(entry)
@@ -73,6 +75,8 @@ def collect_grid(kernels=None) -> list[GridCell]:
                 record = None if section is None else section["cells"].get(cell.id)
                 if arch not in entry.archs:
                     status = "not claimed"
+                elif quarantine.lookup(ledger, entry.name, cell.id, arch):
+                    status = QUARANTINED
                 elif section is None or record is None:
                     status = "unknown"
                 elif certificates.arch_status(entry, arch, certificate, digest) == "stale":

@@ -45,6 +45,23 @@ def test_the_grid_reads_every_certificate_section_as_it_is_now(tmp_path, monkeyp
     assert status[("empty_batch", "sm100")] == "not claimed"
 
 
+def test_a_cell_in_the_quarantine_ledger_reads_quarantined_whatever_its_certificate_says(tmp_path, monkeypatch):
+    from ops import quarantine
+
+    entry = entries()["greedy_argmax"]
+    monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}.cert.json")
+    certificates.write_section(entry, Arch.SM90, {"source_sha256": certificates.source_digest(entry),
+                                                  "cells": {"empty_batch": record("failed"),
+                                                            "decode_small_batch": record("failed")}})
+    ledger = tmp_path / "quarantine.yml"
+    ledger.write_text("version: 1\nquarantine:\n  - {op: greedy_argmax, cell: empty_batch, arch: sm90, issue: 10}\n")
+    load = quarantine.load
+    monkeypatch.setattr(quarantine, "load", lambda path=ledger: load(path))
+    status = {(square.cell, square.arch): square.status for square in report.collect_grid([entry])}
+    assert status[("empty_batch", "sm90")] == "quarantined"
+    assert status[("decode_small_batch", "sm90")] == "failing"   # the control: only the ledger's cell
+
+
 def test_each_kernel_of_an_op_has_its_own_rows_read_from_its_own_certificate(tmp_path, monkeypatch):
     monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}_{entry.backend}.json")
     cute, triton = kernels("rms_norm_gated")
