@@ -7,15 +7,13 @@ import math
 import pytest
 import torch
 
-from oracles.battery import Implementation
 from ops.attention.paged_decode import ENTRY
 from references.attention import paged_decode as contract
 from suites.attention import paged_decode_impls as impls
-from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell,
+from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, judged,
                                   machine_device)
 
 pytestmark = arch_marks(ENTRY.archs)
-IMPLS = "suites.attention.paged_decode_impls"
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
@@ -37,14 +35,14 @@ WRONG = [
 
 @pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
 def test_battery_rejects(name, cell_id, oracle):
-    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    impl = judged(ENTRY, impls, name)
     result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=10, shrink=False)
     assert_rejected(result, oracle, impl.label)
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_battery_accepts_another_correct_implementation(cell):
-    impl = Implementation(f"{IMPLS}:correct_fp32", {ENTRY.name: impls.correct_fp32})
+    impl = judged(ENTRY, impls, "correct_fp32")
     assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
 
 

@@ -14,10 +14,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oracles.battery import Implementation
 from ops.catalog import Arch
 from ops.gemm import fp8_gemv, nvfp4_gemv
-from suites.certification import arch_marks, assert_rejected, certify_cell
+from suites.certification import arch_marks, assert_rejected, certify_cell, judged
 from suites.gemm import fp8_gemv_impls, nvfp4_gemv_impls
 from suites.gemm.test_nvfp4_gemv import decode_every_pair, float32_bits
 
@@ -30,9 +29,8 @@ CASES = [(entry, impls, cell.id) for entry, impls in ((nvfp4_gemv.ENTRY, nvfp4_g
 
 @pytest.mark.parametrize("entry, impls, cell_id", CASES, ids=[f"{e.name}-{c}" for e, _, c in CASES])
 def test_battery_rejects_a_summation_order_that_varies_per_call(entry, impls, cell_id):
-    name = f"{impls.__name__}:summation_order_varies"
-    impl = Implementation(name, {entry.name: impls.summation_order_varies})
-    assert_rejected(certify_cell(entry, entry.cell(cell_id), impl, max_examples=0), "determinism", name)
+    impl = judged(entry, impls, "summation_order_varies")
+    assert_rejected(certify_cell(entry, entry.cell(cell_id), impl, max_examples=0), "determinism", impl.label)
 
 
 def test_ptx_decode_is_exact_for_every_byte_and_scale():

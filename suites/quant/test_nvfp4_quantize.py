@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from oracles.battery import Implementation, strategy_module
+from oracles.battery import strategy_module
 from ops.quant.nvfp4_quantize import ENTRY, ONE_SIXTH, _e2m1_satfinite_rne, _e4m3_satfinite_rne
 from references.formats import (
     E2M1_MAX,
@@ -27,6 +27,7 @@ from suites.certification import (
     assert_rejected,
     cell_params,
     certify_cell,
+    judged,
     machine_device,
 )
 from suites.quant import nvfp4_quantize_impls as impls
@@ -34,7 +35,6 @@ from suites.quant import wrong_encoders
 from suites.quant.exact_rounding import float32_nearest, random_float32
 
 pytestmark = arch_marks(ENTRY.archs)
-IMPLS = "suites.quant.nvfp4_quantize_impls"
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
@@ -62,14 +62,14 @@ WRONG = [
 
 @pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
 def test_battery_rejects(name, oracle):
-    impl = Implementation(f"{IMPLS}:{name}", {ENTRY.name: getattr(impls, name)})
+    impl = judged(ENTRY, impls, name)
     result = certify_cell(ENTRY, ENTRY.cell("decode_activations"), impl, max_examples=0)
     assert_rejected(result, oracle, impl.label)
 
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_battery_accepts_another_correct_implementation(cell):
-    impl = Implementation(f"{IMPLS}:correct_via_grid_search", {ENTRY.name: impls.correct_via_grid_search})
+    impl = judged(ENTRY, impls, "correct_via_grid_search")
     assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
 
 

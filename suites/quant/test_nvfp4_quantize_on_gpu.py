@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from oracles.battery import Implementation
 from ops.catalog import Arch
 from ops.quant.nvfp4_quantize import ENTRY
-from suites.certification import arch_marks, assert_rejected, cell_params, certify_cell
+from suites.certification import arch_marks, assert_rejected, cell_params, certify_cell, judged
 from suites.quant import nvfp4_quantize_impls as impls
 
 pytestmark = arch_marks(ENTRY.archs - {Arch.CPU_INTERP})
@@ -19,6 +18,5 @@ pytestmark = arch_marks(ENTRY.archs - {Arch.CPU_INTERP})
 
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_battery_rejects_the_approximate_division_kernel(cell):
-    name = "suites.quant.nvfp4_quantize_impls:approximate_division_kernel"
-    impl = Implementation(name, {ENTRY.name: impls.approximate_division_kernel})
-    assert_rejected(certify_cell(ENTRY, cell, impl, shrink=False), "parity", name)
+    impl = judged(ENTRY, impls, "approximate_division_kernel")
+    assert_rejected(certify_cell(ENTRY, cell, impl, shrink=False), "parity", impl.label)
