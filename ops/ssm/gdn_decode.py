@@ -14,7 +14,7 @@ One kernel, :func:`_gdn_tokens`, serves ``gdn_decode`` (T = 1, state written bac
 ``gdn_verify`` (T tokens, each state written to a checkpoint): a program owns the ``[Dk, BV]`` block
 of one (row, v head) state, holds it in registers across its tokens and reads it from memory once.
 Replay equivalence asks the two to round bitwise alike, so both go through the same compiled kernel:
-what differs between them (token count, where states go, whether padding rows are written) is
+what differs between them (token count and strides, where states go, whether padding rows are written) is
 runtime arguments, never specialised, and the launch plan depends only on (Dk, Dv).
 """
 from __future__ import annotations
@@ -65,8 +65,14 @@ def launch_plan(dk: int, dv: int, interpreted: bool) -> LaunchPlan:
 # -- kernel ---------------------------------------------------------------------------------------
 @triton.jit(
     # Scalars and per-row pointers: specialising them would compile gdn_decode and gdn_verify apart.
-    do_not_specialize=["g_stride_t", "g_stride_h", "beta_stride_t", "beta_stride_h", "count_stride",
-                       "count_given", "tokens", "num_slots", "slots_stride", "write_padding"],
+    # The q, k, v token strides too: decode's T = 1 view has a stride of H * Dk, verify's that of the
+    # caller (392 in a fused projection), and a 16-divisible stride let Triton load q and k two
+    # elements a thread at 2 warps, so the L2-norm sums ran in another order than verify's (H200,
+    # 2026-11-29: 4138 of 16384 fp32 state elements apart after 3 tokens). Never specialised, the
+    # loop's q, k pointers have no known alignment whoever calls: one layout, one summation order.
+    do_not_specialize=["q_stride_t", "k_stride_t", "v_stride_t", "g_stride_t", "g_stride_h", "beta_stride_t",
+                       "beta_stride_h", "count_stride", "count_given", "tokens", "num_slots", "slots_stride",
+                       "write_padding"],
     do_not_specialize_on_alignment=["g_ptr", "beta_ptr", "count_ptr", "slots_ptr"],
 )
 def _gdn_tokens(
