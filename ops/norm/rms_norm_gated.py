@@ -72,7 +72,7 @@ def launch_plan(width: int, group_size: int, elements_per_thread: int = 16, max_
     groups = triton.next_power_of_2(width // group_size)
     # 16 elements a thread: two 16-byte loads of each of x and z in flight per thread.  H200 bench case
     # [8192, 4096] (ptxas sm_90a, offline): 8 warps a row, 80 registers (one 4-byte spill outside the row's
-    # work), 3 programs resident per SM, ~45 SASS instructions issued an element (4 warps: ~41 but 157
+    # work), 3 programs resident per SM, ~45 SASS instructions issued an element (4 warps: ~41 but 149
     # registers, 12 warps an SM; 16 warps: ~53, the per-row reductions shared by fewer elements).
     warps = max(1, min(max_warps, group * groups // (32 * elements_per_thread)))
     return LaunchPlan(groups=groups, group=group, num_warps=triton.next_power_of_2(warps))
