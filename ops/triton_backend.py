@@ -40,16 +40,25 @@ def bf16_bits_to_float32(bits):
     return (bits.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
 
 
-@triton.jit
-def float32_to_bf16_rne(values):
-    """float32 -> bf16, round to nearest even, on every device (the interpreter's cast truncates).
+if interpreting():
+    @triton.jit
+    def float32_to_bf16_rne(values):
+        """float32 -> bf16, round to nearest even, on every device (the interpreter's cast truncates).
 
-    Adding 0x7FFF plus the lowest kept bit to the bits rounds the dropped half to nearest, ties to even,
-    a carry into the exponent included (up to inf, as the GPU cast does); NaN stays a quiet NaN.
-    """
-    bits = values.to(tl.int32, bitcast=True)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return tl.where(values == values, rounded, 0x7FC0).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        Adding 0x7FFF plus the lowest kept bit to the bits rounds the dropped half to nearest, ties to even,
+        a carry into the exponent included (up to inf, as the GPU cast does); NaN becomes 0x7FC0.
+        """
+        bits = values.to(tl.int32, bitcast=True)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        return tl.where(values == values, rounded, 0x7FC0).to(tl.int16).to(tl.bfloat16, bitcast=True)
+else:
+    @triton.jit
+    def float32_to_bf16_rne(values):
+        """The same bits on a GPU: its ``cvt.rn.bf16x2.f32`` rounds to nearest even (carries included), two
+        values an instruction where the integer rounding above takes five an element; only its NaN
+        (0x7FFF) is replaced, by the interpreter's 0x7FC0, so that both paths give one bit pattern."""
+        rounded = values.to(tl.bfloat16, fp_downcast_rounding="rtne").to(tl.int16, bitcast=True)
+        return tl.where(values == values, rounded, 0x7FC0).to(tl.int16).to(tl.bfloat16, bitcast=True)
 
 
 # tl.exp on fp32 compiles to ex2.approx of x * log2(e) on NVIDIA GPUs (error grows with |x|); libdevice's

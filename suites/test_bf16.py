@@ -37,7 +37,7 @@ def test_every_bf16_widens_exactly():
 
 def test_fp32_narrows_as_torch_rounds():
     """Random fp32 bits, every bf16 midpoint (ties to even), and the carries into the exponent and into
-    inf; NaN narrows to a NaN."""
+    inf; NaN narrows to 0x7FC0 on every backend (the GPU's own cvt gives 0x7FFF: the helper replaces it)."""
     generator = torch.Generator(device=DEVICE).manual_seed(0)
     random = torch.randint(-2**31, 2**31, (2**16,), generator=generator, device=DEVICE, dtype=torch.int64)
     midpoints = (torch.arange(2**16, device=DEVICE, dtype=torch.int64) << 16) | 0x8000
@@ -50,7 +50,7 @@ def test_fp32_narrows_as_torch_rounds():
     _narrow[(values.numel() // BLOCK,)](values, out, BLOCK=BLOCK)
     nan = values.isnan()
     assert torch.equal(out.view(torch.int16)[~nan], values.bfloat16().view(torch.int16)[~nan])
-    assert out[nan].isnan().all()
+    assert (out.view(torch.int16)[nan] == 0x7FC0).all()
 
 
 def test_float64_rounds_to_bf16_once():

@@ -8,25 +8,35 @@ element) becomes ``max(amax, max |y|)`` over the returned bf16 values.  Band par
 exact self-consistency for ``amax``; batch-invariant.  Its CuTe DSL twin is ``rms_norm_gated_cute.py``;
 cells and byte count are shared (``rms_norm_gated_cells.py``): one pass over x, z and y.
 
-A program is persistent: it normalizes rows ``program, program + programs, ...`` one at a time, each
-held as a ``[GROUPS, GROUP]`` tile (groups padded to powers of two, masked), each group's sum of squares
-one ``tl.sum`` over the last axis.  Every row is reduced by the same code whichever program takes it
-and whatever rows come before or after it: no row shares a tile with a neighbour (an earlier plan put
-several narrow rows in one ``[ROWS, GROUPS, GROUP]`` tile, and on the H200 a row's bits then depended
-on its slot in the tile: 10 of 8.2M values differed when the batch was rotated by one row).  The tile
-depends on H and the group size alone, never on T, which keeps the op batch-invariant; the number of
-programs (as many as are resident at once) changes only which program takes a row.  Multiply-adds are not
-fused (``enable_fp_fusion=False``): each product and sum rounds on its own, as the contract's fp32
-arithmetic is written.  Division and square root round to nearest (``div_rn``, ``sqrt_rn``) and
-``exp`` is libdevice's; bf16 goes through the exact conversions of ``ops/triton_backend``.
+A program normalizes rows ``program, program + programs, ...`` one at a time (by default one program
+a row, ``programs == rows``; persistent plans launch as many programs as are resident), each row held as a
+``[GROUPS, GROUP]`` tile (groups padded to powers of two, masked), each group's sum of squares one
+``tl.sum`` over the last axis.  Every row is reduced by the same code whichever program takes it and
+whatever rows come before or after it: no row shares a tile with a neighbour, and the tile depends on H
+and the group size alone, never on T, which keeps the op batch-invariant.  Multiply-adds are not fused
+(``enable_fp_fusion=False``; a bench variant times fusion): each product and sum rounds on its own, as the
+contract's fp32 arithmetic is written.  Division and square root round to nearest (``div_rn``,
+``sqrt_rn``) and ``exp`` is libdevice's; bf16 goes through the exact conversions of ``ops/triton_backend``.
+x and z are read once: their loads ask to be evicted first, leaving L2 to the weight every row reads.
 
-amax: each program takes the largest ``|y|`` of its rows as int32 bits — ``|y|`` has a clear sign bit,
-and non-negative floats order as their bit patterns do (+inf below every NaN) — and folds it into
-``amax`` with one integer ``atomic_max`` at its end — one atomic per program, not per row: 8192
-atomics on the one address of ``amax`` serialize in L2, the likely bound of the earlier one-row
-programs (the H200 bench case took 82.8 us there, 57% of copy bandwidth).  Integer max is associative and commutative, so whatever
-order the programs' atomics land in, ``amax`` ends at ``max(old, max |y|)`` exactly; an old value that
-is negative reads as a negative int32 and loses to any ``|y|``, as it does in float.
+Cost model (H200 bench case [8192, 4096], group 128, gate, amax): 201 MB move in 47 us at copy
+bandwidth, and the per-element arithmetic issues in about as long: libdevice ``exp`` (9 SASS
+instructions), the correctly rounded division of silu (10 on its fast path), the rest ~25 — ~45 issued an
+element at 8 warps a row (ptxas sm_90a, offline), ~47 us on 132 SMs at one instruction a clock per
+scheduler.  So the plan spends no instruction it can avoid: no masks when the row fills the tile, the
+group mean as an exact multiplication by 1/group when the group is a power of two, the GPU's own bf16
+rounding, one relaxed atomic a program.  The first kernel (one row a program, masked, integer bf16
+rounding, acq_rel atomics: the same ~56 instructions an element as its persistent successor) took
+82.8 us; that successor, persistent programs taking one row at a time with nothing in flight between
+rows, 109 us.
+
+amax: each program takes the largest ``|y|`` of its rows as the 15 low bits of the bf16 pattern —
+``|y|`` has a clear sign bit, and non-negative bf16 values order as their bit patterns do (+inf below
+every NaN) — and folds it, as the high half of an fp32 pattern read as int32, into ``amax`` with one
+relaxed integer ``atomic_max``.  Integer max is associative and commutative, so whatever order the
+atomics land in, ``amax`` ends at ``max(old, max |y|)`` exactly (no ordering is asked of the atomic: the
+value is read after the kernel); an old value that is negative reads as a negative int32 and loses to any
+``|y|``, as it does in float.
 """
 from __future__ import annotations
 
@@ -38,7 +48,7 @@ import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, Entry, Parity
 from ops.norm import rms_norm_gated_cells as claims
-from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne
+from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, sm_count
 from references.norm import rms_norm_gated as contract
 
 NO_GATE, NORM_THEN_GATE, GATE_THEN_NORM = 0, 1, 2
@@ -48,38 +58,64 @@ GATE_CODES = {"none": NO_GATE, "norm_then_gate": NORM_THEN_GATE, "gate_then_norm
 # -- launch plan ----------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class LaunchPlan:
-    groups: int                 # groups per row, padded to a power of two
-    group: int                  # channels per group, padded to a power of two
+    groups: int                  # groups per row, padded to a power of two
+    group: int                   # channels per group, padded to a power of two
     num_warps: int
-    programs_per_sm: int | None  # persistent programs per multiprocessor; None: one program a row
+    programs_per_sm: int | None = None  # persistent programs per multiprocessor; None: one program a row
+    evict_first: bool = True     # x and z loads marked evict-first (read once)
+    prefetch: bool = False       # persistent: load the next row's x and z before normalizing this one
+    fp_fusion: bool = False      # let the compiler fuse multiply-adds (changes y's bits: bench only)
 
 
-def launch_plan(width: int, group_size: int, elements_per_thread: int = 16, max_warps: int = 8,
-                programs_per_sm: int | None = 3) -> LaunchPlan:
+def launch_plan(width: int, group_size: int, elements_per_thread: int = 16, max_warps: int = 8) -> LaunchPlan:
     group = triton.next_power_of_2(group_size)
     groups = triton.next_power_of_2(width // group_size)
-    # 16 elements a thread: two 16-byte loads of each of x, z and weight in flight per thread
-    # (H200 bench case: [8192, 4096], 256 threads a row; ptxas: 16-byte loads, 80 registers, no spills,
-    # so 3 such programs are resident on an SM: 396 programs, 396 atomics for 8192 rows).
+    # 16 elements a thread: two 16-byte loads of each of x and z in flight per thread.  H200 bench case
+    # [8192, 4096] (ptxas sm_90a, offline): 8 warps a row, 80 registers (one 4-byte spill outside the row's
+    # work), 3 programs resident per SM, ~45 SASS instructions issued an element (4 warps: ~41 but 149
+    # registers, 12 warps an SM; 16 warps: ~53, the per-row reductions shared by fewer elements).
     warps = max(1, min(max_warps, group * groups // (32 * elements_per_thread)))
-    return LaunchPlan(groups=groups, group=group, num_warps=triton.next_power_of_2(warps),
-                      programs_per_sm=programs_per_sm)
+    return LaunchPlan(groups=groups, group=group, num_warps=triton.next_power_of_2(warps))
 
 
 def bench_variants(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) -> dict:
-    """Launch plans around the default, for ``tools/bench --variants``: warps a row, and programs per
-    multiprocessor (persistent) or one program a row (one amax atomic a row, the plan before)."""
+    """Launch plans around the default, for ``tools/bench --variants``, at 4, 8 and 16 warps a row: one
+    program a row (the default's shape), without evict-first loads, with fused multiply-adds (a numerics
+    change: a winner there needs the band re-certified before it can be the default), and persistent
+    programs (2 or 4 an SM) with and without the next row prefetched."""
     variants = {}
-    for elements_per_thread in (8, 16, 32):
-        for programs_per_sm in (2, 3, 4, 8, None):
-            plan = launch_plan(x.shape[1], group_size, elements_per_thread, max_warps=16,
-                               programs_per_sm=programs_per_sm)
-            programs = "one program a row" if programs_per_sm is None else f"{programs_per_sm} programs/SM"
-            variants[f"{plan.num_warps} warps, {programs}"] = lambda plan=plan, **kwargs: run_plan(plan, **kwargs)
+
+    def add(label, plan):
+        variants[label] = lambda plan=plan, **kwargs: run_plan(plan, **kwargs)
+
+    for elements_per_thread in (32, 16, 8):
+        plan = launch_plan(x.shape[1], group_size, elements_per_thread, max_warps=16)
+        warps = f"{plan.num_warps} warps"
+        add(f"{warps}, one program a row", plan)
+        add(f"{warps}, one program a row, no evict-first", dataclasses.replace(plan, evict_first=False))
+        add(f"{warps}, one program a row, fp fusion (numerics differ)", dataclasses.replace(plan, fp_fusion=True))
+        for programs_per_sm in (2, 4):
+            persistent = dataclasses.replace(plan, programs_per_sm=programs_per_sm)
+            add(f"{warps}, {programs_per_sm} persistent programs/SM", persistent)
+            add(f"{warps}, {programs_per_sm} persistent programs/SM, next row prefetched",
+                dataclasses.replace(persistent, prefetch=True))
     return variants
 
 
 # -- kernel ---------------------------------------------------------------------------------------
+@triton.jit
+def _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride, row, col, inside,
+              GATE: tl.constexpr, STREAM: tl.constexpr):
+    """One row's x and z as bf16 bits (z is x without a gate, and is then not read)."""
+    row = tl.cast(row, tl.int64)  # row * stride past 2**31 elements
+    x = tl.load(x_ptr + row * x_row_stride + col * x_col_stride, mask=inside, other=0.0, eviction_policy=STREAM)
+    z = x
+    if GATE != 0:
+        z = tl.load(z_ptr + row * z_row_stride + col * z_col_stride, mask=inside, other=0.0,
+                    eviction_policy=STREAM)
+    return x, z
+
+
 @triton.jit
 def _rms_norm_gated_rows(
     # inputs (z is x when there is no gate: never read then)
@@ -90,45 +126,67 @@ def _rms_norm_gated_rows(
     rows, width, group_size, group_divisor, eps,
     # meta
     GROUPS: tl.constexpr, GROUP: tl.constexpr, GATE: tl.constexpr, WRITE_AMAX: tl.constexpr,
+    WHOLE_TILE: tl.constexpr,  # the row fills the tile exactly: no padding lanes, no masks
+    STREAM: tl.constexpr,      # eviction policy of the read-once x and z loads
+    PREFETCH: tl.constexpr,    # load a program's next row before normalizing this one (persistent plans)
 ):
     lane = tl.arange(0, GROUP)[None, :]
-    col = tl.arange(0, GROUPS)[:, None] * group_size + lane
-    inside = (lane < group_size) & (col < width)
+    if WHOLE_TILE:
+        col = tl.arange(0, GROUPS)[:, None] * GROUP + lane
+        inside = tl.full((GROUPS, GROUP), True, tl.int1)  # folds away
+    else:
+        col = tl.arange(0, GROUPS)[:, None] * group_size + lane
+        inside = (lane < group_size) & (col < width)
     w = bf16_bits_to_float32(tl.load(w_ptr + col * w_stride, mask=inside, other=0.0))
     largest = tl.zeros((), dtype=tl.int32)
-    for row in range(tl.program_id(0), rows, tl.num_programs(0)):
-        row = tl.cast(row, tl.int64)  # row * stride past 2**31 elements
-        x = bf16_bits_to_float32(tl.load(x_ptr + row * x_row_stride + col * x_col_stride, mask=inside, other=0.0))
+    programs = tl.num_programs(0)
+    if PREFETCH:
+        x_next, z_next = _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride,
+                                   tl.program_id(0), col, inside, GATE, STREAM)
+    for row in range(tl.program_id(0), rows, programs):
+        if PREFETCH:
+            x_bits, z_bits = x_next, z_next
+            x_next, z_next = _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride,
+                                       row + programs, col, inside & (row + programs < rows), GATE, STREAM)
+        else:
+            x_bits, z_bits = _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride,
+                                       row, col, inside, GATE, STREAM)
+        x = bf16_bits_to_float32(x_bits)
         u = x
         if GATE != 0:
-            z = bf16_bits_to_float32(tl.load(z_ptr + row * z_row_stride + col * z_col_stride, mask=inside,
-                                             other=0.0))
-            gate = tl.math.div_rn(z, 1.0 + exp_fp32(-z))  # silu(z)
+            z = bf16_bits_to_float32(z_bits)
+            # silu(z); z * -1 rather than -z (0 - z) lets ptxas fold the sign into exp's first multiply-add
+            gate = tl.math.div_rn(z, 1.0 + exp_fp32(z * -1.0))
             if GATE == 2:
                 u = x * gate
         # padding lanes hold 0 and add nothing to a group's sum of squares
-        mean_square = tl.math.div_rn(tl.sum(u * u, axis=1), group_divisor)
+        square_sum = tl.sum(u * u, axis=1)
+        if WHOLE_TILE:  # the group size is a power of two: dividing by it is this exact multiplication
+            mean_square = square_sum * (1.0 / GROUP)
+        else:
+            mean_square = tl.math.div_rn(square_sum, group_divisor)
         rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(mean_square + eps))
         y = u * rstd[:, None] * w
         if GATE == 1:
             y = y * gate
         y = float32_to_bf16_rne(y)
-        tl.store(y_ptr + row * width + col, y, mask=inside)
+        tl.store(y_ptr + tl.cast(row, tl.int64) * width + col, y, mask=inside)
         if WRITE_AMAX:
-            # |y| as int32 bits (see the module docstring for why an integer max is exact and order-free)
-            bits = (y.to(tl.uint16, bitcast=True).to(tl.int32) << 16) & 0x7FFFFFFF
-            largest = tl.maximum(largest, tl.max(tl.max(tl.where(inside, bits, 0), axis=1), axis=0))
+            # |y|'s bf16 bits (see the module docstring for why an integer max is exact and order-free)
+            bits = y.to(tl.uint16, bitcast=True).to(tl.int32) & 0x7FFF
+            if not WHOLE_TILE:  # padding lanes out (a padded group's rstd is inf when eps is 0: y there is NaN)
+                bits = tl.where(inside, bits, 0)
+            largest = tl.maximum(largest, tl.max(tl.max(bits, axis=1), axis=0))
     if WRITE_AMAX:
-        tl.atomic_max(amax_bits_ptr, largest)
+        tl.atomic_max(amax_bits_ptr, largest << 16, sem="relaxed")
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
 def _programs(plan: LaunchPlan, rows: int, device: torch.device) -> int:
     if plan.programs_per_sm is None:
         return rows
-    # off the GPU (the interpreter) two programs, so that the CPU suites still see rows shared out
-    multiprocessors = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
-    return min(rows, plan.programs_per_sm * multiprocessors)
+    # off the GPU (the interpreter) sm_count is small, so that the CPU suites still see rows shared out
+    return min(rows, plan.programs_per_sm * sm_count(device))
 
 
 def run_plan(plan: LaunchPlan, x, z, weight, eps, group_size, norm_before_gate=True, amax=None) -> torch.Tensor:
@@ -145,7 +203,9 @@ def run_plan(plan: LaunchPlan, x, z, weight, eps, group_size, norm_before_gate=T
         y, y if amax is None else amax.view(torch.int32),
         rows, width, group_size, float(group_size), float(eps),
         GROUPS=plan.groups, GROUP=plan.group, GATE=gate, WRITE_AMAX=amax is not None,
-        num_warps=plan.num_warps, enable_fp_fusion=False,
+        WHOLE_TILE=plan.group == group_size and plan.groups * plan.group == width,
+        STREAM="evict_first" if plan.evict_first else "", PREFETCH=plan.prefetch,
+        num_warps=plan.num_warps, enable_fp_fusion=plan.fp_fusion,
     )
     return y
 

@@ -9,7 +9,9 @@ import sys
 import types
 
 import pytest
+import torch
 
+from ops.norm import rms_norm_gated as kernel
 from ops.norm.rms_norm_gated import ENTRY
 from suites.certification import (
     arch_marks,
@@ -32,6 +34,33 @@ pytestmark = arch_marks(ENTRY.archs)
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_cell(cell):
     assert_certified(certify_cell(ENTRY, cell))
+
+
+# whole tiles (group 128 of H 512, a power of two), padded groups (group 24 of H 72), eps 0, strided x and z
+VARIANT_RECIPES = [
+    {"T": 37, "H": 512, "group_size": 128, "gate": "norm_then_gate", "amax": "zero", "x_layout": "contiguous",
+     "z_layout": "contiguous", "weight_layout": "contiguous", "values": "normal", "eps": 1e-6, "seed": 0},
+    {"T": 23, "H": 72, "group_size": 24, "gate": "gate_then_norm", "amax": "zero", "x_layout": "column_offset",
+     "z_layout": "every_other_row", "weight_layout": "strided", "values": "gate_extremes", "eps": 0.0, "seed": 1},
+]
+
+
+@pytest.mark.parametrize("recipe", VARIANT_RECIPES, ids=["whole_tile", "padded_groups"])
+def test_bench_variants_return_the_default_plans_bits(recipe):
+    """What ``tools/bench --variants`` times must be the op: every launch plan it offers (persistent and
+    prefetching ones too, each program taking several rows here) gives the default plan's y and amax bit
+    for bit; only a plan labelled as changing the numerics (fused multiply-adds) may round differently."""
+    args = build(recipe, machine_device())
+    expected_amax = args["amax"].clone()
+    expected = kernel.rms_norm_gated(**{**args, "amax": expected_amax})
+    variants = kernel.bench_variants(**args)
+    for label, launch in variants.items():
+        if "numerics differ" in label:
+            continue
+        amax = args["amax"].clone()
+        y = launch(**{**args, "amax": amax})
+        assert torch.equal(y.view(torch.int16), expected.view(torch.int16)), label
+        assert torch.equal(amax.view(torch.int32), expected_amax.view(torch.int32)), label
 
 
 # (wrong implementation, the cell whose examples reach its bug, the oracle that must catch it)
