@@ -45,3 +45,17 @@ def test_fla_verify_keeps_an_fp32_running_state_so_a_bf16_pool_does_not_replay()
     rounds it to the pool's bf16 after every token."""
     with pytest.raises(OracleFailure, match=r"\[stateful\].*token 1"):
         replay_equivalence(FLA, _draft("bfloat16"))
+
+
+@pytest.mark.skipif(machine_device() != "cpu", reason="pins the CPU interpreter's finding (the GPU compiles fla)")
+def test_replay_detail_separates_signed_zeros_from_value_differences():
+    """The CPU finding's minimal recipe parts only in the sign of zero; ``typical`` values in real values."""
+    from suites.ssm.fla_replay_detail import replay_detail
+    signed_zeros = {"B": 1, "Dk": 64, "Dv": 64, "H": 1, "free_slots": 1, "group": 4, "layout": "contiguous",
+                    "padding": "none", "qk_l2norm": True, "scale": "one", "seed": 8625791135861784643,
+                    "slots": "shuffled", "state_dtype": "bfloat16", "values": "edges"}
+    assert replay_detail(signed_zeros, machine_device())[1].startswith(
+        "token 1: 1193 of 16384 state values differ; 1193 only in the sign of zero; the other 0")
+    typical = {**signed_zeros, "values": "typical", "seed": 0}
+    token_1 = replay_detail(typical, machine_device())[1]
+    assert "the other 0 at most" not in token_1, token_1
