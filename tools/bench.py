@@ -77,7 +77,8 @@ def copy_bandwidth_gbps(device) -> float:
     return 2 * 4 * COPY_ELEMENTS / seconds / 1e9
 
 
-def bench_entry(entry, device, copy_gbps: float, variants: bool) -> list[Row]:
+def bench_entry(entry, device, copy_gbps: float, variants: bool, case_done=lambda rows: None) -> list[Row]:
+    """Rows of ``entry``'s bench cases; ``case_done(rows so far)`` after each case."""
     import importlib
 
     rows = []
@@ -94,6 +95,7 @@ def bench_entry(entry, device, copy_gbps: float, variants: bool) -> list[Row]:
             rows.append(Row(f"{entry.name} [{entry.backend}]", case.label, impl, time_us, timing, moved, copy_gbps,
                             stock_us, case.target))
         del kwargs
+        case_done(rows)
     return rows
 
 
@@ -157,10 +159,12 @@ def main(argv=None) -> int:
     rows = []
     for name in args.op or registry:
         for entry in catalog.kernels(name):  # every backend's kernel of the op, each on its bench cases
-            rows += bench_entry(entry, device, copy_gbps, args.variants)
+            def case_done(entry_rows, label=f"{name} [{entry.backend}]"):
+                if args.out:  # the table so far: a run cut short by its time limit still leaves its rows
+                    _write(args.out, f"{header} (incomplete: stopped in {label}, after its case "
+                                     f"{entry_rows[-1].case})\n\n{table(rows + entry_rows)}\n")
+            rows += bench_entry(entry, device, copy_gbps, args.variants, case_done)
             print(f"  {name} [{entry.backend}]: done", file=sys.stderr, flush=True)
-            if args.out:  # the table so far: a run cut short by its time limit still leaves its rows
-                _write(args.out, f"{header} (incomplete: stopped after {name} [{entry.backend}])\n\n{table(rows)}\n")
     text = f"{header}\n\n{table(rows)}\n"
     if args.json:
         print(json.dumps({"header": header, "copy_gbps": copy_gbps,
