@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.catalog import ALL_ARCHS, Entry, Parity
+from ops.catalog import ALL_ARCHS
 from ops.norm import rms_norm_gated_cells as claims
 from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, sm_count
 from references.norm import rms_norm_gated as contract
@@ -216,17 +216,4 @@ def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
 
 
 # -- catalog entry --------------------------------------------------------------------------------
-ENTRY = Entry.of_contract(
-    contract,
-    kernel=rms_norm_gated,
-    parity=Parity.BAND,
-    params_of=claims.params_of,
-    cells=claims.CELLS,
-    archs=ALL_ARCHS,
-    batch_invariant=True,
-    batch_args=("x", "z"),
-    in_place=("amax",),
-    properties=(contract.amax_is_max_of_returned_values,),
-    bench=claims.BENCH,
-    backend="triton",
-)
+ENTRY = claims.entry(rms_norm_gated, ALL_ARCHS, "triton")

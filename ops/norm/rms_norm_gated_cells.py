@@ -1,6 +1,6 @@
 """What both kernels of ``norm/rms_norm_gated`` (Triton: ``rms_norm_gated.py``, CuTe DSL:
 ``rms_norm_gated_cute.py``) claim alike: the parameters cells are bounded on, the cells, the byte
-count and the bench input.  Both certificates digest this module.
+count, the bench input and the catalog entry around a kernel.  Both certificates digest this module.
 
 Bytes: read ``x`` and ``z`` (``2 * T * H`` each, bf16), ``weight`` (``2 * H``), write ``y`` (``2 * T * H``)
 and read-modify-write ``amax`` (4).  The op is memory-bound: at the H200's 4.3 TB/s of copy bandwidth
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from ops.catalog import BenchCase, Cell, OneOf, Span
+from ops.catalog import BenchCase, Cell, Entry, OneOf, Parity, Span
+from references.norm import rms_norm_gated as contract
 
 GATES = ("none", "norm_then_gate", "gate_then_norm")
 PER_HEAD_GROUPS = (64, 128, 256)
@@ -69,3 +70,21 @@ BENCH = (
     BenchCase("gated, group 128, amax: bf16 [8192, 4096]", bench_gated_rows(8192, 4096, 128), bytes_moved,
               ">= 80% of copy bandwidth (the stock composition: 6%)"),
 )
+
+
+def entry(kernel, archs, backend: str) -> Entry:
+    """The catalog entry of one backend's ``kernel``: the same contract, cells and bench for both."""
+    return Entry.of_contract(
+        contract,
+        kernel=kernel,
+        parity=Parity.BAND,
+        params_of=params_of,
+        cells=CELLS,
+        archs=archs,
+        batch_invariant=True,
+        batch_args=("x", "z"),
+        in_place=("amax",),
+        properties=(contract.amax_is_max_of_returned_values,),
+        bench=BENCH,
+        backend=backend,
+    )

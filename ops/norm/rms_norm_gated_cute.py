@@ -42,7 +42,7 @@ from cutlass import BFloat16, Float32, Int32, Int64, const_expr
 from cutlass.cute.runtime import make_ptr
 from cutlass.memory import SmemAllocator
 
-from ops.catalog import Arch, Entry, Parity, arch_of
+from ops.catalog import Arch, arch_of
 from ops.norm import rms_norm_gated_cells as claims
 from references.norm import rms_norm_gated as contract
 
@@ -316,17 +316,4 @@ def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
 
 
 # -- catalog entry --------------------------------------------------------------------------------
-ENTRY = Entry.of_contract(
-    contract,
-    kernel=rms_norm_gated,
-    parity=Parity.BAND,
-    params_of=claims.params_of,
-    cells=claims.CELLS,
-    archs=frozenset(ARCH_TARGETS),
-    batch_invariant=True,
-    batch_args=("x", "z"),
-    in_place=("amax",),
-    properties=(contract.amax_is_max_of_returned_values,),
-    bench=claims.BENCH,
-    backend="cute",
-)
+ENTRY = claims.entry(rms_norm_gated, frozenset(ARCH_TARGETS), "cute")
