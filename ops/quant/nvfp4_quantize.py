@@ -56,6 +56,7 @@ class LaunchPlan:
     block_rows: int   # rows per program
     blocks: int       # 16-element blocks per program along a row
     num_warps: int
+    lean: bool = False  # the E2M1 path of _quantize_tiles (LEAN): same bits, fewer ALU instructions
 
 
 # Elements per program: 4096 bf16 (8 KB) gives each of 128 threads two whole blocks, four 16-byte loads
@@ -137,6 +138,46 @@ def _e2m1_satfinite_rne(y, floor):
     return index | ((y.to(tl.int32, bitcast=True) >> 28) & 0x8)
 
 
+TWO_POW_MINUS_104 = tl.constexpr(4.930380657631324e-32)  # 2**(22 - 126), float32 0x0B800000
+TWO_POW_MINUS_126 = tl.constexpr(1.1754943508222875e-38)  # float32 0x00800000, the smallest normal
+TWO_POW_126 = tl.constexpr(8.507059173023462e37)
+
+
+@triton.jit
+def _e2m1_index_at_bit_22(magnitude, FMA_ROUNDS_ONCE: tl.constexpr):
+    """E2M1 index (0..7) of float32 ``magnitude`` in [0, 6], ties to the even index, as the uint32
+    ``index << 22``: the rounding of ``_e2m1_satfinite_rne`` in 5 instructions, 2 of them on the ALU.
+
+    With power = 2**(max(e, 0) + 22), e the exponent of the magnitude, fl(magnitude + power) - power is
+    the E2M1 value v (the step 2**(e-1), or 0.5 below 1, is the ulp of the sum: the rounding of
+    ``_e2m1_satfinite_rne``), and v * 2**-126 is exact in float32 with the bits ``index << 22``: E2M1's
+    exponent bias 1 against float32's 127 and its subnormal limit 1 against 2**-126 line up, 0.5 ->
+    0x00400000, 1 -> 0x00800000, 1.5 -> 0x00C00000, ..., 6 -> 0x01C00000 (no .ftz in this kernel). All of
+    it is done scaled by 2**-126: scaled_power = power * 2**-126 is the exponent field of magnitude *
+    2**-104 raised to that of 2**-104 (an exact scaling; smaller magnitudes give a subnormal or zero
+    field, floored the same way); the FMA magnitude * 2**-126 + scaled_power rounds the exact
+    (magnitude + power) * 2**-126 once, at the normal magnitude 2**(e - 104), so it is fl(magnitude +
+    power) * 2**-126; subtracting scaled_power is exact (Sterbenz: both within a factor 2). The
+    interpreter's tl.fma rounds the subnormal product first: there (FMA_ROUNDS_ONCE=False) the sum is
+    taken unscaled and scaled after, the same value in two exact steps more.
+    """
+    scaled_bits = (magnitude * TWO_POW_MINUS_104).to(tl.int32, bitcast=True)
+    scaled_power = tl.maximum(scaled_bits & 0x7F800000, 0x0B800000).to(tl.float32, bitcast=True)
+    if FMA_ROUNDS_ONCE:
+        rounded = tl.fma(magnitude, TWO_POW_MINUS_126, scaled_power)
+    else:
+        rounded = (magnitude + scaled_power * TWO_POW_126) * TWO_POW_MINUS_126
+    return (rounded - scaled_power).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _nibble_at_bit_28(index22, y):
+    """uint32 ``code << 28`` (code = index | sign << 3) from ``index << 22`` and the float32 ``y`` whose
+    sign the code takes (one mask and one IMAD; ``y * 0`` would be NaN for y = ±inf, which huge global
+    scales reach)."""
+    return index22 * 64 + (y.to(tl.uint32, bitcast=True) & 0x80000000)
+
+
 # The sizes change from call to call and gain nothing from specialization (each distinct one is a
 # compile); the row stride stays specialized: its divisibility by 16 is what lets the loads vectorize.
 @triton.jit(do_not_specialize=["rows", "blocks_per_row"])
@@ -147,6 +188,7 @@ def _quantize_tiles(
     packed_ptr, stride_pm, scales_ptr, stride_sm,
     # meta
     BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr, FUSED_QUOTIENT: tl.constexpr,
+    LEAN: tl.constexpr,
 ):
     # The tile is [blocks, rows, half, 4] words: word (b, r, h, j) holds elements 16 b + 8 h + 2 j and the
     # next of row r. Triton spreads a warp's lanes over the leading dimension after the 4 contiguous
@@ -195,13 +237,31 @@ def _quantize_tiles(
     # -0.0 from its bits: a -0.0 literal reaches the PTX as +0.0 (Triton 3.6)
     addend = tl.where(overflowed, 0, -2147483648).to(tl.float32, bitcast=True)[:, :, None, None]
     floor = tl.where(overflowed, 6.0, 0.0)[:, :, None, None]
-    low = _e2m1_satfinite_rne(tl.fma(even, multiplier, addend), floor)
-    high = _e2m1_satfinite_rne(tl.fma(odd, multiplier, addend), floor)
-
-    # element 2j -> low nibble of byte j: one byte per word, eight contiguous bytes per block
-    packed = tl.reshape((low | (high << 4)).to(tl.uint8), [BLOCKS, BLOCK_ROWS, 8])
-    byte = (block[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]).to(tl.int64)
-    tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + byte, packed, mask=live[:, :, None])
+    if LEAN:
+        # The same codes with the ALU (masks, shifts, integer adds, FMNMX: half the issue rate) doing 3 of
+        # about 11 instructions per element: one clamp (no floor: overflowed blocks are ORed with index 7
+        # per word below), the rounding by float ops (_e2m1_index_at_bit_22), the sign and the placement
+        # by FMUL and IMAD. Bitwise the same as the branch below: see test_lean_* in the quant suite.
+        y_low = tl.fma(even, multiplier, addend)
+        y_high = tl.fma(odd, multiplier, addend)
+        low = _nibble_at_bit_28(_e2m1_index_at_bit_22(tl.minimum(tl.abs(y_low), 6.0), FUSED_QUOTIENT), y_low)
+        high = _nibble_at_bit_28(_e2m1_index_at_bit_22(tl.minimum(tl.abs(y_high), 6.0), FUSED_QUOTIENT), y_high)
+        # byte j of the pair (low nibble element 2j) at bits 24..31, then moved to bits 8j of the word
+        pair = tl.umulhi(low, 1 << 28) + high
+        j = tl.arange(0, 4)[None, None, None, :]
+        placed = tl.where(j == 3, pair, tl.umulhi(pair, (1 << (8 + 8 * tl.minimum(j, 2))).to(tl.uint32)))
+        packed_words = tl.sum(placed, axis=3)  # [blocks, rows, 2]: disjoint bytes, the sum is an OR
+        packed_words |= tl.where(overflowed, 0x77777777, 0).to(tl.uint32)[:, :, None]
+        half_word = (block[:, :, None] * 2 + tl.arange(0, 2)[None, None, :]).to(tl.int64)
+        tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + half_word,
+                 packed_words.to(tl.int32, bitcast=True), mask=live[:, :, None])
+    else:
+        low = _e2m1_satfinite_rne(tl.fma(even, multiplier, addend), floor)
+        high = _e2m1_satfinite_rne(tl.fma(odd, multiplier, addend), floor)
+        # element 2j -> low nibble of byte j: one byte per word, eight contiguous bytes per block
+        packed = tl.reshape((low | (high << 4)).to(tl.uint8), [BLOCKS, BLOCK_ROWS, 8])
+        byte = (block[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]).to(tl.int64)
+        tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + byte, packed, mask=live[:, :, None])
     tl.store(scales_ptr + row.to(tl.int64) * stride_sm + block, scale_code.to(tl.uint8), mask=live)
 
 
@@ -225,11 +285,13 @@ def run_plan(x: torch.Tensor, global_scale: torch.Tensor, plan: LaunchPlan, ieee
     blocks_per_row = cols // NVFP4_BLOCK
     grid = (triton.cdiv(rows, plan.block_rows), triton.cdiv(blocks_per_row, plan.blocks))
     words = _as_words(x)
+    # the lean path stores whole 32-bit words of codes: K / 2 bytes per row is a multiple of 8
+    out = packed.view(torch.int32) if plan.lean else packed
     _quantize_tiles[grid](
         words, words.stride(0), global_scale, rows, blocks_per_row,
-        packed, packed.stride(0), block_scales.view(torch.uint8), block_scales.stride(0),
+        out, out.stride(0), block_scales.view(torch.uint8), block_scales.stride(0),
         BLOCK_ROWS=plan.block_rows, BLOCKS=plan.blocks, IEEE_DIVISION=ieee_division,
-        FUSED_QUOTIENT=not interpreting(), num_warps=plan.num_warps,
+        FUSED_QUOTIENT=not interpreting(), LEAN=plan.lean, num_warps=plan.num_warps,
     )
     return packed, block_scales
 
