@@ -35,6 +35,13 @@ copy bandwidth, 910 SASS instructions per thread for 32 elements. Whole blocks p
 as pairs, E2M1 clamped at 6, the NaN of ``0 * inf`` avoided per block and the fused quotient (see the
 kernel) bring that to 652 (sm_90a, Triton 3.6, nvdisasm), of which the per-element chain is about 15: the
 multiply, the E2M1 rounding (clamp, binade, one add, the index, the sign), the block max and the packing.
+Of those 652, 449 run on the integer ALU (LOP3, SHF, IADD3, LEA, IMNMX, FMNMX, PRMT, ISETP), which takes a
+warp instruction every other clock per SM sub-partition: ~900 clocks per warp, 124 warps per
+sub-partition on [8192, 8192], 56 us at 1.98 GHz against the 63 us measured: the ALU is the bound. The
+lean path (``LEAN``, default ``DEFAULT_LEAN``) computes the same bits with the rounding in float ops
+(``_e2m1_index_at_bit_22``: FMUL, LOP3, IMNMX, FFMA, FADD), the sign and nibble placement by IMAD and
+LEA.HI, one clamp per element (overflowed blocks ORed with index 7 per word) and 4-byte code stores: 570
+instructions, 285 on the ALU (same tile; 1081 and 548 for 64 elements per thread).
 """
 from __future__ import annotations
 
@@ -56,7 +63,7 @@ class LaunchPlan:
     block_rows: int   # rows per program
     blocks: int       # 16-element blocks per program along a row
     num_warps: int
-    lean: bool = False  # the E2M1 path of _quantize_tiles (LEAN): same bits, fewer ALU instructions
+    lean: int = 0  # the E2M1 path of _quantize_tiles (LEAN, 0..2): same bits, fewer ALU instructions
 
 
 # Elements per program: 4096 bf16 (8 KB) gives each of 128 threads two whole blocks, four 16-byte loads
@@ -67,29 +74,47 @@ INTERPRETER_TILE_ELEMENTS = 65536
 MAX_BLOCKS_PER_PROGRAM_ROW = 32  # 512 columns: 1 KB of a row, whole 128-byte lines of codes
 
 
+# The E2M1 path of the default plan (LEAN of _quantize_tiles): 0 the per-element _e2m1_satfinite_rne
+# (652 SASS instructions per thread on the 8 x 512 tile at 4 warps, 449 of them on the integer ALU, which
+# issues a warp instruction every other clock: ~900 ALU clocks per warp, the bound), 1 the lean path
+# (570, 285 on the ALU), 2 the lean path with IMAD.HI placement (594, 259 on the ALU). sm_90a, Triton 3.6.
+DEFAULT_LEAN = 1
+
+
 def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile_elements: int = GPU_TILE_ELEMENTS,
-                max_blocks: int = MAX_BLOCKS_PER_PROGRAM_ROW, num_warps: int = 4) -> LaunchPlan:
+                max_blocks: int = MAX_BLOCKS_PER_PROGRAM_ROW, num_warps: int = 4, lean: int = DEFAULT_LEAN) -> LaunchPlan:
     tile = INTERPRETER_TILE_ELEMENTS if on_interpreter else tile_elements
     blocks = min(triton.next_power_of_2(blocks_per_row), max_blocks)
     # short rows are stacked until the tile is full, so K = 16 still moves 8 KB per program
     block_rows = max(1, min(triton.next_power_of_2(rows), tile // (NVFP4_BLOCK * blocks)))
-    return LaunchPlan(block_rows=block_rows, blocks=blocks, num_warps=num_warps)
+    return LaunchPlan(block_rows=block_rows, blocks=blocks, num_warps=num_warps, lean=lean)
 
 
 # (elements per program, warps) of the variants: 16 to 64 elements, one to four whole blocks, per thread
 # (64 elements compiled to 127 registers against 64 for 32 and 40 for 16 before the fused quotient:
-# sm_90a, Triton 3.6, ptxas -v).
+# sm_90a, Triton 3.6, ptxas -v). The lean path: 33 registers at 16 elements, 64 at 32, 111 at 64.
 VARIANT_TILES = ((2048, 2), (2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8))
+# the fastest plans of the per-element path on the H200 (2026-11-30 01:09): 2x1024 2w 60.5 us, 4x1024 8w
+# 60.8 us, 8x512 8w 61.0 us, the default 8x512 4w 63.0 us
+BASELINE_TILES = ((2048, 2, 64), (4096, 8, 64), (4096, 8, 32), (4096, 4, 32))
 
 
 def bench_variants(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
-    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device: the best
+    plans of the per-element E2M1 path (lean 0) for comparison, then the lean paths on every tile."""
     variants = {}
-    for tile_elements, num_warps in VARIANT_TILES:
-        for max_blocks in (32, 64):
-            plan = launch_plan(x.shape[0], x.shape[1] // NVFP4_BLOCK, False, tile_elements, max_blocks, num_warps)
-            label = f"{plan.block_rows}x{16 * plan.blocks} tile {num_warps}w"
-            variants[label] = lambda x, global_scale, plan=plan: run_plan(x, global_scale, plan)
+
+    def add(tile_elements, num_warps, max_blocks, lean):
+        plan = launch_plan(x.shape[0], x.shape[1] // NVFP4_BLOCK, False, tile_elements, max_blocks, num_warps, lean)
+        label = f"{plan.block_rows}x{16 * plan.blocks} tile {num_warps}w lean{lean}"
+        variants[label] = lambda x, global_scale, plan=plan: run_plan(x, global_scale, plan)
+
+    for tile_elements, num_warps, max_blocks in BASELINE_TILES:
+        add(tile_elements, num_warps, max_blocks, 0)
+    for lean in (1, 2):
+        for tile_elements, num_warps in VARIANT_TILES:
+            for max_blocks in (32, 64):
+                add(tile_elements, num_warps, max_blocks, lean)
     return variants
 
 
@@ -180,15 +205,18 @@ def _nibble_at_bit_28(index22, y):
 
 # The sizes change from call to call and gain nothing from specialization (each distinct one is a
 # compile); the row stride stays specialized: its divisibility by 16 is what lets the loads vectorize.
-@triton.jit(do_not_specialize=["rows", "blocks_per_row"])
+@triton.jit(do_not_specialize=["rows", "blocks_per_row", "place_multiplier"])
 def _quantize_tiles(
     # input: x as int32 words, two bf16 each (element 2j in the low half), rows of contiguous words
     x_words_ptr, stride_xm, global_scale_ptr, rows, blocks_per_row,
     # outputs
     packed_ptr, stride_pm, scales_ptr, stride_sm,
+    # 256, a runtime value so that ptxas keeps the placement multiplications (LEAN) as IMAD.HI on the FMA
+    # pipe instead of turning them into shift-adds (LEA.HI) on the integer ALU
+    place_multiplier,
     # meta
     BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr, FUSED_QUOTIENT: tl.constexpr,
-    LEAN: tl.constexpr,
+    LEAN: tl.constexpr,  # 0: _e2m1_satfinite_rne per element; 1, 2: the lean path (2: placement by IMAD.HI)
 ):
     # The tile is [blocks, rows, half, 4] words: word (b, r, h, j) holds elements 16 b + 8 h + 2 j and the
     # next of row r. Triton spreads a warp's lanes over the leading dimension after the 4 contiguous
@@ -247,9 +275,15 @@ def _quantize_tiles(
         low = _nibble_at_bit_28(_e2m1_index_at_bit_22(tl.minimum(tl.abs(y_low), 6.0), FUSED_QUOTIENT), y_low)
         high = _nibble_at_bit_28(_e2m1_index_at_bit_22(tl.minimum(tl.abs(y_high), 6.0), FUSED_QUOTIENT), y_high)
         # byte j of the pair (low nibble element 2j) at bits 24..31, then moved to bits 8j of the word
-        pair = tl.umulhi(low, 1 << 28) + high
+        if LEAN == 2:
+            shift_8 = place_multiplier.to(tl.uint32)
+        else:  # constant: ptxas makes each umulhi-and-add one LEA.HI (ALU) where IMAD.HI needs a zeroing move
+            shift_8 = tl.full([], 256, tl.uint32)
+        shift_16 = shift_8 * shift_8
+        shift_24 = shift_16 * shift_8
+        pair = tl.umulhi(low, shift_24 * 16) + high
         j = tl.arange(0, 4)[None, None, None, :]
-        placed = tl.where(j == 3, pair, tl.umulhi(pair, (1 << (8 + 8 * tl.minimum(j, 2))).to(tl.uint32)))
+        placed = tl.where(j == 3, pair, tl.umulhi(pair, tl.where(j == 0, shift_8, tl.where(j == 1, shift_16, shift_24))))
         packed_words = tl.sum(placed, axis=3)  # [blocks, rows, 2]: disjoint bytes, the sum is an OR
         packed_words |= tl.where(overflowed, 0x77777777, 0).to(tl.uint32)[:, :, None]
         half_word = (block[:, :, None] * 2 + tl.arange(0, 2)[None, None, :]).to(tl.int64)
@@ -289,7 +323,7 @@ def run_plan(x: torch.Tensor, global_scale: torch.Tensor, plan: LaunchPlan, ieee
     out = packed.view(torch.int32) if plan.lean else packed
     _quantize_tiles[grid](
         words, words.stride(0), global_scale, rows, blocks_per_row,
-        out, out.stride(0), block_scales.view(torch.uint8), block_scales.stride(0),
+        out, out.stride(0), block_scales.view(torch.uint8), block_scales.stride(0), 256,
         BLOCK_ROWS=plan.block_rows, BLOCKS=plan.blocks, IEEE_DIVISION=ieee_division,
         FUSED_QUOTIENT=not interpreting(), LEAN=plan.lean, num_warps=plan.num_warps,
     )
