@@ -63,7 +63,7 @@ class LaunchPlan:
     block_rows: int   # rows per program
     blocks: int       # 16-element blocks per program along a row
     num_warps: int
-    lean: int = 0  # the E2M1 path of _quantize_tiles (LEAN, 0..2): same bits, fewer ALU instructions
+    lean: int = 0  # the E2M1 path of _quantize_tiles (LEAN, 0..5): same bits, fewer ALU instructions
 
 
 # Elements per program: 4096 bf16 (8 KB) gives each of 128 threads two whole blocks, four 16-byte loads
@@ -77,7 +77,8 @@ MAX_BLOCKS_PER_PROGRAM_ROW = 32  # 512 columns: 1 KB of a row, whole 128-byte li
 # The E2M1 path of the default plan (LEAN of _quantize_tiles): 0 the per-element _e2m1_satfinite_rne
 # (652 SASS instructions per thread on the 8 x 512 tile at 4 warps, 449 of them on the integer ALU, which
 # issues a warp instruction every other clock: ~900 ALU clocks per warp, the bound), 1 the lean path
-# (570, 285 on the ALU), 2 the lean path with IMAD.HI placement (594, 259 on the ALU). sm_90a, Triton 3.6.
+# (570, 285 on the ALU), 2 the lean path with IMAD.HI placement (594, 259 on the ALU), 3 the lean path with
+# the block scales by cvt.rn.satfinite.e4m3x2 (548, 266 on the ALU). sm_90a, Triton 3.6, nvdisasm.
 DEFAULT_LEAN = 1
 
 
@@ -111,7 +112,7 @@ def bench_variants(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
 
     for tile_elements, num_warps, max_blocks in BASELINE_TILES:
         add(tile_elements, num_warps, max_blocks, 0)
-    for lean in (1, 2):
+    for lean in (1, 2, 3, 4, 5):
         for tile_elements, num_warps in VARIANT_TILES:
             for max_blocks in (32, 64):
                 add(tile_elements, num_warps, max_blocks, lean)
@@ -141,6 +142,34 @@ def _e4m3_satfinite_rne(scale):
     code = tl.where(is_normal, normal_code, steps.to(tl.int32)) | sign
     value = tl.where(is_normal, rounded.to(tl.float32, bitcast=True), steps * 0.001953125)
     return code, tl.where(sign != 0, -value, value)
+
+
+@triton.jit
+def _e4m3_satfinite_rne_cvt(scale):
+    """``_e4m3_satfinite_rne`` by the sm_89+ conversion instructions: 3 instructions for ~14.
+
+    ``cvt.rn.satfinite.e4m3x2.f32`` rounds to nearest even and saturates finite overflow and inf to
+    ±448 (PTX ISA: .satfinite), which is the contract's clamp to ±448 followed by RNE (values in (448,
+    464) round to 448 either way); subnormal E4M3 results are produced, not flushed. The code is the low
+    byte (operand b); ``cvt.rn.f16x2.e4m3x2`` widens it exactly (every E4M3 value is an f16), and f16 to
+    f32 is exact. Finite input (the contract's scales are); the integer twin runs on the interpreter.
+    """
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b16 code, low, high;
+        .reg .b32 widened;
+        cvt.rn.satfinite.e4m3x2.f32 code, 0f00000000, $2;
+        cvt.rn.f16x2.e4m3x2 widened, code;
+        mov.b32 {low, high}, widened;
+        cvt.f32.f16 $1, low;
+        cvt.u32.u16 $0, code;
+        }""",
+        "=r,=r,r",
+        [scale],
+        dtype=(tl.int32, tl.float32),
+        is_pure=True,
+        pack=1,
+    )
 
 
 @triton.jit
@@ -203,6 +232,47 @@ def _nibble_at_bit_28(index22, y):
     return index22 * 64 + (y.to(tl.uint32, bitcast=True) & 0x80000000)
 
 
+@triton.jit
+def _sign_bytes(y0, y1, y2, y3):
+    """PRMT: byte k = 0xFF where ``y_k`` (float32, as int32) is negative, else 0: 3 instructions for 4."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b32 first, second;
+        prmt.b32 first, $1, $2, 0x00FB;
+        prmt.b32 second, $3, $4, 0xFB00;
+        prmt.b32 $0, first, second, 0x7610;
+        }""",
+        "=r,r,r,r,r",
+        [y0, y1, y2, y3],
+        dtype=tl.int32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def _sign_bits_of_nibbles(y_low, y_high, ON_GPU: tl.constexpr):
+    """uint32 [..., 2] with the sign of ``y_low[..., j]`` at bit 8j + 3 and of ``y_high[..., j]`` at bit
+    8j + 7 (float32 [..., 2, 4]): the code's sign bits of one word of 8 nibbles. On a GPU by PRMT
+    (``_sign_bytes``) and 2 LOP3 per word; on the interpreter by shifts."""
+    if ON_GPU:
+        low_02, low_13 = tl.split(tl.reshape(y_low.to(tl.int32, bitcast=True), [y_low.shape[0], y_low.shape[1], 2, 2, 2]))
+        low_0, low_2 = tl.split(low_02)
+        low_1, low_3 = tl.split(low_13)
+        high_02, high_13 = tl.split(tl.reshape(y_high.to(tl.int32, bitcast=True), [y_high.shape[0], y_high.shape[1], 2, 2, 2]))
+        high_0, high_2 = tl.split(high_02)
+        high_1, high_3 = tl.split(high_13)
+        low_signs = _sign_bytes(low_0, low_1, low_2, low_3)
+        high_signs = _sign_bytes(high_0, high_1, high_2, high_3)
+        signs = (low_signs & 0x08080808) | (high_signs & -0x7F7F7F80)  # -0x7F7F7F80 = 0x80808080
+        return signs.to(tl.uint32, bitcast=True)
+    else:
+        j = tl.arange(0, 4)[None, None, None, :]
+        low_sign = (y_low.to(tl.uint32, bitcast=True) >> 31) << (8 * j + 3).to(tl.uint32)
+        high_sign = (y_high.to(tl.uint32, bitcast=True) >> 31) << (8 * j + 7).to(tl.uint32)
+        return tl.sum(low_sign | high_sign, axis=3)
+
+
 # The sizes change from call to call and gain nothing from specialization (each distinct one is a
 # compile); the row stride stays specialized: its divisibility by 16 is what lets the loads vectorize.
 @triton.jit(do_not_specialize=["rows", "blocks_per_row", "place_multiplier"])
@@ -216,7 +286,8 @@ def _quantize_tiles(
     place_multiplier,
     # meta
     BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr, FUSED_QUOTIENT: tl.constexpr,
-    LEAN: tl.constexpr,  # 0: _e2m1_satfinite_rne per element; 1, 2: the lean path (2: placement by IMAD.HI)
+    LEAN: tl.constexpr,  # 0: _e2m1_satfinite_rne per element; 1-5: the lean path (2: placement by IMAD.HI,
+    # 3: block scales by cvt.rn.satfinite.e4m3x2 on a GPU, 4: signs by PRMT on a GPU, 5: 3 and 4)
 ):
     # The tile is [blocks, rows, half, 4] words: word (b, r, h, j) holds elements 16 b + 8 h + 2 j and the
     # next of row r. Triton spreads a warp's lanes over the leading dimension after the 4 contiguous
@@ -250,7 +321,10 @@ def _quantize_tiles(
     else:
         scale = global_scale * (block_max / 6.0)
         decode_scale = 1.0 / global_scale
-    scale_code, scale_value = _e4m3_satfinite_rne(scale)
+    if (LEAN == 3 or LEAN == 5) and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
+        scale_code, scale_value = _e4m3_satfinite_rne_cvt(scale)
+    else:
+        scale_code, scale_value = _e4m3_satfinite_rne(scale)
     if IEEE_DIVISION:
         reciprocal = tl.math.div_rn(1.0, scale_value * decode_scale)
     else:
@@ -265,7 +339,22 @@ def _quantize_tiles(
     # -0.0 from its bits: a -0.0 literal reaches the PTX as +0.0 (Triton 3.6)
     addend = tl.where(overflowed, 0, -2147483648).to(tl.float32, bitcast=True)[:, :, None, None]
     floor = tl.where(overflowed, 6.0, 0.0)[:, :, None, None]
-    if LEAN:
+    if LEAN == 4 or LEAN == 5:
+        # LEAN 1's rounding; the signs gathered from the float32 sign bits 8 at a time by PRMT (sign
+        # replicating byte selects) instead of a mask and an IMAD per element
+        y_low = tl.fma(even, multiplier, addend)
+        y_high = tl.fma(odd, multiplier, addend)
+        low = _e2m1_index_at_bit_22(tl.minimum(tl.abs(y_low), 6.0), FUSED_QUOTIENT)
+        high = _e2m1_index_at_bit_22(tl.minimum(tl.abs(y_high), 6.0), FUSED_QUOTIENT)
+        pair = low + high * 16  # the byte's two 3-bit indices at bits 22..24 and 26..28
+        j = tl.arange(0, 4)[None, None, None, :]
+        placed = tl.where(j == 3, pair << 2, pair >> (22 - 8 * tl.minimum(j, 2)).to(tl.uint32))
+        packed_words = tl.sum(placed, axis=3) | _sign_bits_of_nibbles(y_low, y_high, FUSED_QUOTIENT)
+        packed_words |= tl.where(overflowed, 0x77777777, 0).to(tl.uint32)[:, :, None]
+        half_word = (block[:, :, None] * 2 + tl.arange(0, 2)[None, None, :]).to(tl.int64)
+        tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + half_word,
+                 packed_words.to(tl.int32, bitcast=True), mask=live[:, :, None])
+    elif LEAN:
         # The same codes with the ALU (masks, shifts, integer adds, FMNMX: half the issue rate) doing 3 of
         # about 11 instructions per element: one clamp (no floor: overflowed blocks are ORed with index 7
         # per word below), the rounding by float ops (_e2m1_index_at_bit_22), the sign and the placement

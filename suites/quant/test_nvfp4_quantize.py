@@ -1,6 +1,7 @@
 """nvfp4_quantize: every cell through the whole battery, and the battery against wrong quantizers."""
 from __future__ import annotations
 
+import inspect
 from fractions import Fraction
 
 import pytest
@@ -18,6 +19,7 @@ from ops.quant.nvfp4_quantize import (
     _e2m1_index_at_bit_22,
     _e2m1_satfinite_rne,
     _e4m3_satfinite_rne,
+    _e4m3_satfinite_rne_cvt,
     _nibble_at_bit_28,
 )
 from ops.triton_backend import interpreting
@@ -325,3 +327,56 @@ def test_every_bench_variant_is_bitwise_the_default(mode):
         variant_packed, variant_scales = variant(x, global_scale)
         assert torch.equal(variant_packed, packed), label
         assert torch.equal(variant_scales.view(torch.uint8), scales.view(torch.uint8)), label
+
+
+@triton.jit
+def _e4m3_by_cvt(values_ptr, code_ptr, value_ptr, count, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offsets < count
+    code, value = _e4m3_satfinite_rne_cvt(tl.load(values_ptr + offsets, mask=live, other=0.0))
+    tl.store(code_ptr + offsets, code.to(tl.uint8), mask=live)
+    tl.store(value_ptr + offsets, value, mask=live)
+
+
+@pytest.mark.skipif(interpreting(), reason="inline PTX (cvt.rn.satfinite.e4m3x2.f32) runs on a GPU only")
+def test_kernel_e4m3_by_cvt_is_the_reference_on_every_code_every_tie_and_random_bits():
+    """LEAN 3's block scales: the conversion instruction against the reference, value by value."""
+    values = _e4m3_probe_values().to(machine_device())
+    code = torch.empty(values.shape, dtype=torch.uint8, device=values.device)
+    value = torch.empty_like(values)
+    block = 4096
+    _e4m3_by_cvt[(triton.cdiv(values.numel(), block),)](values, code, value, values.numel(), BLOCK=block)
+    expected = e4m3_satfinite_rne(values.cpu())
+    assert torch.equal(code.cpu(), expected.view(torch.uint8)), f"{int((code.cpu() != expected.view(torch.uint8)).sum())}"
+    assert torch.equal(value.cpu(), expected.float())
+
+
+def _prmt(a: np.ndarray, b: np.ndarray, selector: int) -> np.ndarray:
+    """PTX ``prmt.b32`` generic mode (PTX ISA): bytes {b, a} numbered 0..7, a nibble per result byte, its
+    msb replicating the selected byte's sign bit."""
+    source = (b.astype(np.uint64) << np.uint64(32)) | a.astype(np.uint64)
+    result = np.zeros(a.shape, dtype=np.uint64)
+    for k in range(4):
+        control = (selector >> (4 * k)) & 0xF
+        byte = (source >> np.uint64(8 * (control & 7))) & np.uint64(0xFF)
+        if control & 8:
+            byte = np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0))
+        result |= byte << np.uint64(8 * k)
+    return result.astype(np.uint32)
+
+
+def test_prmt_sign_gather_selectors_put_each_sign_on_its_nibble():
+    """LEAN 4's ``_sign_bytes`` (a GPU-only PTX block) modelled in numpy, with the two LOP3 masks after it,
+    against the interpreter twin's sign bits: bit 8j + 3 from element 2j, 8j + 7 from 2j + 1."""
+    source = inspect.getsource(kernel_module._sign_bytes.fn)
+    assert "0x00FB" in source and "0xFB00" in source and "0x7610" in source
+    bits = np.random.default_rng(6).integers(0, 2**32, (4096, 2, 4), dtype=np.uint64).astype(np.uint32)
+    low, high = bits[:, 0], bits[:, 1]  # [n, 4]: y of elements 2j and 2j + 1
+
+    def sign_bytes(y):
+        return _prmt(_prmt(y[:, 0], y[:, 1], 0x00FB), _prmt(y[:, 2], y[:, 3], 0xFB00), 0x7610)
+
+    got = (sign_bytes(low) & np.uint32(0x08080808)) | (sign_bytes(high) & np.uint32(0x80808080))
+    j = np.arange(4, dtype=np.uint32)
+    expected = np.bitwise_or.reduce(((low >> 31) << (8 * j + 3)) | ((high >> 31) << (8 * j + 7)), axis=1)
+    assert np.array_equal(got, expected.astype(np.uint32))
