@@ -41,7 +41,11 @@ sub-partition on [8192, 8192], 56 us at 1.98 GHz against the 63 us measured: the
 lean path (``LEAN``, default ``DEFAULT_LEAN``) computes the same bits with the rounding in float ops
 (``_e2m1_index_at_bit_22``: FMUL, LOP3, IMNMX, FFMA, FADD), the sign and nibble placement by IMAD and
 LEA.HI, one clamp per element (overflowed blocks ORed with index 7 per word) and 4-byte code stores: 570
-instructions, 285 on the ALU (same tile; 1081 and 548 for 64 elements per thread).
+instructions, 285 on the ALU (same tile; 1081 and 548 for 64 elements per thread). LEAN 5 adds two
+GPU-only pieces of inline PTX with interpreter twins: the block scales by ``cvt.rn.satfinite.e4m3x2.f32``
+and the sign bits gathered by PRMT, 8 per 6 instructions: 522 and 253 (981 and 484 at 64 elements),
+about 12 instructions per element plus the per-block scale. At 522 issue clocks per warp, [8192, 8192]
+needs ~33 us of issue against 39 us of copy.
 """
 from __future__ import annotations
 
@@ -78,7 +82,8 @@ MAX_BLOCKS_PER_PROGRAM_ROW = 32  # 512 columns: 1 KB of a row, whole 128-byte li
 # (652 SASS instructions per thread on the 8 x 512 tile at 4 warps, 449 of them on the integer ALU, which
 # issues a warp instruction every other clock: ~900 ALU clocks per warp, the bound), 1 the lean path
 # (570, 285 on the ALU), 2 the lean path with IMAD.HI placement (594, 259 on the ALU), 3 the lean path with
-# the block scales by cvt.rn.satfinite.e4m3x2 (548, 266 on the ALU). sm_90a, Triton 3.6, nvdisasm.
+# the block scales by cvt.rn.satfinite.e4m3x2 (548, 266 on the ALU), 4 the signs by PRMT (548, 274), 5 both
+# (522, 253). sm_90a, Triton 3.6, nvdisasm. 1 is the default until the GPU tests have run 3-5's inline PTX.
 DEFAULT_LEAN = 1
 
 
