@@ -70,25 +70,26 @@ class LaunchPlan:
     lean: int = 0  # the E2M1 path of _quantize_tiles (LEAN, 0..5): same bits, fewer ALU instructions
 
 
-# Elements per program: 4096 bf16 (8 KB) gives each of 128 threads two whole blocks, four 16-byte loads
-# in flight, in 71 registers: 7 programs per SM.
+# The default GPU plan, in the terms of a bench_variants label "R x C tile W w leanL": (R * C elements per
+# program, C / 16 blocks per program row at most, W warps, L). (4096, 32, 4, 1) is "8x512 tile 4w lean1":
+# each of 128 threads holds two whole blocks, four 16-byte loads in flight, in 64 registers.
+DEFAULT_GPU_PLAN = (4096, 32, 4, 1)
 # The interpreter pays about 3 ms per program whatever its size, so it takes 16x larger tiles.
-GPU_TILE_ELEMENTS = 4096
+GPU_TILE_ELEMENTS, MAX_BLOCKS_PER_PROGRAM_ROW, DEFAULT_NUM_WARPS, DEFAULT_LEAN = DEFAULT_GPU_PLAN
 INTERPRETER_TILE_ELEMENTS = 65536
-MAX_BLOCKS_PER_PROGRAM_ROW = 32  # 512 columns: 1 KB of a row, whole 128-byte lines of codes
 
 
-# The E2M1 path of the default plan (LEAN of _quantize_tiles): 0 the per-element _e2m1_satfinite_rne
+# The E2M1 paths (LEAN of _quantize_tiles, the L of DEFAULT_GPU_PLAN): 0 the per-element _e2m1_satfinite_rne
 # (652 SASS instructions per thread on the 8 x 512 tile at 4 warps, 449 of them on the integer ALU, which
 # issues a warp instruction every other clock: ~900 ALU clocks per warp, the bound), 1 the lean path
 # (570, 285 on the ALU), 2 the lean path with IMAD.HI placement (594, 259 on the ALU), 3 the lean path with
 # the block scales by cvt.rn.satfinite.e4m3x2 (548, 266 on the ALU), 4 the signs by PRMT (548, 274), 5 both
 # (522, 253). sm_90a, Triton 3.6, nvdisasm. 1 is the default until the GPU tests have run 3-5's inline PTX.
-DEFAULT_LEAN = 1
 
 
 def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile_elements: int = GPU_TILE_ELEMENTS,
-                max_blocks: int = MAX_BLOCKS_PER_PROGRAM_ROW, num_warps: int = 4, lean: int = DEFAULT_LEAN) -> LaunchPlan:
+                max_blocks: int = MAX_BLOCKS_PER_PROGRAM_ROW, num_warps: int = DEFAULT_NUM_WARPS,
+                lean: int = DEFAULT_LEAN) -> LaunchPlan:
     tile = INTERPRETER_TILE_ELEMENTS if on_interpreter else tile_elements
     blocks = min(triton.next_power_of_2(blocks_per_row), max_blocks)
     # short rows are stacked until the tile is full, so K = 16 still moves 8 KB per program
@@ -264,10 +265,11 @@ def _sign_bits_of_nibbles(y_low, y_high, ON_GPU: tl.constexpr):
     8j + 7 (float32 [..., 2, 4]): the code's sign bits of one word of 8 nibbles. On a GPU by PRMT
     (``_sign_bytes``) and 2 LOP3 per word; on the interpreter by shifts."""
     if ON_GPU:
-        low_02, low_13 = tl.split(tl.reshape(y_low.to(tl.int32, bitcast=True), [y_low.shape[0], y_low.shape[1], 2, 2, 2]))
+        shape: tl.constexpr = [y_low.shape[0], y_low.shape[1], 2, 2, 2]  # j = 2 a + b: split takes b, then a
+        low_02, low_13 = tl.split(tl.reshape(y_low.to(tl.int32, bitcast=True), shape))
         low_0, low_2 = tl.split(low_02)
         low_1, low_3 = tl.split(low_13)
-        high_02, high_13 = tl.split(tl.reshape(y_high.to(tl.int32, bitcast=True), [y_high.shape[0], y_high.shape[1], 2, 2, 2]))
+        high_02, high_13 = tl.split(tl.reshape(y_high.to(tl.int32, bitcast=True), shape))
         high_0, high_2 = tl.split(high_02)
         high_1, high_3 = tl.split(high_13)
         low_signs = _sign_bytes(low_0, low_1, low_2, low_3)
@@ -382,7 +384,8 @@ def _quantize_tiles(
         shift_24 = shift_16 * shift_8
         pair = tl.umulhi(low, shift_24 * 16) + high
         j = tl.arange(0, 4)[None, None, None, :]
-        placed = tl.where(j == 3, pair, tl.umulhi(pair, tl.where(j == 0, shift_8, tl.where(j == 1, shift_16, shift_24))))
+        multiplier_j = tl.where(j == 0, shift_8, tl.where(j == 1, shift_16, shift_24))
+        placed = tl.where(j == 3, pair, tl.umulhi(pair, multiplier_j))
         packed_words = tl.sum(placed, axis=3)  # [blocks, rows, 2]: disjoint bytes, the sum is an OR
         packed_words |= tl.where(overflowed, 0x77777777, 0).to(tl.uint32)[:, :, None]
         half_word = (block[:, :, None] * 2 + tl.arange(0, 2)[None, None, :]).to(tl.int64)
