@@ -45,7 +45,8 @@ instructions, 285 on the ALU (same tile; 1081 and 548 for 64 elements per thread
 GPU-only pieces of inline PTX with interpreter twins: the block scales by ``cvt.rn.satfinite.e4m3x2.f32``
 and the sign bits gathered by PRMT, 8 per 6 instructions: 522 and 253 (981 and 484 at 64 elements),
 about 12 instructions per element plus the per-block scale. At 522 issue clocks per warp, [8192, 8192]
-needs ~33 us of issue against 39 us of copy.
+needs ~33 us of issue against 39 us of copy. LEAN 6 also takes the block max as bf16x2 maxima (513; 964
+at 64 elements per thread, 88 registers).
 """
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ class LaunchPlan:
     block_rows: int   # rows per program
     blocks: int       # 16-element blocks per program along a row
     num_warps: int
-    lean: int = 0  # the E2M1 path of _quantize_tiles (LEAN, 0..5): same bits, fewer ALU instructions
+    lean: int = 0  # the E2M1 path of _quantize_tiles (LEAN, 0..6): same bits, fewer ALU instructions
 
 
 # The default GPU plan, in the terms of a bench_variants label "R x C tile W w leanL": (R * C elements per
@@ -84,7 +85,8 @@ INTERPRETER_TILE_ELEMENTS = 65536
 # issues a warp instruction every other clock: ~900 ALU clocks per warp, the bound), 1 the lean path
 # (570, 285 on the ALU), 2 the lean path with IMAD.HI placement (594, 259 on the ALU), 3 the lean path with
 # the block scales by cvt.rn.satfinite.e4m3x2 (548, 266 on the ALU), 4 the signs by PRMT (548, 274), 5 both
-# (522, 253). sm_90a, Triton 3.6, nvdisasm. 1 is the default until the GPU tests have run 3-5's inline PTX.
+# (522, 253), 6 that and the block max by max.xorsign.abs.bf16x2 (513, 227 on the ALU + 14 HMNMX2).
+# sm_90a, Triton 3.6, nvdisasm. 1 is the default until the GPU tests have run 3-6's inline PTX.
 
 
 def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile_elements: int = GPU_TILE_ELEMENTS,
@@ -122,7 +124,7 @@ def bench_variants(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
         for tile_elements, num_warps in VARIANT_TILES:
             for max_blocks in (32, 64):
                 add(tile_elements, num_warps, max_blocks, lean)
-    for lean in (2, 3, 4):  # one change at a time against lean 1, at 32 and 64 elements per thread
+    for lean in (2, 3, 4, 6):  # one change at a time against lean 1 or 5, at 32 and 64 elements per thread
         for tile_elements, num_warps, max_blocks in ((4096, 4, 32), (8192, 4, 64)):
             add(tile_elements, num_warps, max_blocks, lean)
     return variants
@@ -242,6 +244,32 @@ def _nibble_at_bit_28(index22, y):
 
 
 @triton.jit
+def _max_magnitude_bf16x2(a, b):
+    """Per 16-bit half: the larger magnitude of two bf16 (int32 words of two), its sign the XOR of theirs.
+
+    ``max.xorsign.abs.bf16x2`` (sm_86+): the max of bf16 values is one of them, exact, subnormals kept;
+    the garbage sign is dropped by the caller's |.|. Finite input (the contract's x)."""
+    return tl.inline_asm_elementwise("max.xorsign.abs.bf16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _block_max_bf16x2(words):
+    """max |x| of each block from its words ([blocks, rows, 2, 4] int32, two bf16 each) as float32: 7 bf16x2
+    maxima and one float32 max for 16 elements, where the float32 path takes 15 FMNMX (LEAN 6)."""
+    shape: tl.constexpr = [words.shape[0], words.shape[1], 2, 2, 2]  # j = 2 a + b: split takes b, then a
+    words_02, words_13 = tl.split(tl.reshape(words, shape))
+    words_0, words_2 = tl.split(words_02)
+    words_1, words_3 = tl.split(words_13)
+    halves = _max_magnitude_bf16x2(_max_magnitude_bf16x2(words_0, words_1), _max_magnitude_bf16x2(words_2, words_3))
+    half_0, half_1 = tl.split(halves)
+    pair = _max_magnitude_bf16x2(half_0, half_1)
+    low = (pair << 16).to(tl.float32, bitcast=True)
+    high = (pair & -65536).to(tl.float32, bitcast=True)
+    return tl.maximum(tl.abs(low), tl.abs(high))
+
+
+@triton.jit
 def _sign_bytes(y0, y1, y2, y3):
     """PRMT: byte k = 0xFF where ``y_k`` (float32, as int32) is negative, else 0: 3 instructions for 4."""
     return tl.inline_asm_elementwise(
@@ -297,7 +325,8 @@ def _quantize_tiles(
     # meta
     BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr, FUSED_QUOTIENT: tl.constexpr,
     LEAN: tl.constexpr,  # 0: _e2m1_satfinite_rne per element; 1-5: the lean path (2: placement by IMAD.HI,
-    # 3: block scales by cvt.rn.satfinite.e4m3x2 on a GPU, 4: signs by PRMT on a GPU, 5: 3 and 4)
+    # 3: block scales by cvt.rn.satfinite.e4m3x2 on a GPU, 4: signs by PRMT on a GPU, 5: 3 and 4, 6: 5 and
+    # the block max by max.xorsign.abs.bf16x2 on a GPU)
 ):
     # The tile is [blocks, rows, half, 4] words: word (b, r, h, j) holds elements 16 b + 8 h + 2 j and the
     # next of row r. Triton spreads a warp's lanes over the leading dimension after the 4 contiguous
@@ -315,7 +344,10 @@ def _quantize_tiles(
     even = (words << 16).to(tl.float32, bitcast=True)  # [blocks, rows, 2, 4]
     odd = (words & -65536).to(tl.float32, bitcast=True)
 
-    block_max = tl.max(tl.max(tl.maximum(tl.abs(even), tl.abs(odd)), axis=3), axis=2)
+    if LEAN == 6 and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
+        block_max = _block_max_bf16x2(words)
+    else:
+        block_max = tl.max(tl.max(tl.maximum(tl.abs(even), tl.abs(odd)), axis=3), axis=2)
     global_scale = tl.load(global_scale_ptr)
     if IEEE_DIVISION and FUSED_QUOTIENT:
         # fl(bmax / 6) as fl(bmax * fl(1/6)) corrected once by its exact residual: the IEEE quotient for
@@ -331,7 +363,7 @@ def _quantize_tiles(
     else:
         scale = global_scale * (block_max / 6.0)
         decode_scale = 1.0 / global_scale
-    if (LEAN == 3 or LEAN == 5) and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
+    if (LEAN == 3 or LEAN >= 5) and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
         scale_code, scale_value = _e4m3_satfinite_rne_cvt(scale)
     else:
         scale_code, scale_value = _e4m3_satfinite_rne(scale)
@@ -349,7 +381,7 @@ def _quantize_tiles(
     # -0.0 from its bits: a -0.0 literal reaches the PTX as +0.0 (Triton 3.6)
     addend = tl.where(overflowed, 0, -2147483648).to(tl.float32, bitcast=True)[:, :, None, None]
     floor = tl.where(overflowed, 6.0, 0.0)[:, :, None, None]
-    if LEAN == 4 or LEAN == 5:
+    if LEAN >= 4:
         # LEAN 1's rounding; the signs gathered from the float32 sign bits 8 at a time by PRMT (sign
         # replicating byte selects) instead of a mask and an IMAD per element
         y_low = tl.fma(even, multiplier, addend)

@@ -21,6 +21,7 @@ from ops.quant.nvfp4_quantize import (
     _e2m1_satfinite_rne,
     _e4m3_satfinite_rne,
     _e4m3_satfinite_rne_cvt,
+    _block_max_bf16x2,
     _nibble_at_bit_28,
 )
 from ops.triton_backend import interpreting
@@ -387,3 +388,23 @@ def test_prmt_sign_gather_selectors_put_each_sign_on_its_nibble():
     j = np.arange(4, dtype=np.uint32)
     expected = np.bitwise_or.reduce(((low >> 31) << (8 * j + 3)) | ((high >> 31) << (8 * j + 7)), axis=1)
     assert np.array_equal(got, expected.astype(np.uint32))
+
+
+@triton.jit
+def _block_max_by_bf16x2(words_ptr, max_ptr, BLOCKS: tl.constexpr):
+    block = tl.arange(0, BLOCKS)[:, None, None, None]
+    word = block * 8 + tl.arange(0, 2)[None, None, :, None] * 4 + tl.arange(0, 4)[None, None, None, :]
+    tl.store(max_ptr + tl.arange(0, BLOCKS)[:, None], _block_max_bf16x2(tl.load(words_ptr + word)))
+
+
+@pytest.mark.skipif(interpreting(), reason="inline PTX (max.xorsign.abs.bf16x2) runs on a GPU only")
+def test_block_max_by_bf16x2_is_the_float32_max_of_magnitudes():
+    """LEAN 6's block max against torch on random bf16 bit patterns (subnormals, both zeros, no NaN/inf)."""
+    bits = torch.randint(-(2**15), 2**15, (64, 16), dtype=torch.int16, generator=torch.Generator().manual_seed(7))
+    bits[(bits & 0x7F80) == 0x7F80] = 0x0001  # the contract's x is finite
+    bits[3] = -(2**15)  # a block of -0.0
+    x = bits.view(torch.bfloat16)
+    words = x.contiguous().view(torch.int32).to(machine_device())
+    block_max = torch.empty(64, 1, dtype=torch.float32, device=words.device)
+    _block_max_by_bf16x2[(1,)](words, block_max, BLOCKS=64)
+    assert torch.equal(block_max.cpu()[:, 0], x.float().abs().amax(dim=1))
