@@ -35,6 +35,18 @@ copy bandwidth, 910 SASS instructions per thread for 32 elements. Whole blocks p
 as pairs, E2M1 clamped at 6, the NaN of ``0 * inf`` avoided per block and the fused quotient (see the
 kernel) bring that to 652 (sm_90a, Triton 3.6, nvdisasm), of which the per-element chain is about 15: the
 multiply, the E2M1 rounding (clamp, binade, one add, the index, the sign), the block max and the packing.
+Of those 652, 449 run on the integer ALU (LOP3, SHF, IADD3, LEA, IMNMX, FMNMX, PRMT, ISETP), which takes a
+warp instruction every other clock per SM sub-partition: ~900 clocks per warp, 124 warps per
+sub-partition on [8192, 8192], 56 us at 1.98 GHz against the 63 us measured: the ALU is the bound. The
+lean path (``LEAN``, default ``DEFAULT_LEAN``) computes the same bits with the rounding in float ops
+(``_e2m1_index_at_bit_22``: FMUL, LOP3, IMNMX, FFMA, FADD), the sign and nibble placement by IMAD and
+LEA.HI, one clamp per element (overflowed blocks ORed with index 7 per word) and 4-byte code stores: 570
+instructions, 285 on the ALU (same tile; 1081 and 548 for 64 elements per thread). LEAN 5 adds two
+GPU-only pieces of inline PTX with interpreter twins: the block scales by ``cvt.rn.satfinite.e4m3x2.f32``
+and the sign bits gathered by PRMT, 8 per 6 instructions: 522 and 253 (981 and 484 at 64 elements),
+about 12 instructions per element plus the per-block scale. At 522 issue clocks per warp, [8192, 8192]
+needs ~33 us of issue against 39 us of copy. LEAN 6 also takes the block max as bf16x2 maxima (513; 964
+at 64 elements per thread, 88 registers).
 """
 from __future__ import annotations
 
@@ -56,39 +68,65 @@ class LaunchPlan:
     block_rows: int   # rows per program
     blocks: int       # 16-element blocks per program along a row
     num_warps: int
+    lean: int = 0  # the E2M1 path of _quantize_tiles (LEAN, 0..6): same bits, fewer ALU instructions
 
 
-# Elements per program: 4096 bf16 (8 KB) gives each of 128 threads two whole blocks, four 16-byte loads
-# in flight, in 71 registers: 7 programs per SM.
+# The default GPU plan, in the terms of a bench_variants label "R x C tile W w leanL": (R * C elements per
+# program, C / 16 blocks per program row at most, W warps, L). (4096, 32, 4, 1) is "8x512 tile 4w lean1":
+# each of 128 threads holds two whole blocks, four 16-byte loads in flight, in 64 registers.
+DEFAULT_GPU_PLAN = (4096, 32, 4, 1)
 # The interpreter pays about 3 ms per program whatever its size, so it takes 16x larger tiles.
-GPU_TILE_ELEMENTS = 4096
+GPU_TILE_ELEMENTS, MAX_BLOCKS_PER_PROGRAM_ROW, DEFAULT_NUM_WARPS, DEFAULT_LEAN = DEFAULT_GPU_PLAN
 INTERPRETER_TILE_ELEMENTS = 65536
-MAX_BLOCKS_PER_PROGRAM_ROW = 32  # 512 columns: 1 KB of a row, whole 128-byte lines of codes
+
+
+# The E2M1 paths (LEAN of _quantize_tiles, the L of DEFAULT_GPU_PLAN): 0 the per-element _e2m1_satfinite_rne
+# (652 SASS instructions per thread on the 8 x 512 tile at 4 warps, 449 of them on the integer ALU, which
+# issues a warp instruction every other clock: ~900 ALU clocks per warp, the bound), 1 the lean path
+# (570, 285 on the ALU), 2 the lean path with IMAD.HI placement (594, 259 on the ALU), 3 the lean path with
+# the block scales by cvt.rn.satfinite.e4m3x2 (548, 266 on the ALU), 4 the signs by PRMT (548, 274), 5 both
+# (522, 253), 6 that and the block max by max.xorsign.abs.bf16x2 (513, 227 on the ALU + 14 HMNMX2).
+# sm_90a, Triton 3.6, nvdisasm. 1 is the default until the GPU tests have run 3-6's inline PTX.
 
 
 def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile_elements: int = GPU_TILE_ELEMENTS,
-                max_blocks: int = MAX_BLOCKS_PER_PROGRAM_ROW, num_warps: int = 4) -> LaunchPlan:
+                max_blocks: int = MAX_BLOCKS_PER_PROGRAM_ROW, num_warps: int = DEFAULT_NUM_WARPS,
+                lean: int = DEFAULT_LEAN) -> LaunchPlan:
     tile = INTERPRETER_TILE_ELEMENTS if on_interpreter else tile_elements
     blocks = min(triton.next_power_of_2(blocks_per_row), max_blocks)
     # short rows are stacked until the tile is full, so K = 16 still moves 8 KB per program
     block_rows = max(1, min(triton.next_power_of_2(rows), tile // (NVFP4_BLOCK * blocks)))
-    return LaunchPlan(block_rows=block_rows, blocks=blocks, num_warps=num_warps)
+    return LaunchPlan(block_rows=block_rows, blocks=blocks, num_warps=num_warps, lean=lean)
 
 
 # (elements per program, warps) of the variants: 16 to 64 elements, one to four whole blocks, per thread
 # (64 elements compiled to 127 registers against 64 for 32 and 40 for 16 before the fused quotient:
-# sm_90a, Triton 3.6, ptxas -v).
+# sm_90a, Triton 3.6, ptxas -v). The lean path: 33 registers at 16 elements, 64 at 32, 111 at 64.
 VARIANT_TILES = ((2048, 2), (2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8))
+# the fastest plans of the per-element path on the H200 (2026-11-30 01:09): 2x1024 2w 60.5 us, 4x1024 8w
+# 60.8 us, 8x512 8w 61.0 us, the default 8x512 4w 63.0 us
+BASELINE_TILES = ((2048, 2, 64), (4096, 8, 64), (4096, 8, 32), (4096, 4, 32))
 
 
 def bench_variants(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
-    """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
+    """Launch plans around the default, for ``tools/bench --variants`` to time on the device: the best
+    plans of the per-element E2M1 path (lean 0) for comparison, then the lean paths on every tile."""
     variants = {}
-    for tile_elements, num_warps in VARIANT_TILES:
-        for max_blocks in (32, 64):
-            plan = launch_plan(x.shape[0], x.shape[1] // NVFP4_BLOCK, False, tile_elements, max_blocks, num_warps)
-            label = f"{plan.block_rows}x{16 * plan.blocks} tile {num_warps}w"
-            variants[label] = lambda x, global_scale, plan=plan: run_plan(x, global_scale, plan)
+
+    def add(tile_elements, num_warps, max_blocks, lean):
+        plan = launch_plan(x.shape[0], x.shape[1] // NVFP4_BLOCK, False, tile_elements, max_blocks, num_warps, lean)
+        label = f"{plan.block_rows}x{16 * plan.blocks} tile {num_warps}w lean{lean}"
+        variants[label] = lambda x, global_scale, plan=plan: run_plan(x, global_scale, plan)
+
+    for tile_elements, num_warps, max_blocks in BASELINE_TILES:
+        add(tile_elements, num_warps, max_blocks, 0)
+    for lean in (1, 5):
+        for tile_elements, num_warps in VARIANT_TILES:
+            for max_blocks in (32, 64):
+                add(tile_elements, num_warps, max_blocks, lean)
+    for lean in (2, 3, 4, 6):  # one change at a time against lean 1 or 5, at 32 and 64 elements per thread
+        for tile_elements, num_warps, max_blocks in ((4096, 4, 32), (8192, 4, 64)):
+            add(tile_elements, num_warps, max_blocks, lean)
     return variants
 
 
@@ -118,6 +156,34 @@ def _e4m3_satfinite_rne(scale):
 
 
 @triton.jit
+def _e4m3_satfinite_rne_cvt(scale):
+    """``_e4m3_satfinite_rne`` by the sm_89+ conversion instructions: 3 instructions for ~14.
+
+    ``cvt.rn.satfinite.e4m3x2.f32`` rounds to nearest even and saturates finite overflow and inf to
+    ±448 (PTX ISA: .satfinite), which is the contract's clamp to ±448 followed by RNE (values in (448,
+    464) round to 448 either way); subnormal E4M3 results are produced, not flushed. The code is the low
+    byte (operand b); ``cvt.rn.f16x2.e4m3x2`` widens it exactly (every E4M3 value is an f16), and f16 to
+    f32 is exact. Finite input (the contract's scales are); the integer twin runs on the interpreter.
+    """
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b16 code, low, high;
+        .reg .b32 widened;
+        cvt.rn.satfinite.e4m3x2.f32 code, 0f00000000, $2;
+        cvt.rn.f16x2.e4m3x2 widened, code;
+        mov.b32 {low, high}, widened;
+        cvt.f32.f16 $1, low;
+        cvt.u32.u16 $0, code;
+        }""",
+        "=r,=r,r",
+        [scale],
+        dtype=(tl.int32, tl.float32),
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
 def _e2m1_satfinite_rne(y, floor):
     """E2M1 code (int32, 0..15) of float32 ``y`` whose magnitude is first raised to ``floor`` (0 or 6):
     ties to the even index, saturating at 6, sign bit kept. ``y`` must not be NaN (see the kernel).
@@ -137,16 +203,130 @@ def _e2m1_satfinite_rne(y, floor):
     return index | ((y.to(tl.int32, bitcast=True) >> 28) & 0x8)
 
 
+TWO_POW_MINUS_104 = tl.constexpr(4.930380657631324e-32)  # 2**(22 - 126), float32 0x0B800000
+TWO_POW_MINUS_126 = tl.constexpr(1.1754943508222875e-38)  # float32 0x00800000, the smallest normal
+TWO_POW_126 = tl.constexpr(8.507059173023462e37)
+
+
+@triton.jit
+def _e2m1_index_at_bit_22(magnitude, FMA_ROUNDS_ONCE: tl.constexpr):
+    """E2M1 index (0..7) of float32 ``magnitude`` in [0, 6], ties to the even index, as the uint32
+    ``index << 22``: the rounding of ``_e2m1_satfinite_rne`` in 5 instructions, 2 of them on the ALU.
+
+    With power = 2**(max(e, 0) + 22), e the exponent of the magnitude, fl(magnitude + power) - power is
+    the E2M1 value v (the step 2**(e-1), or 0.5 below 1, is the ulp of the sum: the rounding of
+    ``_e2m1_satfinite_rne``), and v * 2**-126 is exact in float32 with the bits ``index << 22``: E2M1's
+    exponent bias 1 against float32's 127 and its subnormal limit 1 against 2**-126 line up, 0.5 ->
+    0x00400000, 1 -> 0x00800000, 1.5 -> 0x00C00000, ..., 6 -> 0x01C00000 (no .ftz in this kernel). All of
+    it is done scaled by 2**-126: scaled_power = power * 2**-126 is the exponent field of magnitude *
+    2**-104 raised to that of 2**-104 (an exact scaling; smaller magnitudes give a subnormal or zero
+    field, floored the same way); the FMA magnitude * 2**-126 + scaled_power rounds the exact
+    (magnitude + power) * 2**-126 once, at the normal magnitude 2**(e - 104), so it is fl(magnitude +
+    power) * 2**-126; subtracting scaled_power is exact (Sterbenz: both within a factor 2). The
+    interpreter's tl.fma rounds the subnormal product first: there (FMA_ROUNDS_ONCE=False) the sum is
+    taken unscaled and scaled after, the same value in two exact steps more.
+    """
+    scaled_bits = (magnitude * TWO_POW_MINUS_104).to(tl.int32, bitcast=True)
+    scaled_power = tl.maximum(scaled_bits & 0x7F800000, 0x0B800000).to(tl.float32, bitcast=True)
+    if FMA_ROUNDS_ONCE:
+        rounded = tl.fma(magnitude, TWO_POW_MINUS_126, scaled_power)
+    else:
+        rounded = (magnitude + scaled_power * TWO_POW_126) * TWO_POW_MINUS_126
+    return (rounded - scaled_power).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _nibble_at_bit_28(index22, y):
+    """uint32 ``code << 28`` (code = index | sign << 3) from ``index << 22`` and the float32 ``y`` whose
+    sign the code takes (one mask and one IMAD; ``y * 0`` would be NaN for y = ±inf, which huge global
+    scales reach)."""
+    return index22 * 64 + (y.to(tl.uint32, bitcast=True) & 0x80000000)
+
+
+@triton.jit
+def _max_magnitude_bf16x2(a, b):
+    """Per 16-bit half: the larger magnitude of two bf16 (int32 words of two), its sign the XOR of theirs.
+
+    ``max.xorsign.abs.bf16x2`` (sm_86+): the max of bf16 values is one of them, exact, subnormals kept;
+    the garbage sign is dropped by the caller's |.|. Finite input (the contract's x)."""
+    return tl.inline_asm_elementwise("max.xorsign.abs.bf16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _block_max_bf16x2(words):
+    """max |x| of each block from its words ([blocks, rows, 2, 4] int32, two bf16 each) as float32: 7 bf16x2
+    maxima and one float32 max for 16 elements, where the float32 path takes 15 FMNMX (LEAN 6)."""
+    shape: tl.constexpr = [words.shape[0], words.shape[1], 2, 2, 2]  # j = 2 a + b: split takes b, then a
+    words_02, words_13 = tl.split(tl.reshape(words, shape))
+    words_0, words_2 = tl.split(words_02)
+    words_1, words_3 = tl.split(words_13)
+    halves = _max_magnitude_bf16x2(_max_magnitude_bf16x2(words_0, words_1), _max_magnitude_bf16x2(words_2, words_3))
+    half_0, half_1 = tl.split(halves)
+    pair = _max_magnitude_bf16x2(half_0, half_1)
+    low = (pair << 16).to(tl.float32, bitcast=True)
+    high = (pair & -65536).to(tl.float32, bitcast=True)
+    return tl.maximum(tl.abs(low), tl.abs(high))
+
+
+@triton.jit
+def _sign_bytes(y0, y1, y2, y3):
+    """PRMT: byte k = 0xFF where ``y_k`` (float32, as int32) is negative, else 0: 3 instructions for 4."""
+    return tl.inline_asm_elementwise(
+        """{
+        .reg .b32 first, second;
+        prmt.b32 first, $1, $2, 0x00FB;
+        prmt.b32 second, $3, $4, 0xFB00;
+        prmt.b32 $0, first, second, 0x7610;
+        }""",
+        "=r,r,r,r,r",
+        [y0, y1, y2, y3],
+        dtype=tl.int32,
+        is_pure=True,
+        pack=1,
+    )
+
+
+@triton.jit
+def _sign_bits_of_nibbles(y_low, y_high, ON_GPU: tl.constexpr):
+    """uint32 [..., 2] with the sign of ``y_low[..., j]`` at bit 8j + 3 and of ``y_high[..., j]`` at bit
+    8j + 7 (float32 [..., 2, 4]): the code's sign bits of one word of 8 nibbles. On a GPU by PRMT
+    (``_sign_bytes``) and 2 LOP3 per word; on the interpreter by shifts."""
+    if ON_GPU:
+        shape: tl.constexpr = [y_low.shape[0], y_low.shape[1], 2, 2, 2]  # j = 2 a + b: split takes b, then a
+        low_02, low_13 = tl.split(tl.reshape(y_low.to(tl.int32, bitcast=True), shape))
+        low_0, low_2 = tl.split(low_02)
+        low_1, low_3 = tl.split(low_13)
+        high_02, high_13 = tl.split(tl.reshape(y_high.to(tl.int32, bitcast=True), shape))
+        high_0, high_2 = tl.split(high_02)
+        high_1, high_3 = tl.split(high_13)
+        low_signs = _sign_bytes(low_0, low_1, low_2, low_3)
+        high_signs = _sign_bytes(high_0, high_1, high_2, high_3)
+        signs = (low_signs & 0x08080808) | (high_signs & -0x7F7F7F80)  # -0x7F7F7F80 = 0x80808080
+        return signs.to(tl.uint32, bitcast=True)
+    else:
+        j = tl.arange(0, 4)[None, None, None, :]
+        low_sign = (y_low.to(tl.uint32, bitcast=True) >> 31) << (8 * j + 3).to(tl.uint32)
+        high_sign = (y_high.to(tl.uint32, bitcast=True) >> 31) << (8 * j + 7).to(tl.uint32)
+        return tl.sum(low_sign | high_sign, axis=3)
+
+
 # The sizes change from call to call and gain nothing from specialization (each distinct one is a
 # compile); the row stride stays specialized: its divisibility by 16 is what lets the loads vectorize.
-@triton.jit(do_not_specialize=["rows", "blocks_per_row"])
+@triton.jit(do_not_specialize=["rows", "blocks_per_row", "place_multiplier"])
 def _quantize_tiles(
     # input: x as int32 words, two bf16 each (element 2j in the low half), rows of contiguous words
     x_words_ptr, stride_xm, global_scale_ptr, rows, blocks_per_row,
     # outputs
     packed_ptr, stride_pm, scales_ptr, stride_sm,
+    # 256, a runtime value so that ptxas keeps the placement multiplications (LEAN) as IMAD.HI on the FMA
+    # pipe instead of turning them into shift-adds (LEA.HI) on the integer ALU
+    place_multiplier,
     # meta
     BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr, FUSED_QUOTIENT: tl.constexpr,
+    LEAN: tl.constexpr,  # 0: _e2m1_satfinite_rne per element; 1-5: the lean path (2: placement by IMAD.HI,
+    # 3: block scales by cvt.rn.satfinite.e4m3x2 on a GPU, 4: signs by PRMT on a GPU, 5: 3 and 4, 6: 5 and
+    # the block max by max.xorsign.abs.bf16x2 on a GPU)
 ):
     # The tile is [blocks, rows, half, 4] words: word (b, r, h, j) holds elements 16 b + 8 h + 2 j and the
     # next of row r. Triton spreads a warp's lanes over the leading dimension after the 4 contiguous
@@ -164,7 +344,10 @@ def _quantize_tiles(
     even = (words << 16).to(tl.float32, bitcast=True)  # [blocks, rows, 2, 4]
     odd = (words & -65536).to(tl.float32, bitcast=True)
 
-    block_max = tl.max(tl.max(tl.maximum(tl.abs(even), tl.abs(odd)), axis=3), axis=2)
+    if LEAN == 6 and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
+        block_max = _block_max_bf16x2(words)
+    else:
+        block_max = tl.max(tl.max(tl.maximum(tl.abs(even), tl.abs(odd)), axis=3), axis=2)
     global_scale = tl.load(global_scale_ptr)
     if IEEE_DIVISION and FUSED_QUOTIENT:
         # fl(bmax / 6) as fl(bmax * fl(1/6)) corrected once by its exact residual: the IEEE quotient for
@@ -180,7 +363,10 @@ def _quantize_tiles(
     else:
         scale = global_scale * (block_max / 6.0)
         decode_scale = 1.0 / global_scale
-    scale_code, scale_value = _e4m3_satfinite_rne(scale)
+    if (LEAN == 3 or LEAN >= 5) and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
+        scale_code, scale_value = _e4m3_satfinite_rne_cvt(scale)
+    else:
+        scale_code, scale_value = _e4m3_satfinite_rne(scale)
     if IEEE_DIVISION:
         reciprocal = tl.math.div_rn(1.0, scale_value * decode_scale)
     else:
@@ -195,13 +381,55 @@ def _quantize_tiles(
     # -0.0 from its bits: a -0.0 literal reaches the PTX as +0.0 (Triton 3.6)
     addend = tl.where(overflowed, 0, -2147483648).to(tl.float32, bitcast=True)[:, :, None, None]
     floor = tl.where(overflowed, 6.0, 0.0)[:, :, None, None]
-    low = _e2m1_satfinite_rne(tl.fma(even, multiplier, addend), floor)
-    high = _e2m1_satfinite_rne(tl.fma(odd, multiplier, addend), floor)
-
-    # element 2j -> low nibble of byte j: one byte per word, eight contiguous bytes per block
-    packed = tl.reshape((low | (high << 4)).to(tl.uint8), [BLOCKS, BLOCK_ROWS, 8])
-    byte = (block[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]).to(tl.int64)
-    tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + byte, packed, mask=live[:, :, None])
+    if LEAN >= 4:
+        # LEAN 1's rounding; the signs gathered from the float32 sign bits 8 at a time by PRMT (sign
+        # replicating byte selects) instead of a mask and an IMAD per element
+        y_low = tl.fma(even, multiplier, addend)
+        y_high = tl.fma(odd, multiplier, addend)
+        low = _e2m1_index_at_bit_22(tl.minimum(tl.abs(y_low), 6.0), FUSED_QUOTIENT)
+        high = _e2m1_index_at_bit_22(tl.minimum(tl.abs(y_high), 6.0), FUSED_QUOTIENT)
+        pair = low + high * 16  # the byte's two 3-bit indices at bits 22..24 and 26..28
+        j = tl.arange(0, 4)[None, None, None, :]
+        placed = tl.where(j == 3, pair << 2, pair >> (22 - 8 * tl.minimum(j, 2)).to(tl.uint32))
+        packed_words = tl.sum(placed, axis=3) | _sign_bits_of_nibbles(y_low, y_high, FUSED_QUOTIENT)
+        packed_words |= tl.where(overflowed, 0x77777777, 0).to(tl.uint32)[:, :, None]
+        half_word = (block[:, :, None] * 2 + tl.arange(0, 2)[None, None, :]).to(tl.int64)
+        tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + half_word,
+                 packed_words.to(tl.int32, bitcast=True), mask=live[:, :, None])
+    elif LEAN:
+        # The same codes with fewer instructions on the integer ALU (LOP3, SHF, IADD3, LEA, IMNMX, FMNMX:
+        # a warp instruction every other clock): one clamp per element, no floor (y = x + 0 in overflowed
+        # blocks, finite, so its sign is the contract's: -0 gives +0, the NaN's code 7; the magnitudes
+        # are then ORed with index 7 per word below), the rounding by float ops (_e2m1_index_at_bit_22),
+        # the sign by a mask and an IMAD, the placement by LEA.HI. Bitwise the same as the branch below:
+        # test_lean_* and test_every_bench_variant_is_bitwise_the_default in the quant suite.
+        y_low = tl.fma(even, multiplier, addend)
+        y_high = tl.fma(odd, multiplier, addend)
+        low = _nibble_at_bit_28(_e2m1_index_at_bit_22(tl.minimum(tl.abs(y_low), 6.0), FUSED_QUOTIENT), y_low)
+        high = _nibble_at_bit_28(_e2m1_index_at_bit_22(tl.minimum(tl.abs(y_high), 6.0), FUSED_QUOTIENT), y_high)
+        # byte j of the pair (low nibble element 2j) at bits 24..31, then moved to bits 8j of the word
+        if LEAN == 2:
+            shift_8 = place_multiplier.to(tl.uint32)
+        else:  # constant: ptxas makes each umulhi-and-add one LEA.HI (ALU) where IMAD.HI needs a zeroing move
+            shift_8 = tl.full([], 256, tl.uint32)
+        shift_16 = shift_8 * shift_8
+        shift_24 = shift_16 * shift_8
+        pair = tl.umulhi(low, shift_24 * 16) + high
+        j = tl.arange(0, 4)[None, None, None, :]
+        multiplier_j = tl.where(j == 0, shift_8, tl.where(j == 1, shift_16, shift_24))
+        placed = tl.where(j == 3, pair, tl.umulhi(pair, multiplier_j))
+        packed_words = tl.sum(placed, axis=3)  # [blocks, rows, 2]: disjoint bytes, the sum is an OR
+        packed_words |= tl.where(overflowed, 0x77777777, 0).to(tl.uint32)[:, :, None]
+        half_word = (block[:, :, None] * 2 + tl.arange(0, 2)[None, None, :]).to(tl.int64)
+        tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + half_word,
+                 packed_words.to(tl.int32, bitcast=True), mask=live[:, :, None])
+    else:
+        low = _e2m1_satfinite_rne(tl.fma(even, multiplier, addend), floor)
+        high = _e2m1_satfinite_rne(tl.fma(odd, multiplier, addend), floor)
+        # element 2j -> low nibble of byte j: one byte per word, eight contiguous bytes per block
+        packed = tl.reshape((low | (high << 4)).to(tl.uint8), [BLOCKS, BLOCK_ROWS, 8])
+        byte = (block[:, :, None] * 8 + tl.arange(0, 8)[None, None, :]).to(tl.int64)
+        tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + byte, packed, mask=live[:, :, None])
     tl.store(scales_ptr + row.to(tl.int64) * stride_sm + block, scale_code.to(tl.uint8), mask=live)
 
 
@@ -225,11 +453,13 @@ def run_plan(x: torch.Tensor, global_scale: torch.Tensor, plan: LaunchPlan, ieee
     blocks_per_row = cols // NVFP4_BLOCK
     grid = (triton.cdiv(rows, plan.block_rows), triton.cdiv(blocks_per_row, plan.blocks))
     words = _as_words(x)
+    # the lean path stores whole 32-bit words of codes: K / 2 bytes per row is a multiple of 8
+    out = packed.view(torch.int32) if plan.lean else packed
     _quantize_tiles[grid](
         words, words.stride(0), global_scale, rows, blocks_per_row,
-        packed, packed.stride(0), block_scales.view(torch.uint8), block_scales.stride(0),
+        out, out.stride(0), block_scales.view(torch.uint8), block_scales.stride(0), 256,
         BLOCK_ROWS=plan.block_rows, BLOCKS=plan.blocks, IEEE_DIVISION=ieee_division,
-        FUSED_QUOTIENT=not interpreting(), num_warps=plan.num_warps,
+        FUSED_QUOTIENT=not interpreting(), LEAN=plan.lean, num_warps=plan.num_warps,
     )
     return packed, block_scales
 

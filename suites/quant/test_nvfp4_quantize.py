@@ -1,6 +1,8 @@
 """nvfp4_quantize: every cell through the whole battery, and the battery against wrong quantizers."""
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from fractions import Fraction
 
 import pytest
@@ -9,7 +11,20 @@ import triton
 import triton.language as tl
 
 from oracles.battery import strategy_module
-from ops.quant.nvfp4_quantize import ENTRY, ONE_SIXTH, _e2m1_satfinite_rne, _e4m3_satfinite_rne
+import numpy as np
+
+from ops.quant import nvfp4_quantize as kernel_module
+from ops.quant.nvfp4_quantize import (
+    ENTRY,
+    ONE_SIXTH,
+    _e2m1_index_at_bit_22,
+    _e2m1_satfinite_rne,
+    _e4m3_satfinite_rne,
+    _e4m3_satfinite_rne_cvt,
+    _block_max_bf16x2,
+    _nibble_at_bit_28,
+)
+from ops.triton_backend import interpreting
 from references.formats import (
     E2M1_MAX,
     E2M1_MIDPOINTS,
@@ -31,6 +46,7 @@ from suites.certification import (
     machine_device,
 )
 from suites.quant import nvfp4_quantize_impls as impls
+from suites.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
 from suites.quant import wrong_encoders
 from suites.quant.exact_rounding import float32_nearest, random_float32
 
@@ -241,3 +257,154 @@ def test_kernel_rounding_probes_tell_a_wrong_rounding(probe, reference, wrong):
     values = probe()
     finite = values.isfinite() if reference is e2m1_encode else torch.ones_like(values, dtype=torch.bool)
     assert not torch.equal(reference(values[finite]), wrong(values[finite]))
+
+
+# -- the lean E2M1 path (LEAN 1, 2 of the kernel) -----------------------------------------------------
+@triton.jit
+def _lean_codes(values_ptr, codes_ptr, count, BLOCK: tl.constexpr, FMA_ROUNDS_ONCE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offsets < count
+    values = tl.load(values_ptr + offsets, mask=live, other=0.0)
+    nibble = _nibble_at_bit_28(_e2m1_index_at_bit_22(tl.minimum(tl.abs(values), 6.0), FMA_ROUNDS_ONCE), values)
+    tl.store(codes_ptr + offsets, (nibble >> 28).to(tl.uint8), mask=live)
+
+
+def test_lean_e2m1_rounding_is_the_reference_on_every_midpoint_its_neighbours_and_random_bits():
+    """The lean path's rounding, value by value (on the CPU its interpreter twin, on a GPU the FMA)."""
+    values = _e2m1_probe_values().to(machine_device())
+    codes = torch.empty(values.shape, dtype=torch.uint8, device=values.device)
+    block = 4096
+    _lean_codes[(triton.cdiv(values.numel(), block),)](values, codes, values.numel(), BLOCK=block,
+                                                        FMA_ROUNDS_ONCE=not interpreting())
+    expected = e2m1_encode(values.cpu())
+    assert torch.equal(codes.cpu(), expected), f"{int((codes.cpu() != expected).sum())} codes differ"
+
+
+def _lean_index_single_rounding_fma(magnitude: np.ndarray) -> np.ndarray:
+    """``_e2m1_index_at_bit_22`` as the GPU computes it (FMA_ROUNDS_ONCE): the FMA's one rounding is the
+    float64 sum (exact: at most 47 significant bits here) rounded to float32."""
+    scaled_bits = (magnitude * np.float32(2.0**-104)).view(np.uint32)
+    scaled_power = np.maximum(scaled_bits & np.uint32(0x7F800000), np.uint32(0x0B800000)).view(np.float32)
+    rounded = (magnitude.astype(np.float64) * 2.0**-126 + scaled_power.astype(np.float64)).astype(np.float32)
+    return (rounded - scaled_power).view(np.uint32)
+
+
+def test_lean_e2m1_rounding_with_one_fma_rounding_is_the_reference_near_every_value_and_midpoint():
+    """The GPU form of the lean rounding (the interpreter cannot run it: its tl.fma rounds twice), modelled
+    in numpy on every float32 within 2**16 ulps of each E2M1 value and midpoint, the subnormals' ends and
+    2**20 random magnitudes in [0, 6]. (Every float32 in [0, 6], 1.09e9 of them, was checked the same way
+    once: none differed, 75 s.)"""
+    centres = np.array(E2M1_VALUES + E2M1_MIDPOINTS + (2.0**-126, 2.0**-149), dtype=np.float32).view(np.uint32)
+    offsets = np.arange(-(2**16), 2**16 + 1, dtype=np.int64)
+    bits = (centres.astype(np.int64)[:, None] + offsets[None, :]).ravel()
+    random_bits = np.random.default_rng(5).integers(0, int(np.float32(6.0).view(np.uint32)) + 1, 2**20)
+    bits = np.concatenate([bits, random_bits])
+    bits = bits[(bits >= 0) & (bits <= int(np.float32(6.0).view(np.uint32)))].astype(np.uint32)
+    magnitude = bits.view(np.float32)
+    got = torch.from_numpy((_lean_index_single_rounding_fma(magnitude) >> 22).astype(np.uint8))
+    expected = e2m1_encode(torch.from_numpy(magnitude.copy()))
+    assert torch.equal(got, expected), f"{int((got != expected).sum())} of {len(bits)} differ"
+
+
+def test_lean_single_rounding_model_can_fail():
+    """The model above tells a wrong rounding: an FMA that rounded the subnormal product first (the
+    interpreter's) moves codes at the midpoints' neighbours."""
+    magnitude = np.nextafter(np.array(E2M1_MIDPOINTS, dtype=np.float32), np.float32(7.0))
+    scaled_bits = (magnitude * np.float32(2.0**-104)).view(np.uint32)
+    scaled_power = np.maximum(scaled_bits & np.uint32(0x7F800000), np.uint32(0x0B800000)).view(np.float32)
+    twice = (magnitude * np.float32(2.0**-126) + scaled_power - scaled_power).view(np.uint32) >> 22
+    assert not np.array_equal(twice, _lean_index_single_rounding_fma(magnitude) >> 22)
+
+
+@pytest.mark.parametrize("mode", GLOBAL_SCALE_MODES)
+def test_every_bench_variant_is_bitwise_the_default(mode):
+    """Every plan of ``bench_variants`` (tiles, warps, E2M1 paths) gives the default plan's bytes, on
+    hard blocks under every global-scale mode; the default gives the reference's."""
+    x, global_scale = hard_input(12, 400, mode, HARD_BLOCK_KINDS, seed=11, device=machine_device())
+    packed, scales = kernel_module.nvfp4_quantize(x, global_scale)
+    reference_packed, reference_scales = nvfp4_quantize(x.cpu(), global_scale.cpu())
+    assert torch.equal(packed.cpu(), reference_packed)
+    assert torch.equal(scales.cpu().view(torch.uint8), reference_scales.view(torch.uint8))
+    variants = kernel_module.bench_variants(x, global_scale)
+    plans = {}  # the interpreter ignores num_warps: one run per tile and E2M1 path
+    for label, variant in variants.items():
+        plan = variant.__defaults__[0]
+        plans.setdefault(dataclasses.replace(plan, num_warps=4) if interpreting() else plan, (label, variant))
+    for label, variant in plans.values():
+        variant_packed, variant_scales = variant(x, global_scale)
+        assert torch.equal(variant_packed, packed), label
+        assert torch.equal(variant_scales.view(torch.uint8), scales.view(torch.uint8)), label
+
+
+@triton.jit
+def _e4m3_by_cvt(values_ptr, code_ptr, value_ptr, count, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offsets < count
+    code, value = _e4m3_satfinite_rne_cvt(tl.load(values_ptr + offsets, mask=live, other=0.0))
+    tl.store(code_ptr + offsets, code.to(tl.uint8), mask=live)
+    tl.store(value_ptr + offsets, value, mask=live)
+
+
+@pytest.mark.skipif(interpreting(), reason="inline PTX (cvt.rn.satfinite.e4m3x2.f32) runs on a GPU only")
+def test_kernel_e4m3_by_cvt_is_the_reference_on_every_code_every_tie_and_random_bits():
+    """LEAN 3's block scales: the conversion instruction against the reference, value by value."""
+    values = _e4m3_probe_values().to(machine_device())
+    code = torch.empty(values.shape, dtype=torch.uint8, device=values.device)
+    value = torch.empty_like(values)
+    block = 4096
+    _e4m3_by_cvt[(triton.cdiv(values.numel(), block),)](values, code, value, values.numel(), BLOCK=block)
+    expected = e4m3_satfinite_rne(values.cpu())
+    differ = int((code.cpu() != expected.view(torch.uint8)).sum())
+    assert differ == 0, f"{differ} codes differ"
+    assert torch.equal(value.cpu(), expected.float())
+
+
+def _prmt(a: np.ndarray, b: np.ndarray, selector: int) -> np.ndarray:
+    """PTX ``prmt.b32`` generic mode (PTX ISA): bytes {b, a} numbered 0..7, a nibble per result byte, its
+    msb replicating the selected byte's sign bit."""
+    source = (b.astype(np.uint64) << np.uint64(32)) | a.astype(np.uint64)
+    result = np.zeros(a.shape, dtype=np.uint64)
+    for k in range(4):
+        control = (selector >> (4 * k)) & 0xF
+        byte = (source >> np.uint64(8 * (control & 7))) & np.uint64(0xFF)
+        if control & 8:
+            byte = np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0))
+        result |= byte << np.uint64(8 * k)
+    return result.astype(np.uint32)
+
+
+def test_prmt_sign_gather_selectors_put_each_sign_on_its_nibble():
+    """LEAN 4's ``_sign_bytes`` (a GPU-only PTX block) modelled in numpy, with the two LOP3 masks after it,
+    against the interpreter twin's sign bits: bit 8j + 3 from element 2j, 8j + 7 from 2j + 1."""
+    source = inspect.getsource(kernel_module._sign_bytes.fn)
+    assert "0x00FB" in source and "0xFB00" in source and "0x7610" in source
+    bits = np.random.default_rng(6).integers(0, 2**32, (4096, 2, 4), dtype=np.uint64).astype(np.uint32)
+    low, high = bits[:, 0], bits[:, 1]  # [n, 4]: y of elements 2j and 2j + 1
+
+    def sign_bytes(y):
+        return _prmt(_prmt(y[:, 0], y[:, 1], 0x00FB), _prmt(y[:, 2], y[:, 3], 0xFB00), 0x7610)
+
+    got = (sign_bytes(low) & np.uint32(0x08080808)) | (sign_bytes(high) & np.uint32(0x80808080))
+    j = np.arange(4, dtype=np.uint32)
+    expected = np.bitwise_or.reduce(((low >> 31) << (8 * j + 3)) | ((high >> 31) << (8 * j + 7)), axis=1)
+    assert np.array_equal(got, expected.astype(np.uint32))
+
+
+@triton.jit
+def _block_max_by_bf16x2(words_ptr, max_ptr, BLOCKS: tl.constexpr):
+    block = tl.arange(0, BLOCKS)[:, None, None, None]
+    word = block * 8 + tl.arange(0, 2)[None, None, :, None] * 4 + tl.arange(0, 4)[None, None, None, :]
+    tl.store(max_ptr + tl.arange(0, BLOCKS)[:, None], _block_max_bf16x2(tl.load(words_ptr + word)))
+
+
+@pytest.mark.skipif(interpreting(), reason="inline PTX (max.xorsign.abs.bf16x2) runs on a GPU only")
+def test_block_max_by_bf16x2_is_the_float32_max_of_magnitudes():
+    """LEAN 6's block max against torch on random bf16 bit patterns (subnormals, both zeros, no NaN/inf)."""
+    bits = torch.randint(-(2**15), 2**15, (64, 16), dtype=torch.int16, generator=torch.Generator().manual_seed(7))
+    bits[(bits & 0x7F80) == 0x7F80] = 0x0001  # the contract's x is finite
+    bits[3] = -(2**15)  # a block of -0.0
+    x = bits.view(torch.bfloat16)
+    words = x.contiguous().view(torch.int32).to(machine_device())
+    block_max = torch.empty(64, 1, dtype=torch.float32, device=words.device)
+    _block_max_by_bf16x2[(1,)](words, block_max, BLOCKS=64)
+    assert torch.equal(block_max.cpu()[:, 0], x.float().abs().amax(dim=1))
