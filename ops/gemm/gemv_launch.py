@@ -35,10 +35,12 @@ class PlanShape:
     num_stages: int       # steps of loads in flight (cp.async pipeline depth)
     num_warps: int
     split_below: float    # K is split while the row tiles number fewer than this many times the SMs
+    cores_at_m1: bool = False  # M = 1 on CUDA cores (no tensor cores), see ``core_products``
 
-    def label(self, splits: int) -> str:
-        return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps, "
-                f"{splits} splits")
+    def label(self, splits: int | None = None) -> str:
+        """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
+        return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps"
+                + ("" if splits is None else f", {splits} splits") + (", M=1 on CUDA cores" if self.cores_at_m1 else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +52,13 @@ class GemvPlan:
     num_warps: int
     num_stages: int
     compiled: bool    # for a GPU: tensor-core dot, inline PTX; else the interpreter's float32 sums
+    cuda_cores: bool  # M = 1 products on CUDA cores, summed over K once at the end (``core_products``)
 
 
-def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape) -> GemvPlan:
-    """Plan for a weight of ``rows`` (N) x ``cols`` (K) elements of ``weight_bits`` bits each."""
+def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape,
+              m: int = ACTIVATION_ROWS) -> GemvPlan:
+    """Plan for a weight of ``rows`` (N) x ``cols`` (K) elements of ``weight_bits`` bits each, against
+    ``m`` activation rows."""
     block_k = shape.step_bytes * 8 // weight_bits
     block_k = INTERPRETER_BLOCK_K if on_interpreter else block_k
     widest = INTERPRETER_BLOCK_N if on_interpreter else shape.block_n
@@ -66,27 +71,31 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
         splits = max(1, min(triton.cdiv(sms, tiles), triton.cdiv(cols, 4 * block_k)))
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
-                    num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter)
+                    num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter,
+                    cuda_cores=m == 1 and shape.cores_at_m1)
 
 
-# Plans for tools/bench --variants, around the H200 measurements at N = K = 8192 (M = 1): E4M3 best at
-# 32 rows x 5 stages (24.8 us) and 64 rows x 5 stages x 2 splits (25.1 us); deeper pipelines and more
-# programs per SM helped every time, so the spread goes further both ways, and to 256-byte steps.
+# Plans for tools/bench --variants, around the H200 measurements at N = K = 8192, M = 1 (tools/bench, 30 Nov
+# 2026): E4M3 best at 32 rows x 256 B x 4 stages (22.5 us, M = 16: 24.0 us), NVFP4 at 32 rows x 128 B x 4
+# stages (41.3 us); 64 rows x 256 B spills for NVFP4 (250 us), 16 rows was slower for both. The CUDA-core
+# shapes (M = 1 only; M > 1 runs their tensor-core plan) compile without spills for sm_90 to 256 B x 64 rows
+# (E4M3) and 128 B x 32 rows (NVFP4).
 VARIANT_SHAPES = tuple(
-    [PlanShape(block_n, 128, num_stages, 4, split_below)
-     for block_n in (16, 32, 64) for num_stages in (4, 6, 8) for split_below in (0.5, 2.0)]
-    + [PlanShape(block_n, 256, num_stages, 4, split_below)
-       for block_n in (32, 64) for num_stages in (3, 4) for split_below in (0.5, 2.0)]
-    + [PlanShape(64, 128, 5, 8, 0.5), PlanShape(64, 128, 5, 8, 2.0), PlanShape(128, 128, 4, 8, 2.0)]
+    [PlanShape(32, step_bytes, num_stages, 4, 0.5) for step_bytes, num_stages in ((128, 4), (256, 3), (256, 4),
+                                                                                   (256, 6), (512, 3))]
+    + [PlanShape(32, 256, 4, 2, 0.5), PlanShape(64, 128, 4, 4, 2.0), PlanShape(64, 128, 4, 8, 0.5)]
+    + [PlanShape(block_n, step_bytes, num_stages, 4, split_below, cores_at_m1=True)
+       for block_n, step_bytes in ((16, 256), (32, 128), (32, 256), (64, 128), (64, 256))
+       for num_stages in (3, 5) for split_below in (0.5, 2.0)]
 )
 
 
-def plan_variants(rows: int, cols: int, weight_bits: int, sms: int) -> dict[str, GemvPlan]:
-    """GPU launch plans of ``VARIANT_SHAPES``, labelled, for the GEMVs' ``bench_variants`` (the same plan
-    reached from two shapes is timed once)."""
+def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int) -> dict[str, GemvPlan]:
+    """GPU launch plans of ``VARIANT_SHAPES`` for ``m`` activation rows, labelled, for the GEMVs'
+    ``bench_variants`` (the same plan reached from two shapes is timed once)."""
     variants = {}
     for shape in VARIANT_SHAPES:
-        plan = gemv_plan(rows, cols, weight_bits, sms, False, shape)
+        plan = gemv_plan(rows, cols, weight_bits, sms, False, shape, m)
         if plan not in variants.values():
             variants[shape.label(plan.splits)] = plan
     return variants
@@ -123,6 +132,15 @@ def accumulate(acc, weights, x_bits, COMPILED: tl.constexpr):
     else:
         x = bf16_bits_to_float32(x_bits)
         return acc + tl.sum(weights[:, None, :] * x[None, :, :], axis=2)
+
+
+@triton.jit
+def core_products(acc, weights, x_bits):
+    """M = 1 on CUDA cores: ``acc`` (shaped like ``weights``) + weights * x, elementwise in float32 (exact
+    products), x's one row (bf16 bits, int16) broadcast over the rows; the caller sums over K once, after
+    the last step. The tensor-core dot pads M to 16: for M = 1 it converts every weight into the dot's
+    operand layout through shared memory for 1/16 of the products it runs."""
+    return acc + weights * bf16_bits_to_float32(x_bits)[None, :]
 
 
 @triton.jit
@@ -176,7 +194,7 @@ def run_tiles(kernel, x: torch.Tensor, cols: int, weight_args: tuple, scale: tor
     kernel[(triton.cdiv(cols, plan.block_n), plan.splits)](
         x.view(torch.int16), x.stride(0), x.stride(1), rows, *weight_args, cols, depth,
         y, y.stride(0), partials, plan.chunk,
-        BLOCK_M=ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split, COMPILED=plan.compiled,
+        BLOCK_M=1 if plan.cuda_cores else ACTIVATION_ROWS, CUDA_CORES=plan.cuda_cores, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split, COMPILED=plan.compiled,
         NUM_STAGES=plan.num_stages, num_warps=plan.num_warps, **meta,
     )
     if split:

@@ -17,6 +17,8 @@ under the interpreter arithmetic. See ``gemv_launch`` for the plan and the split
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -40,11 +42,10 @@ from references.gemm import nvfp4_gemv as contract
 
 E2M1_BITS = 4
 SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for the kernels
-# Measured on the H200 at N = K = 8192, M = 1 (the kernel before the single-dot rewrite): 64 rows x 3
-# stages with K split in two, 39 us; one pass (64 or 32 rows) 50 us: the decode wants more programs.
-# The single-dot kernel at 64 rows spills (255 registers, sm_90 ptxas); 32 rows does not (160).
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=5, num_warps=4, split_below=2.0)
-
+# Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026): 32 rows x 128 B x 4 stages, M = 1 41.3 us,
+# M = 16 41.9 us (5 stages: 43.5 us); 64 rows spills (255 registers, sm_90 ptxas), 32 rows does not (160).
+# The lead sets this line to the sweep's winner.
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0)
 
 # -- kernel ---------------------------------------------------------------------------------------
 # Four packed bytes (eight E2M1 codes) -> four bf16 pairs, each code's value times its byte's scale.
@@ -133,6 +134,18 @@ def dequantize_tile(packed, scales, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
     return tl.reshape(tl.join(low, high), [BLOCK_N, BLOCK_K])
 
 
+@triton.jit
+def core_pair_products(products, packed, scales, x_pairs, PTX_DECODE: tl.constexpr):
+    """``core_products`` for packed bytes [.., 8] and their block scales [.., 1]: the low-nibble values
+    against x's even columns, the high-nibble ones against the odd; ``x_pairs`` (broadcast against
+    ``packed``) holds x's columns 2j (low half) and 2j + 1 (high half) as one int32, so x is read in
+    16-byte vectors and never rearranged."""
+    low, high = dequantize_pairs(packed, scales.to(tl.float32), PTX_DECODE)
+    even = (x_pairs << 16).to(tl.float32, bitcast=True)
+    odd = (x_pairs & -65536).to(tl.float32, bitcast=True)
+    return products + low.to(tl.float32) * even + high.to(tl.float32) * odd
+
+
 # M, N and y's row stride change from call to call and gain nothing from specialization (each distinct
 # one is a compile). K, the chunk and the weights' strides stay specialized: without their divisibility
 # by 16 the loads are neither vectorized nor pipelined (cp.async), measured on the sm_90 PTX.
@@ -146,40 +159,68 @@ def _nvfp4_gemv_tiles(
     y_ptr, stride_ym, partial_ptr, chunk,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-    COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr,
+    COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr, CUDA_CORES: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
-    x_rows = (offs_m < rows)[:, None]  # padding rows of x are not read (an M = 1 call reads one row)
     start, whole, stop = step_bounds(chunk, depth, BLOCK_K)
-    weight_row = clamp_rows(offs_n, cols)[:, None]
-    byte = start // 2 + tl.arange(0, BLOCK_K // 2)
-    group = start // SCALE_BLOCK + tl.arange(0, BLOCK_K // SCALE_BLOCK)
-    column = start + tl.arange(0, BLOCK_K)
-    packed_tile = packed_ptr + weight_row * stride_pn + byte[None, :]
-    scale_tile = scales_ptr + weight_row * stride_sn + group[None, :]
-    x_tile = x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk
-    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-    for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
-        weights = dequantize_tile(tl.load(packed_tile), tl.load(scale_tile), BLOCK_N, BLOCK_K, PTX_DECODE)
-        acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows, other=0), COMPILED)
-        packed_tile += BLOCK_K // 2
-        scale_tile += BLOCK_K // SCALE_BLOCK
-        x_tile += BLOCK_K * stride_xk
-    if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
-        live = (whole + tl.arange(0, BLOCK_K) < stop)[None, :]
-        packed = tl.load(packed_tile, mask=(whole + 2 * tl.arange(0, BLOCK_K // 2) < stop)[None, :], other=0)
-        scale = tl.load(scale_tile, mask=(whole + SCALE_BLOCK * tl.arange(0, BLOCK_K // SCALE_BLOCK) < stop)[None, :],
-                        other=0.0)
-        weights = dequantize_tile(packed, scale, BLOCK_N, BLOCK_K, PTX_DECODE)
-        acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows & live, other=0), COMPILED)
+    if CUDA_CORES:  # M = 1; x read as int32 pairs: stride_xk == 1 and x 4-byte aligned (the host checks)
+        # [BLOCK_N, blocks, 8]: row, scale block of the step, byte in the block
+        row = clamp_rows(offs_n, cols)[:, None, None]
+        block = start // SCALE_BLOCK + tl.arange(0, BLOCK_K // SCALE_BLOCK)[None, :, None]
+        pair = block * (SCALE_BLOCK // 2) + tl.arange(0, SCALE_BLOCK // 2)[None, None, :]
+        packed_tile = packed_ptr + row * stride_pn + pair
+        scale_tile = scales_ptr + row * stride_sn + block
+        x_pairs = x_bits_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + pair
+        products = tl.zeros([BLOCK_N, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK // 2], tl.float32)
+        for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
+            products = core_pair_products(products, tl.load(packed_tile), tl.load(scale_tile), tl.load(x_pairs),
+                                          PTX_DECODE)
+            packed_tile += BLOCK_K // 2
+            scale_tile += BLOCK_K // SCALE_BLOCK
+            x_pairs += BLOCK_K // 2
+        if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
+            live = whole - start + 2 * pair < stop
+            products = core_pair_products(products, tl.load(packed_tile, mask=live, other=0),
+                                          tl.load(scale_tile, mask=whole - start + SCALE_BLOCK * block < stop,
+                                                  other=0.0),
+                                          tl.load(x_pairs, mask=live, other=0), PTX_DECODE)
+        acc = tl.sum(tl.sum(products, axis=2), axis=1)[:, None]
+    else:
+        offs_m = tl.arange(0, BLOCK_M)
+        x_rows = (offs_m < rows)[:, None]  # padding rows of x are not read (an M = 1 call reads one row)
+        weight_row = clamp_rows(offs_n, cols)[:, None]
+        byte = start // 2 + tl.arange(0, BLOCK_K // 2)
+        group = start // SCALE_BLOCK + tl.arange(0, BLOCK_K // SCALE_BLOCK)
+        column = start + tl.arange(0, BLOCK_K)
+        packed_tile = packed_ptr + weight_row * stride_pn + byte[None, :]
+        scale_tile = scales_ptr + weight_row * stride_sn + group[None, :]
+        x_tile = x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+        for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
+            weights = dequantize_tile(tl.load(packed_tile), tl.load(scale_tile), BLOCK_N, BLOCK_K, PTX_DECODE)
+            acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows, other=0), COMPILED)
+            packed_tile += BLOCK_K // 2
+            scale_tile += BLOCK_K // SCALE_BLOCK
+            x_tile += BLOCK_K * stride_xk
+        if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
+            live = (whole + tl.arange(0, BLOCK_K) < stop)[None, :]
+            packed = tl.load(packed_tile, mask=(whole + 2 * tl.arange(0, BLOCK_K // 2) < stop)[None, :], other=0)
+            scale = tl.load(scale_tile, mask=(whole + SCALE_BLOCK * tl.arange(0, BLOCK_K // SCALE_BLOCK) < stop)[None, :],
+                            other=0.0)
+            weights = dequantize_tile(packed, scale, BLOCK_N, BLOCK_K, PTX_DECODE)
+            acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows & live, other=0), COMPILED)
     decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
     store_rows(acc, y_ptr, stride_ym, partial_ptr, tl.program_id(1), rows, cols, offs_n, decode_scale, BLOCK_M, SPLIT)
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
+def plan_for(x, packed, shape: PlanShape) -> GemvPlan:
+    """``shape``'s plan for these inputs on their device (the interpreter's blocks on a CPU)."""
+    return gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), interpreting(), shape, x.shape[0])
+
+
 def default_plan(x, packed) -> GemvPlan:
-    return gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), interpreting(), DEFAULT_SHAPE)
+    return plan_for(x, packed, DEFAULT_SHAPE)
 
 
 def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: bool | None = None) -> torch.Tensor:
@@ -188,6 +229,8 @@ def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: 
     ``ptx_decode``: the table-lookup decode (default: whenever compiled for a GPU) or the arithmetic one.
     """
     weight_args = (packed, packed.stride(0), block_scales, block_scales.stride(0), global_scale)
+    if plan.cuda_cores and not (x.stride(1) == 1 and x.data_ptr() % 4 == 0):  # x not readable as int32 pairs
+        plan = dataclasses.replace(plan, cuda_cores=False)
     return run_tiles(_nvfp4_gemv_tiles, x, packed.shape[0], weight_args, global_scale, True, plan,
                      PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode)
 
@@ -199,10 +242,10 @@ def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
 
 def bench_variants(x, packed, block_scales, global_scale) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
-    plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device))
+    plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), x.shape[0])
     variants = {label: lambda x, packed, block_scales, global_scale, plan=plan:
                 run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
-    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False, DEFAULT_SHAPE)
+    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False, DEFAULT_SHAPE, x.shape[0])
     variants["default plan, arithmetic decode"] = lambda x, packed, block_scales, global_scale: run_plan(
         x, packed, block_scales, global_scale, default, ptx_decode=False)
     return variants

@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 
 from oracles.battery import strategy_module
+from ops.gemm import nvfp4_gemv
 from ops.gemm.nvfp4_gemv import E2M1_PAIRS_PTX, ENTRY, default_plan, dequantize_pairs
 from references.formats import E4M3_MAX, e2m1_decode
 from suites.certification import (
@@ -20,6 +21,7 @@ from suites.certification import (
     judged,
     machine_device,
 )
+from suites.gemm import gemv_plans
 from suites.gemm import nvfp4_gemv_impls as impls
 
 pytestmark = arch_marks(ENTRY.archs)
@@ -55,6 +57,14 @@ def test_battery_rejects(name, oracle):
 def test_battery_accepts_another_correct_implementation(cell):
     impl = judged(ENTRY, impls, "correct_via_float32_sums")
     assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+
+
+@pytest.mark.parametrize("shape", gemv_plans.shapes_to_judge(nvfp4_gemv.DEFAULT_SHAPE), ids=lambda shape: shape.label())
+@pytest.mark.parametrize("cell", cell_params(ENTRY))
+def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
+    """What tools/bench --variants times must be right: each plan's corners (M = 1 and 16, tails)."""
+    impl = gemv_plans.planned(ENTRY, nvfp4_gemv, shape)
+    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=0), impl.label)
 
 
 def test_corners_reach_both_launch_paths_and_the_hard_weights():
