@@ -18,13 +18,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
 from ops.gemm.gemv_launch import (
     GemvPlan,
-    OnBf16Weights,
     PlanShape,
     accumulate,
     clamp_rows,
+    gemv_cells,
+    gemv_entry,
     core_products,
     gemv_plan,
     plan_variants,
@@ -55,9 +55,10 @@ def _fp8_gemv_tiles(
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     COMPILED: tl.constexpr, NUM_STAGES: tl.constexpr, CUDA_CORES: tl.constexpr,
+    ALIGNED_STEPS: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    start, whole, stop = step_bounds(chunk, depth, BLOCK_K)
+    start, whole, stop = step_bounds(chunk, depth, BLOCK_K, ALIGNED_STEPS)
     columns = start + tl.arange(0, BLOCK_K)
     w_tile = w_ptr + clamp_rows(offs_n, cols)[:, None] * stride_wn + columns[None, :] * stride_wk
     # E4M3 -> float32 is exact on a GPU and under the interpreter (NaN codes aside: not weights)
@@ -140,31 +141,7 @@ def params_of(x, w, w_scale):
     return {"M": x.shape[0], "N": w.shape[0], "K": x.shape[1]}
 
 
-CELLS = (
-    Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
-         "too few rows to fill an H200: K is split",
-         {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(1, 16384)}),
-    Cell("wide_outputs", "decode QKV/MLP projections, N 2048..32768 (Llama-3 8B/70B FP8 checkpoints): rows "
-         "across programs, one pass from N = 4224 on an H200",
-         {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(1, 16384)}),
-)
-
-_SIDE = 8192
+CELLS = gemv_cells(1, "Llama-3 8B/70B FP8 checkpoints")
 _TARGET_M1 = (">= 75% of copy bandwidth (stock dequantize + bf16 matmul: 4%, 391 us; "
               "cuBLAS bf16 GEMV on bf16 weights: 70%)")
-_TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
-
-ENTRY = Entry.of_contract(
-    contract,
-    kernel=fp8_gemv,
-    parity=Parity.BAND,
-    params_of=params_of,
-    cells=CELLS,
-    archs=ALL_ARCHS,
-    bench=tuple(
-        BenchCase(f"M={rows} N=K={_SIDE}", _bench_input(rows, _SIDE, _SIDE), bytes_moved,
-                  _TARGET_M1 if rows == 1 else _TARGET_M16,
-                  {"torch.matmul on bf16 weights": OnBf16Weights(_dequantize)})
-        for rows in (1, 4, 16)
-    ),
-)
+ENTRY = gemv_entry(contract, fp8_gemv, params_of, CELLS, _bench_input, bytes_moved, _TARGET_M1, _dequantize)

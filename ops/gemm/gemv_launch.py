@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
 from ops.triton_backend import bf16_bits_to_float32, float32_to_bf16_rne
 
 ACTIVATION_ROWS = 16  # M <= 16 by contract; the smallest tl.dot operand
@@ -36,11 +37,13 @@ class PlanShape:
     num_warps: int
     split_below: float    # K is split while the row tiles number fewer than this many times the SMs
     cores_at_m1: bool = False  # M = 1 on CUDA cores (no tensor cores), see ``core_products``
+    aligned_steps: bool = False  # the kernel is told each split starts on a step (see ``step_bounds``)
 
     def label(self, splits: int | None = None) -> str:
         """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
         return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps"
-                + ("" if splits is None else f", {splits} splits") + (", M=1 on CUDA cores" if self.cores_at_m1 else ""))
+                + ("" if splits is None else f", {splits} splits") + (", M=1 on CUDA cores" if self.cores_at_m1 else "")
+                + (", aligned steps" if self.aligned_steps else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +56,7 @@ class GemvPlan:
     num_stages: int
     compiled: bool    # for a GPU: tensor-core dot, inline PTX; else the interpreter's float32 sums
     cuda_cores: bool  # M = 1 products on CUDA cores, summed over K once at the end (``core_products``)
+    aligned_steps: bool
 
 
 def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape,
@@ -72,14 +76,15 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
                     num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter,
-                    cuda_cores=m == 1 and shape.cores_at_m1)
+                    cuda_cores=m == 1 and shape.cores_at_m1, aligned_steps=shape.aligned_steps)
 
 
 # Plans for tools/bench --variants, around the H200 measurements at N = K = 8192, M = 1 (tools/bench, 30 Nov
 # 2026): E4M3 best at 32 rows x 256 B x 4 stages (22.5 us, M = 16: 24.0 us), NVFP4 at 32 rows x 128 B x 4
 # stages (41.3 us); 64 rows x 256 B spills for NVFP4 (250 us), 16 rows was slower for both. The CUDA-core
 # shapes (M = 1 only; M > 1 runs their tensor-core plan) compile without spills for sm_90 to 256 B x 64 rows
-# (E4M3) and 128 B x 32 rows (NVFP4).
+# (E4M3) and 128 B x 32 rows or 256 B x 16 rows (NVFP4). Aligned steps change NVFP4's loads only (E4M3's
+# SASS is the same): its rows are timed for NVFP4.
 VARIANT_SHAPES = tuple(
     [PlanShape(32, step_bytes, num_stages, 4, 0.5) for step_bytes, num_stages in ((128, 4), (256, 3), (256, 4),
                                                                                    (256, 6), (512, 3))]
@@ -87,6 +92,9 @@ VARIANT_SHAPES = tuple(
     + [PlanShape(block_n, step_bytes, num_stages, 4, split_below, cores_at_m1=True)
        for block_n, step_bytes in ((16, 256), (32, 128), (32, 256), (64, 128), (64, 256))
        for num_stages in (3, 5) for split_below in (0.5, 2.0)]
+    + [PlanShape(32, 128, 4, 4, 0.5, aligned_steps=True), PlanShape(32, 128, 6, 4, 0.5, aligned_steps=True)]
+    + [PlanShape(block_n, step_bytes, num_stages, 4, 0.5, cores_at_m1=True, aligned_steps=True)
+       for block_n, step_bytes, num_stages in ((16, 256, 4), (32, 128, 4), (32, 128, 6))]
 )
 
 
@@ -102,10 +110,17 @@ def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int) -> d
 
 
 @triton.jit
-def step_bounds(chunk, depth, BLOCK_K: tl.constexpr):
+def step_bounds(chunk, depth, BLOCK_K: tl.constexpr, ALIGNED: tl.constexpr):
     """(start, whole, stop) of this program's split of K: whole steps run start..whole unmasked, then one
-    masked step whole..stop when the split ends inside a step (the last split, K not a multiple)."""
+    masked step whole..stop when the split ends inside a step (the last split, K not a multiple).
+
+    ``ALIGNED``: tell the compiler that start is a multiple of BLOCK_K (the plan's chunk is). Then NVFP4's
+    byte loads are 16-byte cp.async vectors and its scales come by cp.async too (sm_90 SASS: 8-byte
+    vectors and a synchronous single-byte global load per scale otherwise), but each scale is then read
+    from shared memory byte by byte: 815 against 591 instructions a step (32 rows x 128 B, tensor cores)."""
     start = tl.program_id(1) * chunk
+    if ALIGNED:
+        start = tl.multiple_of(start, BLOCK_K)
     stop = tl.minimum(start + chunk, depth)
     return start, start + (stop - start) // BLOCK_K * BLOCK_K, stop
 
@@ -194,7 +209,8 @@ def run_tiles(kernel, x: torch.Tensor, cols: int, weight_args: tuple, scale: tor
     kernel[(triton.cdiv(cols, plan.block_n), plan.splits)](
         x.view(torch.int16), x.stride(0), x.stride(1), rows, *weight_args, cols, depth,
         y, y.stride(0), partials, plan.chunk,
-        BLOCK_M=1 if plan.cuda_cores else ACTIVATION_ROWS, CUDA_CORES=plan.cuda_cores, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split, COMPILED=plan.compiled,
+        BLOCK_M=1 if plan.cuda_cores else ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split,
+        COMPILED=plan.compiled, CUDA_CORES=plan.cuda_cores, ALIGNED_STEPS=plan.aligned_steps,
         NUM_STAGES=plan.num_stages, num_warps=plan.num_warps, **meta,
     )
     if split:
@@ -215,3 +231,39 @@ class OnBf16Weights:
         if self.cached is None or self.cached[0] != key:
             self.cached = (key, self.dequantize(**weight).bfloat16())
         return torch.matmul(x, self.cached[1].T)
+
+
+# -- what the two catalog entries share -------------------------------------------------------------
+def gemv_cells(min_depth: int, checkpoints: str) -> tuple[Cell, Cell]:
+    """The two cells of a quantized GEMV: K from ``min_depth``; ``checkpoints`` names models of the wide one."""
+    return (
+        Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
+             "too few rows to fill an H200: K is split",
+             {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(min_depth, 16384)}),
+        Cell("wide_outputs", f"decode QKV/MLP projections, N 2048..32768 ({checkpoints}): rows "
+             "across programs, one pass from N = 4224 on an H200",
+             {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(min_depth, 16384)}),
+    )
+
+
+BENCH_SIDE = 8192
+BENCH_TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
+
+
+def gemv_entry(contract, kernel, params_of, cells, bench_input, bytes_moved, target_m1: str, dequantize) -> Entry:
+    """A quantized GEMV's catalog entry: band parity, every arch, bench rows M = 1, 4, 16 at N = K = 8192
+    (``bench_input(rows, cols, depth)`` makes their inputs) against cuBLAS on the ``dequantize``d weight."""
+    return Entry.of_contract(
+        contract,
+        kernel=kernel,
+        parity=Parity.BAND,
+        params_of=params_of,
+        cells=cells,
+        archs=ALL_ARCHS,
+        bench=tuple(
+            BenchCase(f"M={rows} N=K={BENCH_SIDE}", bench_input(rows, BENCH_SIDE, BENCH_SIDE), bytes_moved,
+                      target_m1 if rows == 1 else BENCH_TARGET_M16,
+                      {"torch.matmul on bf16 weights": OnBf16Weights(dequantize)})
+            for rows in (1, 4, 16)
+        ),
+    )

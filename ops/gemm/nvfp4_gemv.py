@@ -23,13 +23,13 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
 from ops.gemm.gemv_launch import (
     GemvPlan,
-    OnBf16Weights,
     PlanShape,
     accumulate,
     clamp_rows,
+    gemv_cells,
+    gemv_entry,
     gemv_plan,
     plan_variants,
     run_tiles,
@@ -135,12 +135,16 @@ def dequantize_tile(packed, scales, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
 
 
 @triton.jit
-def core_pair_products(products, packed, scales, x_pairs, PTX_DECODE: tl.constexpr):
-    """``core_products`` for packed bytes [.., 8] and their block scales [.., 1]: the low-nibble values
-    against x's even columns, the high-nibble ones against the odd; ``x_pairs`` (broadcast against
-    ``packed``) holds x's columns 2j (low half) and 2j + 1 (high half) as one int32, so x is read in
-    16-byte vectors and never rearranged."""
-    low, high = dequantize_pairs(packed, scales.to(tl.float32), PTX_DECODE)
+def core_pair_products(products, packed, scales, x_pairs, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       PTX_DECODE: tl.constexpr):
+    """``core_products`` for a step's packed bytes [BLOCK_N, BLOCK_K / 2] and block scales [BLOCK_N,
+    BLOCK_K / 16] into ``products`` [BLOCK_N, BLOCK_K / 16, 8]: the low-nibble values against x's even
+    columns, the high-nibble ones against the odd; ``x_pairs`` [BLOCK_K / 2] holds x's columns 2j (low
+    half) and 2j + 1 (high half) as one int32, so x is read in 16-byte vectors and never rearranged."""
+    blocks: tl.constexpr = BLOCK_K // SCALE_BLOCK
+    low, high = dequantize_pairs(tl.reshape(packed, [BLOCK_N, blocks, SCALE_BLOCK // 2]),
+                                 tl.reshape(scales.to(tl.float32), [BLOCK_N, blocks, 1]), PTX_DECODE)
+    x_pairs = tl.reshape(x_pairs, [1, blocks, SCALE_BLOCK // 2])
     even = (x_pairs << 16).to(tl.float32, bitcast=True)
     odd = (x_pairs & -65536).to(tl.float32, bitcast=True)
     return products + low.to(tl.float32) * even + high.to(tl.float32) * odd
@@ -160,30 +164,32 @@ def _nvfp4_gemv_tiles(
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr, CUDA_CORES: tl.constexpr,
+    ALIGNED_STEPS: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    start, whole, stop = step_bounds(chunk, depth, BLOCK_K)
+    start, whole, stop = step_bounds(chunk, depth, BLOCK_K, ALIGNED_STEPS)
     if CUDA_CORES:  # M = 1; x read as int32 pairs: stride_xk == 1 and x 4-byte aligned (the host checks)
-        # [BLOCK_N, blocks, 8]: row, scale block of the step, byte in the block
-        row = clamp_rows(offs_n, cols)[:, None, None]
-        block = start // SCALE_BLOCK + tl.arange(0, BLOCK_K // SCALE_BLOCK)[None, :, None]
-        pair = block * (SCALE_BLOCK // 2) + tl.arange(0, SCALE_BLOCK // 2)[None, None, :]
-        packed_tile = packed_ptr + row * stride_pn + pair
-        scale_tile = scales_ptr + row * stride_sn + block
+        # bytes and x's pairs load as [BLOCK_N, BLOCK_K / 2] rows (16-byte vectors), then are viewed as
+        # [BLOCK_N, blocks, 8] against the block scales [BLOCK_N, blocks, 1]
+        row = clamp_rows(offs_n, cols)[:, None]
+        pair = start // 2 + tl.arange(0, BLOCK_K // 2)
+        block = start // SCALE_BLOCK + tl.arange(0, BLOCK_K // SCALE_BLOCK)
+        packed_tile = packed_ptr + row * stride_pn + pair[None, :]
+        scale_tile = scales_ptr + row * stride_sn + block[None, :]
         x_pairs = x_bits_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + pair
         products = tl.zeros([BLOCK_N, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK // 2], tl.float32)
         for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
             products = core_pair_products(products, tl.load(packed_tile), tl.load(scale_tile), tl.load(x_pairs),
-                                          PTX_DECODE)
+                                          BLOCK_N, BLOCK_K, PTX_DECODE)
             packed_tile += BLOCK_K // 2
             scale_tile += BLOCK_K // SCALE_BLOCK
             x_pairs += BLOCK_K // 2
         if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
             live = whole - start + 2 * pair < stop
-            products = core_pair_products(products, tl.load(packed_tile, mask=live, other=0),
-                                          tl.load(scale_tile, mask=whole - start + SCALE_BLOCK * block < stop,
+            products = core_pair_products(products, tl.load(packed_tile, mask=live[None, :], other=0),
+                                          tl.load(scale_tile, mask=(whole - start + SCALE_BLOCK * block < stop)[None, :],
                                                   other=0.0),
-                                          tl.load(x_pairs, mask=live, other=0), PTX_DECODE)
+                                          tl.load(x_pairs, mask=live, other=0), BLOCK_N, BLOCK_K, PTX_DECODE)
         acc = tl.sum(tl.sum(products, axis=2), axis=1)[:, None]
     else:
         offs_m = tl.arange(0, BLOCK_M)
@@ -273,30 +279,6 @@ def params_of(x, packed, block_scales, global_scale):
     return {"M": x.shape[0], "N": packed.shape[0], "K": x.shape[1]}
 
 
-CELLS = (
-    Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
-         "too few rows to fill an H200: K is split",
-         {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(NVFP4_BLOCK, 16384)}),
-    Cell("wide_outputs", "decode QKV/MLP projections, N 2048..32768 (Llama-3 8B/70B, Qwen2 72B): rows "
-         "across programs, one pass from N = 4224 on an H200",
-         {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(NVFP4_BLOCK, 16384)}),
-)
-
-_SIDE = 8192
+CELLS = gemv_cells(NVFP4_BLOCK, "Llama-3 8B/70B, Qwen2 72B")
 _TARGET_M1 = ">= 65% of copy bandwidth, packed weights + scales (stock dequantize + bf16 matmul: 0.7%, 1240 us)"
-_TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
-
-ENTRY = Entry.of_contract(
-    contract,
-    kernel=nvfp4_gemv,
-    parity=Parity.BAND,
-    params_of=params_of,
-    cells=CELLS,
-    archs=ALL_ARCHS,
-    bench=tuple(
-        BenchCase(f"M={rows} N=K={_SIDE}", _bench_input(rows, _SIDE, _SIDE), bytes_moved,
-                  _TARGET_M1 if rows == 1 else _TARGET_M16,
-                  {"torch.matmul on bf16 weights": OnBf16Weights(nvfp4_dequantize)})
-        for rows in (1, 4, 16)
-    ),
-)
+ENTRY = gemv_entry(contract, nvfp4_gemv, params_of, CELLS, _bench_input, bytes_moved, _TARGET_M1, nvfp4_dequantize)

@@ -1,9 +1,11 @@
 """The GEMVs' launch-plan variants (``gemv_launch.VARIANT_SHAPES``) as implementations for the battery.
 
 ``tools/bench --variants`` times every variant on the device and the lead makes the winner the default:
-each must be a correct GEMV before it can be. On a GPU every shape is its own compiled kernel; under the
-interpreter (block sizes fixed, see ``gemv_launch``) shapes differ only in the design they run, tensor-core
-or CUDA-core products at M = 1, so one shape per design stands for the rest.
+each must be a correct GEMV before it can be. A design is what a shape's kernel computes differently
+(tensor-core or CUDA-core products at M = 1; on a GPU also the aligned steps' loads). Every design meets
+every cell's corners (the default plan's in ``test_cell``); on a GPU every shape, its own compiled kernel, meets narrow_outputs' corners (tails
+of K, M = 1 and 16, split K) as well. Under the interpreter the block sizes are fixed (``gemv_launch``),
+so one shape per design stands for the rest.
 """
 from __future__ import annotations
 
@@ -12,14 +14,21 @@ from ops.gemm.gemv_launch import VARIANT_SHAPES, PlanShape
 from ops.triton_backend import interpreting
 
 
-def shapes_to_judge(default: PlanShape) -> list[PlanShape]:
-    """Every variant shape on a GPU; under the interpreter one per design, the default's first."""
+def _design(shape: PlanShape) -> tuple:
+    return (shape.cores_at_m1,) if interpreting() else (shape.cores_at_m1, shape.aligned_steps)
+
+
+def shapes_to_judge(entry, default: PlanShape) -> list[tuple]:
+    """(cell, shape) pairs: one shape per design other than the default's (``test_cell`` judges that one)
+    on every cell, and on a GPU every other shape on narrow_outputs."""
+    designs = {_design(default): default}
+    for shape in VARIANT_SHAPES:
+        designs.setdefault(_design(shape), shape)
+    pairs = [(cell, shape) for cell in entry.cells for shape in designs.values() if shape is not default]
     if not interpreting():
-        return list(VARIANT_SHAPES)
-    designs = {}
-    for shape in (default, *VARIANT_SHAPES):
-        designs.setdefault(shape.cores_at_m1, shape)
-    return list(designs.values())
+        pairs += [(entry.cell("narrow_outputs"), shape) for shape in VARIANT_SHAPES
+                  if shape not in designs.values() and shape != default]
+    return pairs
 
 
 def planned(entry, op_module, shape: PlanShape) -> Implementation:
