@@ -38,12 +38,14 @@ class PlanShape:
     split_below: float    # K is split while the row tiles number fewer than this many times the SMs
     cores_at_m1: bool = False  # M = 1 on CUDA cores (no tensor cores), see ``core_products``
     aligned_steps: bool = False  # the kernel is told each split starts on a step (see ``step_bounds``)
+    float32_decode: bool = False  # NVFP4 on CUDA cores: E2M1_FLOAT32_PTX, not the bf16 table (E4M3: no effect)
 
     def label(self, splits: int | None = None) -> str:
         """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
         return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps"
                 + ("" if splits is None else f", {splits} splits") + (", M=1 on CUDA cores" if self.cores_at_m1 else "")
-                + (", aligned steps" if self.aligned_steps else ""))
+                + (", aligned steps" if self.aligned_steps else "")
+                + (", float32 decode" if self.float32_decode and self.cores_at_m1 else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +59,7 @@ class GemvPlan:
     compiled: bool    # for a GPU: tensor-core dot, inline PTX; else the interpreter's float32 sums
     cuda_cores: bool  # M = 1 products on CUDA cores, summed over K once at the end (``core_products``)
     aligned_steps: bool
+    float32_decode: bool
 
 
 def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape,
@@ -76,7 +79,8 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
                     num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter,
-                    cuda_cores=m == 1 and shape.cores_at_m1, aligned_steps=shape.aligned_steps)
+                    cuda_cores=m == 1 and shape.cores_at_m1, aligned_steps=shape.aligned_steps,
+                    float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode)
 
 
 # Plans for tools/bench --variants, around the H200 measurements at N = K = 8192, M = 1 (tools/bench, 30 Nov
@@ -84,17 +88,24 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
 # stages (41.3 us); 64 rows x 256 B spills for NVFP4 (250 us), 16 rows was slower for both. The CUDA-core
 # shapes (M = 1 only; M > 1 runs their tensor-core plan) compile without spills for sm_90 to 256 B x 64 rows
 # (E4M3) and 128 B x 32 rows or 256 B x 16 rows (NVFP4). Aligned steps change NVFP4's loads only (E4M3's
-# SASS is the same): its rows are timed for NVFP4.
+# SASS is the same): its rows are timed for NVFP4, as are the float32 decode's (NVFP4 on CUDA cores: 482
+# instructions a 32 x 128 B step against 575 with the bf16 table, 599 before the aligned reshape). With 4 warps a 32-row E4M3 tile is split 2 x 2 over the
+# warps and every weight converted twice (0.19 instructions a weight, sm_90 SASS); 2 warps (0.13, 78 to
+# 138 registers) and 64 rows on 4 warps (wgmma, 0.14, 96 registers) convert it once.
 VARIANT_SHAPES = tuple(
     [PlanShape(32, step_bytes, num_stages, 4, 0.5) for step_bytes, num_stages in ((128, 4), (256, 3), (256, 4),
                                                                                    (256, 6), (512, 3))]
-    + [PlanShape(32, 256, 4, 2, 0.5), PlanShape(64, 128, 4, 4, 2.0), PlanShape(64, 128, 4, 8, 0.5)]
+    + [PlanShape(32, step_bytes, num_stages, 2, 0.5) for step_bytes in (128, 256) for num_stages in (3, 4, 6)]
+    + [PlanShape(64, 128, 4, 4, 2.0), PlanShape(64, 128, 6, 4, 0.5), PlanShape(64, 128, 4, 8, 0.5)]
     + [PlanShape(block_n, step_bytes, num_stages, 4, split_below, cores_at_m1=True)
        for block_n, step_bytes in ((16, 256), (32, 128), (32, 256), (64, 128), (64, 256))
        for num_stages in (3, 5) for split_below in (0.5, 2.0)]
     + [PlanShape(32, 128, 4, 4, 0.5, aligned_steps=True), PlanShape(32, 128, 6, 4, 0.5, aligned_steps=True)]
     + [PlanShape(block_n, step_bytes, num_stages, 4, 0.5, cores_at_m1=True, aligned_steps=True)
        for block_n, step_bytes, num_stages in ((16, 256, 4), (32, 128, 4), (32, 128, 6))]
+    + [PlanShape(block_n, step_bytes, num_stages, 4, 0.5, cores_at_m1=True, float32_decode=True)
+       for block_n, step_bytes in ((16, 256), (32, 128)) for num_stages in (3, 4, 6)]
+    + [PlanShape(32, 128, 4, 4, 0.5, cores_at_m1=True, aligned_steps=True, float32_decode=True)]
 )
 
 

@@ -42,10 +42,13 @@ from references.gemm import nvfp4_gemv as contract
 
 E2M1_BITS = 4
 SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for the kernels
-# Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026): 32 rows x 128 B x 4 stages, M = 1 41.3 us,
-# M = 16 41.9 us (5 stages: 43.5 us); 64 rows spills (255 registers, sm_90 ptxas), 32 rows does not (160).
-# The lead sets this line to the sweep's winner.
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0)
+# Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026): 32 rows x 128 B x 4 stages on tensor
+# cores, M = 1 41.3 us, M = 16 41.9 us (5 stages: 43.5 us); 64 rows spills (255 registers, sm_90 ptxas).
+# M = 1 on CUDA cores with the float32 decode is this session's offline guess (sm_90 SASS, 32 x 128 B
+# step: 482 instructions against 585 on tensor cores, 168 registers, no spills). The lead sets this line
+# to the sweep's winner.
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0, cores_at_m1=True,
+                          float32_decode=True)
 
 # -- kernel ---------------------------------------------------------------------------------------
 # Four packed bytes (eight E2M1 codes) -> four bf16 pairs, each code's value times its byte's scale.
@@ -96,6 +99,46 @@ fma.rn.bf16x2 $3, hi23, $6, nz;
 """)
 
 
+# For CUDA-core products (float32): four packed bytes -> their eight values as float32, each code's value
+# times its byte's scale. Each code's 3 magnitude bits go to bits 9..11 of a float16 and its sign to bit
+# 15, two codes a 32-bit word (bytes 0 and 2, or 1 and 3): the float16 reads as e2m1(code) * 2**-14 (0.5 a
+# float16 subnormal); cvt.f32.f16 is exact, and one multiply by scale * 2**14 gives e2m1(code) * scale
+# exactly (at most 6 significant bits). $8: the four bytes; $9..$12: their scales times 2**14, float32;
+# $0..$3: low-nibble values (elements 2j) of bytes 0..3; $4..$7: high-nibble values. 35 instructions per
+# eight codes and no byte unpacking, against 33 plus 8 bf16 -> float32 moves for E2M1_PAIRS_PTX.
+E2M1_FLOAT32_PTX = tl.constexpr("""
+{
+.reg .b32 a, b, p02l, p02h, p13l, p13h;
+.reg .b16 h0, h1, h2, h3, h4, h5, h6, h7;
+.reg .f32 f;
+shl.b32 a, $8, 9;
+and.b32 a, a, 0x0E000E00;
+shl.b32 b, $8, 12;
+and.b32 b, b, 0x80008000;
+or.b32 p02l, a, b;
+shl.b32 a, $8, 5;
+and.b32 a, a, 0x0E000E00;
+shl.b32 b, $8, 8;
+and.b32 b, b, 0x80008000;
+or.b32 p02h, a, b;
+shl.b32 a, $8, 1;
+and.b32 a, a, 0x0E000E00;
+shl.b32 b, $8, 4;
+and.b32 b, b, 0x80008000;
+or.b32 p13l, a, b;
+shr.b32 a, $8, 3;
+and.b32 a, a, 0x0E000E00;
+and.b32 b, $8, 0x80008000;
+or.b32 p13h, a, b;
+mov.b32 {h0, h2}, p02l;
+mov.b32 {h1, h3}, p13l;
+mov.b32 {h4, h6}, p02h;
+mov.b32 {h5, h7}, p13h;
+""" + "\n".join(f"cvt.f32.f16 f, h{i};\nmul.rn.f32 ${i}, f, ${9 + i % 4};" for i in range(8)) + """
+}
+""")
+
+
 @triton.jit
 def _e2m1_times_2_pow_14(code):
     """float32 value of E2M1 ``code`` (int32, low 4 bits) times 2**-14, exactly.
@@ -125,6 +168,13 @@ def dequantize_pairs(packed, scale, PTX_DECODE: tl.constexpr):
 
 
 @triton.jit
+def dequantize_pairs_float32(packed, scale):
+    """``dequantize_pairs`` as float32 by ``E2M1_FLOAT32_PTX`` (GPU only)."""
+    return tl.inline_asm_elementwise(E2M1_FLOAT32_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r",
+                                     [packed, scale * 16384.0], dtype=(tl.float32, tl.float32), is_pure=True, pack=4)
+
+
+@triton.jit
 def dequantize_tile(packed, scales, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PTX_DECODE: tl.constexpr):
     """The [BLOCK_N, BLOCK_K] weight tile, columns in order, from its packed bytes [BLOCK_N, BLOCK_K / 2]
     and block scales [BLOCK_N, BLOCK_K / 16] (without the global scale): byte j holds columns 2j (low
@@ -136,14 +186,18 @@ def dequantize_tile(packed, scales, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
 
 @triton.jit
 def core_pair_products(products, packed, scales, x_pairs, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       PTX_DECODE: tl.constexpr):
+                       PTX_DECODE: tl.constexpr, FLOAT32_DECODE: tl.constexpr):
     """``core_products`` for a step's packed bytes [BLOCK_N, BLOCK_K / 2] and block scales [BLOCK_N,
     BLOCK_K / 16] into ``products`` [BLOCK_N, BLOCK_K / 16, 8]: the low-nibble values against x's even
     columns, the high-nibble ones against the odd; ``x_pairs`` [BLOCK_K / 2] holds x's columns 2j (low
     half) and 2j + 1 (high half) as one int32, so x is read in 16-byte vectors and never rearranged."""
     blocks: tl.constexpr = BLOCK_K // SCALE_BLOCK
-    low, high = dequantize_pairs(tl.reshape(packed, [BLOCK_N, blocks, SCALE_BLOCK // 2]),
-                                 tl.reshape(scales.to(tl.float32), [BLOCK_N, blocks, 1]), PTX_DECODE)
+    packed = tl.reshape(packed, [BLOCK_N, blocks, SCALE_BLOCK // 2])
+    scales = tl.reshape(scales.to(tl.float32), [BLOCK_N, blocks, 1])
+    if FLOAT32_DECODE:
+        low, high = dequantize_pairs_float32(packed, scales)
+    else:
+        low, high = dequantize_pairs(packed, scales, PTX_DECODE)
     x_pairs = tl.reshape(x_pairs, [1, blocks, SCALE_BLOCK // 2])
     even = (x_pairs << 16).to(tl.float32, bitcast=True)
     odd = (x_pairs & -65536).to(tl.float32, bitcast=True)
@@ -164,7 +218,7 @@ def _nvfp4_gemv_tiles(
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr, CUDA_CORES: tl.constexpr,
-    ALIGNED_STEPS: tl.constexpr,
+    ALIGNED_STEPS: tl.constexpr, FLOAT32_DECODE: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     start, whole, stop = step_bounds(chunk, depth, BLOCK_K, ALIGNED_STEPS)
@@ -180,7 +234,7 @@ def _nvfp4_gemv_tiles(
         products = tl.zeros([BLOCK_N, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK // 2], tl.float32)
         for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
             products = core_pair_products(products, tl.load(packed_tile), tl.load(scale_tile), tl.load(x_pairs),
-                                          BLOCK_N, BLOCK_K, PTX_DECODE)
+                                          BLOCK_N, BLOCK_K, PTX_DECODE, FLOAT32_DECODE)
             packed_tile += BLOCK_K // 2
             scale_tile += BLOCK_K // SCALE_BLOCK
             x_pairs += BLOCK_K // 2
@@ -189,7 +243,8 @@ def _nvfp4_gemv_tiles(
             products = core_pair_products(products, tl.load(packed_tile, mask=live[None, :], other=0),
                                           tl.load(scale_tile, mask=(whole - start + SCALE_BLOCK * block < stop)[None, :],
                                                   other=0.0),
-                                          tl.load(x_pairs, mask=live, other=0), BLOCK_N, BLOCK_K, PTX_DECODE)
+                                          tl.load(x_pairs, mask=live, other=0), BLOCK_N, BLOCK_K,
+                                          PTX_DECODE, FLOAT32_DECODE)
         acc = tl.sum(tl.sum(products, axis=2), axis=1)[:, None]
     else:
         offs_m = tl.arange(0, BLOCK_M)
@@ -238,7 +293,8 @@ def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: 
     if plan.cuda_cores and not (x.stride(1) == 1 and x.data_ptr() % 4 == 0):  # x not readable as int32 pairs
         plan = dataclasses.replace(plan, cuda_cores=False)
     return run_tiles(_nvfp4_gemv_tiles, x, packed.shape[0], weight_args, global_scale, True, plan,
-                     PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode)
+                     PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode,
+                     FLOAT32_DECODE=plan.float32_decode and plan.compiled and ptx_decode is not False)
 
 
 def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:

@@ -2,10 +2,11 @@
 
 ``tools/bench --variants`` times every variant on the device and the lead makes the winner the default:
 each must be a correct GEMV before it can be. A design is what a shape's kernel computes differently
-(tensor-core or CUDA-core products at M = 1; on a GPU also the aligned steps' loads). Every design meets
-every cell's corners (the default plan's in ``test_cell``); on a GPU every shape, its own compiled kernel, meets narrow_outputs' corners (tails
-of K, M = 1 and 16, split K) as well. Under the interpreter the block sizes are fixed (``gemv_launch``),
-so one shape per design stands for the rest.
+(tensor-core or CUDA-core products at M = 1; on a GPU also the aligned steps' loads and the float32
+decode). Every design meets every cell's corners (the default plan's in ``test_cell``); on a GPU every
+shape, its own compiled kernel, meets narrow_outputs' corners (tails of K, M = 1 and 16, split K) as
+well. Under the interpreter the block sizes are fixed (``gemv_launch``), so one shape per design stands
+for the rest.
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from ops.triton_backend import interpreting
 
 
 def _design(shape: PlanShape) -> tuple:
-    return (shape.cores_at_m1,) if interpreting() else (shape.cores_at_m1, shape.aligned_steps)
+    if interpreting():
+        return (shape.cores_at_m1,)
+    return shape.cores_at_m1, shape.aligned_steps, shape.float32_decode and shape.cores_at_m1
 
 
 def shapes_to_judge(entry, default: PlanShape) -> list[tuple]:
