@@ -37,8 +37,8 @@ class PlanShape:
     num_warps: int
     split_below: float    # K is split while the row tiles number fewer than this many times the SMs
     cores_at_m1: bool = False  # M = 1 on CUDA cores (no tensor cores), see ``core_products``
-    aligned_steps: bool = False  # the kernel is told each split starts on a step (see ``step_bounds``)
-    float32_decode: bool = False  # NVFP4 on CUDA cores: E2M1_FLOAT32_PTX, not the bf16 table (E4M3: no effect)
+    aligned_steps: bool = False  # NVFP4: the kernel is told each split starts on a step (see ``step_bounds``)
+    float32_decode: bool = False  # NVFP4 on CUDA cores: E2M1_FLOAT32_PTX, not the bf16 table
 
     def label(self, splits: int | None = None) -> str:
         """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
@@ -79,19 +79,22 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
                     num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter,
-                    cuda_cores=m == 1 and shape.cores_at_m1, aligned_steps=shape.aligned_steps,
-                    float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode)
+                    cuda_cores=m == 1 and shape.cores_at_m1, aligned_steps=shape.aligned_steps and weight_bits == 4,
+                    float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode and weight_bits == 4)
 
 
 # Plans for tools/bench --variants, around the H200 measurements at N = K = 8192, M = 1 (tools/bench, 30 Nov
 # 2026): E4M3 best at 32 rows x 256 B x 4 stages (22.5 us, M = 16: 24.0 us), NVFP4 at 32 rows x 128 B x 4
-# stages (41.3 us); 64 rows x 256 B spills for NVFP4 (250 us), 16 rows was slower for both. The CUDA-core
-# shapes (M = 1 only; M > 1 runs their tensor-core plan) compile without spills for sm_90 to 256 B x 64 rows
-# (E4M3) and 128 B x 32 rows or 256 B x 16 rows (NVFP4). Aligned steps change NVFP4's loads only (E4M3's
-# SASS is the same): its rows are timed for NVFP4, as are the float32 decode's (NVFP4 on CUDA cores: 482
-# instructions a 32 x 128 B step against 575 with the bf16 table, 599 before the aligned reshape). With 4 warps a 32-row E4M3 tile is split 2 x 2 over the
-# warps and every weight converted twice (0.19 instructions a weight, sm_90 SASS); 2 warps (0.13, 78 to
-# 138 registers) and 64 rows on 4 warps (wgmma, 0.14, 96 registers) convert it once.
+# stages (41.3 us); 64 rows x 256 B spills for NVFP4 (250 us), 16 rows was slower for both. sm_90 SASS:
+# - E4M3, tensor cores: with 4 warps a 32-row tile is split 2 x 2 over the warps and every weight converted
+#   twice (0.19 issued instructions a weight); 2 warps (0.13, 78 to 138 registers) and 64 rows on 4 warps
+#   (wgmma, 0.14, 96 registers) convert it once.
+# - CUDA-core shapes (M = 1 only; M > 1 runs their tensor-core plan) compile without spills to 256 B x 64
+#   rows (E4M3: 0.11 to 0.13 a weight) and 128 B x 32 rows or 256 B x 16 rows (NVFP4).
+# - NVFP4 on CUDA cores: the float32 decode takes 482 instructions a 32 x 128 B step, the bf16 table 575
+#   (tensor cores: 585); 168 registers, 3 programs an SM; 16 rows x 4 warps or 32 rows x 8 warps: 92 and
+#   100 registers, 0.27 instructions a weight against 0.24. Aligned steps and the float32 decode change
+#   NVFP4's kernel only: ``gemv_plan`` drops them for E4M3, whose rows are then not timed twice.
 VARIANT_SHAPES = tuple(
     [PlanShape(32, step_bytes, num_stages, 4, 0.5) for step_bytes, num_stages in ((128, 4), (256, 3), (256, 4),
                                                                                    (256, 6), (512, 3))]
@@ -106,6 +109,8 @@ VARIANT_SHAPES = tuple(
     + [PlanShape(block_n, step_bytes, num_stages, 4, 0.5, cores_at_m1=True, float32_decode=True)
        for block_n, step_bytes in ((16, 256), (32, 128)) for num_stages in (3, 4, 6)]
     + [PlanShape(32, 128, 4, 4, 0.5, cores_at_m1=True, aligned_steps=True, float32_decode=True)]
+    + [PlanShape(block_n, 128, num_stages, num_warps, 0.5, cores_at_m1=True, float32_decode=True)
+       for block_n, num_stages, num_warps in ((16, 4, 4), (16, 6, 4), (32, 4, 8), (64, 4, 8))]
 )
 
 

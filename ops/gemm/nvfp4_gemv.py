@@ -240,9 +240,9 @@ def _nvfp4_gemv_tiles(
             x_pairs += BLOCK_K // 2
         if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
             live = whole - start + 2 * pair < stop
+            block_live = whole - start + SCALE_BLOCK * block < stop
             products = core_pair_products(products, tl.load(packed_tile, mask=live[None, :], other=0),
-                                          tl.load(scale_tile, mask=(whole - start + SCALE_BLOCK * block < stop)[None, :],
-                                                  other=0.0),
+                                          tl.load(scale_tile, mask=block_live[None, :], other=0.0),
                                           tl.load(x_pairs, mask=live, other=0), BLOCK_N, BLOCK_K,
                                           PTX_DECODE, FLOAT32_DECODE)
         acc = tl.sum(tl.sum(products, axis=2), axis=1)[:, None]
