@@ -4,8 +4,9 @@
 each must be a correct GEMV before it can be. A design is what a shape's kernel computes differently
 (tensor-core or CUDA-core products at M = 1; on a GPU also the aligned steps' loads and the float32
 decode). Every design meets every cell's corners (the default plan's in ``test_cell``); on a GPU every
-shape, its own compiled kernel, meets narrow_outputs' corners (tails of K, M = 1 and 16, split K) as
-well. Under the interpreter the block sizes are fixed (``gemv_launch``), so one shape per design stands
+tile (rows, step, warps) of every design, its own compiled kernel, meets narrow_outputs' corners (tails
+of K, M = 1 and 16, split K) as well; shapes that differ only in pipeline depth or split threshold are
+not judged again. Under the interpreter the block sizes are fixed (``gemv_launch``), so one shape per design stands
 for the rest.
 """
 from __future__ import annotations
@@ -28,9 +29,12 @@ def shapes_to_judge(entry, default: PlanShape) -> list[tuple]:
     for shape in VARIANT_SHAPES:
         designs.setdefault(_design(shape), shape)
     pairs = [(cell, shape) for cell in entry.cells for shape in designs.values() if shape is not default]
-    if not interpreting():
-        pairs += [(entry.cell("narrow_outputs"), shape) for shape in VARIANT_SHAPES
-                  if shape not in designs.values() and shape != default]
+    if not interpreting():  # every tile and design; the pipeline depth and the split threshold aside
+        tiles = {(default.block_n, default.step_bytes, default.num_warps, _design(default)): default}
+        for shape in VARIANT_SHAPES:
+            if shape not in designs.values():
+                tiles.setdefault((shape.block_n, shape.step_bytes, shape.num_warps, _design(shape)), shape)
+        pairs += [(entry.cell("narrow_outputs"), shape) for shape in tiles.values() if shape is not default]
     return pairs
 
 
