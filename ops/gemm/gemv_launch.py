@@ -4,7 +4,9 @@ A GEMV at decode (M <= 16) streams a weight of N x K once; the activations (M x 
 come from L2. Each program owns BLOCK_N weight rows and a slice of K, dequantizes a [BLOCK_N, BLOCK_K]
 tile per step and multiplies it with the [16, BLOCK_K] activation tile on the tensor cores (M padded to
 16, the smallest dot, so M = 1 and M = 16 cost the same pass over the weights). Products of a bf16
-activation and a dequantized weight (at most 6 significant bits) are exact, the sum is float32.
+activation and a dequantized weight (at most 6 significant bits) are exact, the sum is float32. A plan
+may instead run M = 1 on CUDA cores (``core_products``): float32 FMAs of the weight tile against x's one
+row, summed over K once after the last step, with no conversion into the dot's operand layout.
 
 When N alone gives too few programs (fewer row tiles than the plan's ``split_below`` times the SMs),
 K is split: each split writes float32 partials and a second kernel sums them in split order. No atomics: the summation order

@@ -13,7 +13,8 @@ and 2j+1 (high nibble); the two values are joined pairwise in registers, so one 
 step meets x as it lies in memory. ``e2m1(code) * sf`` has at most 6 significant bits: exact in bf16, so
 the product with bf16 x is exact and only the float32 sum rounds; ``1 / global_scale`` (IEEE)
 is applied once per output. On a GPU the decode is a table lookup in inline PTX (``E2M1_PAIRS_PTX``),
-under the interpreter arithmetic. See ``gemv_launch`` for the plan and the split-K reduction.
+under the interpreter arithmetic. M = 1 on CUDA cores (a plan option) decodes bytes [.., 8] against their
+block scales, to float32 (``E2M1_FLOAT32_PTX`` on a GPU), and meets x's even and odd columns separately. See ``gemv_launch`` for the plan and the split-K reduction.
 """
 from __future__ import annotations
 
