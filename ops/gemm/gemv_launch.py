@@ -122,8 +122,10 @@ def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int) -> d
     variants = {}
     for shape in VARIANT_SHAPES:
         plan = gemv_plan(rows, cols, weight_bits, sms, False, shape, m)
-        if plan not in variants.values():
-            variants[shape.label(plan.splits)] = plan
+        if plan not in variants.values():  # labelled without the knobs the plan dropped (E4M3: NVFP4's)
+            labelled = dataclasses.replace(shape, aligned_steps=plan.aligned_steps,
+                                           float32_decode=shape.float32_decode and weight_bits == 4)
+            variants[labelled.label(plan.splits)] = plan
     return variants
 
 
