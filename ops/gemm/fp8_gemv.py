@@ -39,8 +39,10 @@ E4M3_BITS = 8
 # Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026): 32 rows x 256 B x 4 stages, M = 1 22.5 us,
 # M = 16 24.0 us (128 B steps: 25.6 us). M = 1 on CUDA cores is this session's offline guess: 0.13 issued
 # instructions per weight in the sm_90 loop against 0.19 for the tensor-core one at 32 rows (whose 2 x 2
-# warps convert every weight twice), 123 registers. The lead sets this line to the sweep's winner.
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=256, num_stages=4, num_warps=4, split_below=0.5, cores_at_m1=True)
+# warps convert every weight twice), 123 registers. The lead sets these two lines to the sweep's winners:
+# the best M = 1 row (any shape) and the best M = 16 row (its tensor-core plan).
+DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=256, num_stages=4, num_warps=4, split_below=0.5, cores_at_m1=True)
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=256, num_stages=4, num_warps=4, split_below=0.5)  # M > 1
 
 # -- kernel ---------------------------------------------------------------------------------------
 # Specialized on K, the chunk and the strides only (see nvfp4_gemv: the loads vectorize on those).
@@ -98,7 +100,7 @@ def plan_for(x, w, shape: PlanShape) -> GemvPlan:
 
 
 def default_plan(x, w) -> GemvPlan:
-    return plan_for(x, w, DEFAULT_SHAPE)
+    return plan_for(x, w, DEFAULT_M1_SHAPE if x.shape[0] == 1 else DEFAULT_SHAPE)
 
 
 def run_plan(x, w, w_scale, plan: GemvPlan) -> torch.Tensor:

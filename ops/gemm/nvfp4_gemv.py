@@ -46,10 +46,11 @@ SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for th
 # Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026): 32 rows x 128 B x 4 stages on tensor
 # cores, M = 1 41.3 us, M = 16 41.9 us (5 stages: 43.5 us); 64 rows spills (255 registers, sm_90 ptxas).
 # M = 1 on CUDA cores with the float32 decode is this session's offline guess (sm_90 SASS, 32 x 128 B
-# step: 482 instructions against 585 on tensor cores, 168 registers, no spills). The lead sets this line
-# to the sweep's winner.
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0, cores_at_m1=True,
-                          float32_decode=True)
+# step: 482 instructions against 585 on tensor cores, 168 registers, no spills). The lead sets these two
+# lines to the sweep's winners: the best M = 1 row (any shape) and the best M = 16 row (its tensor-core plan).
+DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0, cores_at_m1=True,
+                             float32_decode=True)
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0)  # M > 1
 
 # -- kernel ---------------------------------------------------------------------------------------
 # Four packed bytes (eight E2M1 codes) -> four bf16 pairs, each code's value times its byte's scale.
@@ -282,7 +283,7 @@ def plan_for(x, packed, shape: PlanShape) -> GemvPlan:
 
 
 def default_plan(x, packed) -> GemvPlan:
-    return plan_for(x, packed, DEFAULT_SHAPE)
+    return plan_for(x, packed, DEFAULT_M1_SHAPE if x.shape[0] == 1 else DEFAULT_SHAPE)
 
 
 def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: bool | None = None) -> torch.Tensor:

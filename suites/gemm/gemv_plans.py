@@ -23,8 +23,8 @@ def _design(shape: PlanShape) -> tuple:
 
 
 def shapes_to_judge(entry, default: PlanShape) -> list[tuple]:
-    """(cell, shape) pairs: one shape per design other than the default's (``test_cell`` judges that one)
-    on every cell, and on a GPU every other shape on narrow_outputs."""
+    """(cell, shape) pairs: one shape per design other than ``default``'s (the op's M = 1 default, whose
+    design ``test_cell`` judges) on every cell, and on a GPU one shape per other tile on narrow_outputs."""
     designs = {_design(default): default}
     for shape in VARIANT_SHAPES:
         designs.setdefault(_design(shape), shape)
