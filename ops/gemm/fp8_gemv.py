@@ -18,13 +18,14 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
 from ops.gemm.gemv_launch import (
     GemvPlan,
-    OnBf16Weights,
     PlanShape,
     accumulate,
     clamp_rows,
+    gemv_cells,
+    gemv_entry,
+    core_products,
     gemv_plan,
     plan_variants,
     run_tiles,
@@ -35,10 +36,13 @@ from ops.triton_backend import interpreting, sm_count
 from references.gemm import fp8_gemv as contract
 
 E4M3_BITS = 8
-# Measured on the H200 at N = K = 8192, M = 1: 32 rows x 128 B x 5 stages, 24.8 us (64 rows x 4 stages:
-# 33.2 us); two 4-warp programs per SM keep more loads in flight than one.
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=5, num_warps=4, split_below=0.5)
-
+# Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026): 32 rows x 256 B x 4 stages, M = 1 22.5 us,
+# M = 16 24.0 us (128 B steps: 25.6 us). M = 1 on CUDA cores is this session's offline guess: 0.13 issued
+# instructions per weight in the sm_90 loop against 0.19 for the tensor-core one at 32 rows (whose 2 x 2
+# warps convert every weight twice), 123 registers. The lead sets these two lines to the sweep's winners:
+# the best M = 1 row (any shape) and the best M = 16 row (its tensor-core plan).
+DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=256, num_stages=4, num_warps=4, split_below=0.5, cores_at_m1=True)
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=256, num_stages=4, num_warps=4, split_below=0.5)  # M > 1
 
 # -- kernel ---------------------------------------------------------------------------------------
 # Specialized on K, the chunk and the strides only (see nvfp4_gemv: the loads vectorize on those).
@@ -52,32 +56,51 @@ def _fp8_gemv_tiles(
     y_ptr, stride_ym, partial_ptr, chunk,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-    COMPILED: tl.constexpr, NUM_STAGES: tl.constexpr,
+    COMPILED: tl.constexpr, NUM_STAGES: tl.constexpr, CUDA_CORES: tl.constexpr,
+    ALIGNED_STEPS: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
-    x_rows = (offs_m < rows)[:, None]  # padding rows of x are not read (an M = 1 call reads one row)
-    start, whole, stop = step_bounds(chunk, depth, BLOCK_K)
+    start, whole, stop = step_bounds(chunk, depth, BLOCK_K, ALIGNED_STEPS)
     columns = start + tl.arange(0, BLOCK_K)
     w_tile = w_ptr + clamp_rows(offs_n, cols)[:, None] * stride_wn + columns[None, :] * stride_wk
-    x_tile = x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + columns[None, :] * stride_xk
-    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     # E4M3 -> float32 is exact on a GPU and under the interpreter (NaN codes aside: not weights)
-    for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
-        acc = accumulate(acc, tl.load(w_tile).to(tl.float32), tl.load(x_tile, mask=x_rows, other=0), COMPILED)
-        w_tile += BLOCK_K * stride_wk
-        x_tile += BLOCK_K * stride_xk
-    if whole < stop:
-        live = (whole + tl.arange(0, BLOCK_K) < stop)[None, :]
-        acc = accumulate(acc, tl.load(w_tile, mask=live, other=0.0).to(tl.float32),
-                         tl.load(x_tile, mask=x_rows & live, other=0), COMPILED)
+    if CUDA_CORES:  # M = 1
+        x_row = x_bits_ptr + columns * stride_xk
+        products = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
+            products = core_products(products, tl.load(w_tile).to(tl.float32), tl.load(x_row))
+            w_tile += BLOCK_K * stride_wk
+            x_row += BLOCK_K * stride_xk
+        if whole < stop:
+            live = whole + tl.arange(0, BLOCK_K) < stop
+            products = core_products(products, tl.load(w_tile, mask=live[None, :], other=0.0).to(tl.float32),
+                                     tl.load(x_row, mask=live, other=0))
+        acc = tl.sum(products, axis=1)[:, None]
+    else:
+        offs_m = tl.arange(0, BLOCK_M)
+        x_rows = (offs_m < rows)[:, None]  # padding rows of x are not read (an M = 1 call reads one row)
+        x_tile = x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + columns[None, :] * stride_xk
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+        for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
+            acc = accumulate(acc, tl.load(w_tile).to(tl.float32), tl.load(x_tile, mask=x_rows, other=0), COMPILED)
+            w_tile += BLOCK_K * stride_wk
+            x_tile += BLOCK_K * stride_xk
+        if whole < stop:
+            live = (whole + tl.arange(0, BLOCK_K) < stop)[None, :]
+            acc = accumulate(acc, tl.load(w_tile, mask=live, other=0.0).to(tl.float32),
+                             tl.load(x_tile, mask=x_rows & live, other=0), COMPILED)
     store_rows(acc, y_ptr, stride_ym, partial_ptr, tl.program_id(1), rows, cols, offs_n, tl.load(w_scale_ptr),
                BLOCK_M, SPLIT)
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
+def plan_for(x, w, shape: PlanShape) -> GemvPlan:
+    """``shape``'s plan for these inputs on their device (the interpreter's blocks on a CPU)."""
+    return gemv_plan(w.shape[0], w.shape[1], E4M3_BITS, sm_count(x.device), interpreting(), shape, x.shape[0])
+
+
 def default_plan(x, w) -> GemvPlan:
-    return gemv_plan(w.shape[0], w.shape[1], E4M3_BITS, sm_count(x.device), interpreting(), DEFAULT_SHAPE)
+    return plan_for(x, w, DEFAULT_M1_SHAPE if x.shape[0] == 1 else DEFAULT_SHAPE)
 
 
 def run_plan(x, w, w_scale, plan: GemvPlan) -> torch.Tensor:
@@ -92,7 +115,7 @@ def fp8_gemv(x, w, w_scale) -> torch.Tensor:
 
 def bench_variants(x, w, w_scale) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
-    plans = plan_variants(w.shape[0], x.shape[1], E4M3_BITS, sm_count(x.device))
+    plans = plan_variants(w.shape[0], x.shape[1], E4M3_BITS, sm_count(x.device), x.shape[0])
     return {label: lambda x, w, w_scale, plan=plan: run_plan(x, w, w_scale, plan) for label, plan in plans.items()}
 
 
@@ -120,31 +143,7 @@ def params_of(x, w, w_scale):
     return {"M": x.shape[0], "N": w.shape[0], "K": x.shape[1]}
 
 
-CELLS = (
-    Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
-         "too few rows to fill an H200: K is split",
-         {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(1, 16384)}),
-    Cell("wide_outputs", "decode QKV/MLP projections, N 2048..32768 (Llama-3 8B/70B FP8 checkpoints): rows "
-         "across programs, one pass from N = 4224 on an H200",
-         {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(1, 16384)}),
-)
-
-_SIDE = 8192
+CELLS = gemv_cells(1, "Llama-3 8B/70B FP8 checkpoints")
 _TARGET_M1 = (">= 75% of copy bandwidth (stock dequantize + bf16 matmul: 4%, 391 us; "
               "cuBLAS bf16 GEMV on bf16 weights: 70%)")
-_TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
-
-ENTRY = Entry.of_contract(
-    contract,
-    kernel=fp8_gemv,
-    parity=Parity.BAND,
-    params_of=params_of,
-    cells=CELLS,
-    archs=ALL_ARCHS,
-    bench=tuple(
-        BenchCase(f"M={rows} N=K={_SIDE}", _bench_input(rows, _SIDE, _SIDE), bytes_moved,
-                  _TARGET_M1 if rows == 1 else _TARGET_M16,
-                  {"torch.matmul on bf16 weights": OnBf16Weights(_dequantize)})
-        for rows in (1, 4, 16)
-    ),
-)
+ENTRY = gemv_entry(contract, fp8_gemv, params_of, CELLS, _bench_input, bytes_moved, _TARGET_M1, _dequantize)

@@ -4,7 +4,9 @@ A GEMV at decode (M <= 16) streams a weight of N x K once; the activations (M x 
 come from L2. Each program owns BLOCK_N weight rows and a slice of K, dequantizes a [BLOCK_N, BLOCK_K]
 tile per step and multiplies it with the [16, BLOCK_K] activation tile on the tensor cores (M padded to
 16, the smallest dot, so M = 1 and M = 16 cost the same pass over the weights). Products of a bf16
-activation and a dequantized weight (at most 6 significant bits) are exact, the sum is float32.
+activation and a dequantized weight (at most 6 significant bits) are exact, the sum is float32. A plan
+may instead run M = 1 on CUDA cores (``core_products``): float32 FMAs of the weight tile against x's one
+row, summed over K once after the last step, with no conversion into the dot's operand layout.
 
 When N alone gives too few programs (fewer row tiles than the plan's ``split_below`` times the SMs),
 K is split: each split writes float32 partials and a second kernel sums them in split order. No atomics: the summation order
@@ -18,6 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
 from ops.triton_backend import bf16_bits_to_float32, float32_to_bf16_rne
 
 ACTIVATION_ROWS = 16  # M <= 16 by contract; the smallest tl.dot operand
@@ -35,10 +38,16 @@ class PlanShape:
     num_stages: int       # steps of loads in flight (cp.async pipeline depth)
     num_warps: int
     split_below: float    # K is split while the row tiles number fewer than this many times the SMs
+    cores_at_m1: bool = False  # M = 1 on CUDA cores (no tensor cores), see ``core_products``
+    aligned_steps: bool = False  # NVFP4: the kernel is told each split starts on a step (see ``step_bounds``)
+    float32_decode: bool = False  # NVFP4 on CUDA cores: E2M1_FLOAT32_PTX, not the bf16 table
 
-    def label(self, splits: int) -> str:
-        return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps, "
-                f"{splits} splits")
+    def label(self, splits: int | None = None) -> str:
+        """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
+        return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps"
+                + ("" if splits is None else f", {splits} splits") + (", M=1 on CUDA cores" if self.cores_at_m1 else "")
+                + (", aligned steps" if self.aligned_steps else "")
+                + (", float32 decode" if self.float32_decode and self.cores_at_m1 else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +59,15 @@ class GemvPlan:
     num_warps: int
     num_stages: int
     compiled: bool    # for a GPU: tensor-core dot, inline PTX; else the interpreter's float32 sums
+    cuda_cores: bool  # M = 1 products on CUDA cores, summed over K once at the end (``core_products``)
+    aligned_steps: bool
+    float32_decode: bool
 
 
-def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape) -> GemvPlan:
-    """Plan for a weight of ``rows`` (N) x ``cols`` (K) elements of ``weight_bits`` bits each."""
+def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape,
+              m: int = ACTIVATION_ROWS) -> GemvPlan:
+    """Plan for a weight of ``rows`` (N) x ``cols`` (K) elements of ``weight_bits`` bits each, against
+    ``m`` activation rows."""
     block_k = shape.step_bytes * 8 // weight_bits
     block_k = INTERPRETER_BLOCK_K if on_interpreter else block_k
     widest = INTERPRETER_BLOCK_N if on_interpreter else shape.block_n
@@ -66,37 +80,67 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
         splits = max(1, min(triton.cdiv(sms, tiles), triton.cdiv(cols, 4 * block_k)))
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
-                    num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter)
+                    num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter,
+                    cuda_cores=m == 1 and shape.cores_at_m1, aligned_steps=shape.aligned_steps and weight_bits == 4,
+                    float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode and weight_bits == 4)
 
 
-# Plans for tools/bench --variants, around the H200 measurements at N = K = 8192 (M = 1): E4M3 best at
-# 32 rows x 5 stages (24.8 us) and 64 rows x 5 stages x 2 splits (25.1 us); deeper pipelines and more
-# programs per SM helped every time, so the spread goes further both ways, and to 256-byte steps.
+# Plans for tools/bench --variants, around the H200 measurements at N = K = 8192, M = 1 (tools/bench, 30 Nov
+# 2026): E4M3 best at 32 rows x 256 B x 4 stages (22.5 us, M = 16: 24.0 us), NVFP4 at 32 rows x 128 B x 4
+# stages (41.3 us); 64 rows x 256 B spills for NVFP4 (250 us), 16 rows was slower for both. sm_90 SASS:
+# - E4M3, tensor cores: with 4 warps a 32-row tile is split 2 x 2 over the warps and every weight converted
+#   twice (0.19 issued instructions a weight); 2 warps (0.13, 78 to 138 registers) and 64 rows on 4 warps
+#   (wgmma, 0.14, 96 registers) convert it once.
+# - CUDA-core shapes (M = 1 only; M > 1 runs their tensor-core plan) compile without spills to 256 B x 64
+#   rows (E4M3: 0.11 to 0.13 a weight) and 128 B x 32 rows or 256 B x 16 rows (NVFP4).
+# - NVFP4 on CUDA cores: the float32 decode takes 482 instructions a 32 x 128 B step, the bf16 table 575
+#   (tensor cores: 585); 168 registers, 3 programs an SM; 16 rows x 4 warps or 32 rows x 8 warps: 92 and
+#   100 registers, 0.27 instructions a weight against 0.24. Aligned steps and the float32 decode change
+#   NVFP4's kernel only: ``gemv_plan`` drops them for E4M3, whose rows are then not timed twice.
 VARIANT_SHAPES = tuple(
-    [PlanShape(block_n, 128, num_stages, 4, split_below)
-     for block_n in (16, 32, 64) for num_stages in (4, 6, 8) for split_below in (0.5, 2.0)]
-    + [PlanShape(block_n, 256, num_stages, 4, split_below)
-       for block_n in (32, 64) for num_stages in (3, 4) for split_below in (0.5, 2.0)]
-    + [PlanShape(64, 128, 5, 8, 0.5), PlanShape(64, 128, 5, 8, 2.0), PlanShape(128, 128, 4, 8, 2.0)]
+    [PlanShape(32, step_bytes, num_stages, 4, 0.5) for step_bytes, num_stages in ((128, 4), (256, 3), (256, 4),
+                                                                                   (256, 6), (512, 3))]
+    + [PlanShape(32, step_bytes, num_stages, 2, 0.5) for step_bytes in (128, 256) for num_stages in (3, 4, 6)]
+    + [PlanShape(64, 128, 4, 4, 2.0), PlanShape(64, 128, 6, 4, 0.5), PlanShape(64, 128, 4, 8, 0.5)]
+    + [PlanShape(block_n, step_bytes, num_stages, 4, split_below, cores_at_m1=True)
+       for block_n, step_bytes in ((16, 256), (32, 128), (32, 256), (64, 128), (64, 256))
+       for num_stages in (3, 5) for split_below in (0.5, 2.0)]
+    + [PlanShape(32, 128, 4, 4, 0.5, aligned_steps=True), PlanShape(32, 128, 6, 4, 0.5, aligned_steps=True)]
+    + [PlanShape(block_n, step_bytes, num_stages, 4, 0.5, cores_at_m1=True, aligned_steps=True)
+       for block_n, step_bytes, num_stages in ((16, 256, 4), (32, 128, 4), (32, 128, 6))]
+    + [PlanShape(block_n, step_bytes, num_stages, 4, 0.5, cores_at_m1=True, float32_decode=True)
+       for block_n, step_bytes in ((16, 256), (32, 128)) for num_stages in (3, 4, 6)]
+    + [PlanShape(32, 128, 4, 4, 0.5, cores_at_m1=True, aligned_steps=True, float32_decode=True)]
+    + [PlanShape(block_n, 128, num_stages, num_warps, 0.5, cores_at_m1=True, float32_decode=True)
+       for block_n, num_stages, num_warps in ((16, 4, 4), (16, 6, 4), (32, 4, 8), (64, 4, 8))]
 )
 
 
-def plan_variants(rows: int, cols: int, weight_bits: int, sms: int) -> dict[str, GemvPlan]:
-    """GPU launch plans of ``VARIANT_SHAPES``, labelled, for the GEMVs' ``bench_variants`` (the same plan
-    reached from two shapes is timed once)."""
+def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int) -> dict[str, GemvPlan]:
+    """GPU launch plans of ``VARIANT_SHAPES`` for ``m`` activation rows, labelled, for the GEMVs'
+    ``bench_variants`` (the same plan reached from two shapes is timed once)."""
     variants = {}
     for shape in VARIANT_SHAPES:
-        plan = gemv_plan(rows, cols, weight_bits, sms, False, shape)
-        if plan not in variants.values():
-            variants[shape.label(plan.splits)] = plan
+        plan = gemv_plan(rows, cols, weight_bits, sms, False, shape, m)
+        if plan not in variants.values():  # labelled without the knobs the plan dropped (E4M3: NVFP4's)
+            labelled = dataclasses.replace(shape, aligned_steps=plan.aligned_steps,
+                                           float32_decode=shape.float32_decode and weight_bits == 4)
+            variants[labelled.label(plan.splits)] = plan
     return variants
 
 
 @triton.jit
-def step_bounds(chunk, depth, BLOCK_K: tl.constexpr):
+def step_bounds(chunk, depth, BLOCK_K: tl.constexpr, ALIGNED: tl.constexpr):
     """(start, whole, stop) of this program's split of K: whole steps run start..whole unmasked, then one
-    masked step whole..stop when the split ends inside a step (the last split, K not a multiple)."""
+    masked step whole..stop when the split ends inside a step (the last split, K not a multiple).
+
+    ``ALIGNED``: tell the compiler that start is a multiple of BLOCK_K (the plan's chunk is). Then NVFP4's
+    byte loads are 16-byte cp.async vectors and its scales come by cp.async too (sm_90 SASS: 8-byte
+    vectors and a synchronous single-byte global load per scale otherwise), but each scale is then read
+    from shared memory byte by byte: 815 against 591 instructions a step (32 rows x 128 B, tensor cores)."""
     start = tl.program_id(1) * chunk
+    if ALIGNED:
+        start = tl.multiple_of(start, BLOCK_K)
     stop = tl.minimum(start + chunk, depth)
     return start, start + (stop - start) // BLOCK_K * BLOCK_K, stop
 
@@ -123,6 +167,15 @@ def accumulate(acc, weights, x_bits, COMPILED: tl.constexpr):
     else:
         x = bf16_bits_to_float32(x_bits)
         return acc + tl.sum(weights[:, None, :] * x[None, :, :], axis=2)
+
+
+@triton.jit
+def core_products(acc, weights, x_bits):
+    """M = 1 on CUDA cores: ``acc`` (shaped like ``weights``) + weights * x, elementwise in float32 (exact
+    products), x's one row (bf16 bits, int16) broadcast over the rows; the caller sums over K once, after
+    the last step. The tensor-core dot pads M to 16: for M = 1 it converts every weight into the dot's
+    operand layout through shared memory for 1/16 of the products it runs."""
+    return acc + weights * bf16_bits_to_float32(x_bits)[None, :]
 
 
 @triton.jit
@@ -176,7 +229,8 @@ def run_tiles(kernel, x: torch.Tensor, cols: int, weight_args: tuple, scale: tor
     kernel[(triton.cdiv(cols, plan.block_n), plan.splits)](
         x.view(torch.int16), x.stride(0), x.stride(1), rows, *weight_args, cols, depth,
         y, y.stride(0), partials, plan.chunk,
-        BLOCK_M=ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split, COMPILED=plan.compiled,
+        BLOCK_M=1 if plan.cuda_cores else ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split,
+        COMPILED=plan.compiled, CUDA_CORES=plan.cuda_cores, ALIGNED_STEPS=plan.aligned_steps,
         NUM_STAGES=plan.num_stages, num_warps=plan.num_warps, **meta,
     )
     if split:
@@ -197,3 +251,39 @@ class OnBf16Weights:
         if self.cached is None or self.cached[0] != key:
             self.cached = (key, self.dequantize(**weight).bfloat16())
         return torch.matmul(x, self.cached[1].T)
+
+
+# -- what the two catalog entries share -------------------------------------------------------------
+def gemv_cells(min_depth: int, checkpoints: str) -> tuple[Cell, Cell]:
+    """The two cells of a quantized GEMV: K from ``min_depth``; ``checkpoints`` names models of the wide one."""
+    return (
+        Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
+             "too few rows to fill an H200: K is split",
+             {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(min_depth, 16384)}),
+        Cell("wide_outputs", f"decode QKV/MLP projections, N 2048..32768 ({checkpoints}): rows "
+             "across programs, one pass from N = 4224 on an H200",
+             {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(min_depth, 16384)}),
+    )
+
+
+BENCH_SIDE = 8192
+BENCH_TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
+
+
+def gemv_entry(contract, kernel, params_of, cells, bench_input, bytes_moved, target_m1: str, dequantize) -> Entry:
+    """A quantized GEMV's catalog entry: band parity, every arch, bench rows M = 1, 4, 16 at N = K = 8192
+    (``bench_input(rows, cols, depth)`` makes their inputs) against cuBLAS on the ``dequantize``d weight."""
+    return Entry.of_contract(
+        contract,
+        kernel=kernel,
+        parity=Parity.BAND,
+        params_of=params_of,
+        cells=cells,
+        archs=ALL_ARCHS,
+        bench=tuple(
+            BenchCase(f"M={rows} N=K={BENCH_SIDE}", bench_input(rows, BENCH_SIDE, BENCH_SIDE), bytes_moved,
+                      target_m1 if rows == 1 else BENCH_TARGET_M16,
+                      {"torch.matmul on bf16 weights": OnBf16Weights(dequantize)})
+            for rows in (1, 4, 16)
+        ),
+    )

@@ -13,21 +13,24 @@ and 2j+1 (high nibble); the two values are joined pairwise in registers, so one 
 step meets x as it lies in memory. ``e2m1(code) * sf`` has at most 6 significant bits: exact in bf16, so
 the product with bf16 x is exact and only the float32 sum rounds; ``1 / global_scale`` (IEEE)
 is applied once per output. On a GPU the decode is a table lookup in inline PTX (``E2M1_PAIRS_PTX``),
-under the interpreter arithmetic. See ``gemv_launch`` for the plan and the split-K reduction.
+under the interpreter arithmetic. M = 1 on CUDA cores (a plan option) decodes bytes [.., 8] against their
+block scales, to float32 (``E2M1_FLOAT32_PTX`` on a GPU), and meets x's even and odd columns separately. See ``gemv_launch`` for the plan and the split-K reduction.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import triton
 import triton.language as tl
 
-from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
 from ops.gemm.gemv_launch import (
     GemvPlan,
-    OnBf16Weights,
     PlanShape,
     accumulate,
     clamp_rows,
+    gemv_cells,
+    gemv_entry,
     gemv_plan,
     plan_variants,
     run_tiles,
@@ -40,11 +43,14 @@ from references.gemm import nvfp4_gemv as contract
 
 E2M1_BITS = 4
 SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for the kernels
-# Measured on the H200 at N = K = 8192, M = 1 (the kernel before the single-dot rewrite): 64 rows x 3
-# stages with K split in two, 39 us; one pass (64 or 32 rows) 50 us: the decode wants more programs.
-# The single-dot kernel at 64 rows spills (255 registers, sm_90 ptxas); 32 rows does not (160).
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=5, num_warps=4, split_below=2.0)
-
+# Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026): 32 rows x 128 B x 4 stages on tensor
+# cores, M = 1 41.3 us, M = 16 41.9 us (5 stages: 43.5 us); 64 rows spills (255 registers, sm_90 ptxas).
+# M = 1 on CUDA cores with the float32 decode is this session's offline guess (sm_90 SASS, 32 x 128 B
+# step: 482 instructions against 585 on tensor cores, 168 registers, no spills). The lead sets these two
+# lines to the sweep's winners: the best M = 1 row (any shape) and the best M = 16 row (its tensor-core plan).
+DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0, cores_at_m1=True,
+                             float32_decode=True)
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0)  # M > 1
 
 # -- kernel ---------------------------------------------------------------------------------------
 # Four packed bytes (eight E2M1 codes) -> four bf16 pairs, each code's value times its byte's scale.
@@ -95,6 +101,46 @@ fma.rn.bf16x2 $3, hi23, $6, nz;
 """)
 
 
+# For CUDA-core products (float32): four packed bytes -> their eight values as float32, each code's value
+# times its byte's scale. Each code's 3 magnitude bits go to bits 9..11 of a float16 and its sign to bit
+# 15, two codes a 32-bit word (bytes 0 and 2, or 1 and 3): the float16 reads as e2m1(code) * 2**-14 (0.5 a
+# float16 subnormal); cvt.f32.f16 is exact, and one multiply by scale * 2**14 gives e2m1(code) * scale
+# exactly (at most 6 significant bits). $8: the four bytes; $9..$12: their scales times 2**14, float32;
+# $0..$3: low-nibble values (elements 2j) of bytes 0..3; $4..$7: high-nibble values. 35 instructions per
+# eight codes and no byte unpacking, against 33 plus 8 bf16 -> float32 moves for E2M1_PAIRS_PTX.
+E2M1_FLOAT32_PTX = tl.constexpr("""
+{
+.reg .b32 a, b, p02l, p02h, p13l, p13h;
+.reg .b16 h0, h1, h2, h3, h4, h5, h6, h7;
+.reg .f32 f;
+shl.b32 a, $8, 9;
+and.b32 a, a, 0x0E000E00;
+shl.b32 b, $8, 12;
+and.b32 b, b, 0x80008000;
+or.b32 p02l, a, b;
+shl.b32 a, $8, 5;
+and.b32 a, a, 0x0E000E00;
+shl.b32 b, $8, 8;
+and.b32 b, b, 0x80008000;
+or.b32 p02h, a, b;
+shl.b32 a, $8, 1;
+and.b32 a, a, 0x0E000E00;
+shl.b32 b, $8, 4;
+and.b32 b, b, 0x80008000;
+or.b32 p13l, a, b;
+shr.b32 a, $8, 3;
+and.b32 a, a, 0x0E000E00;
+and.b32 b, $8, 0x80008000;
+or.b32 p13h, a, b;
+mov.b32 {h0, h2}, p02l;
+mov.b32 {h1, h3}, p13l;
+mov.b32 {h4, h6}, p02h;
+mov.b32 {h5, h7}, p13h;
+""" + "\n".join(f"cvt.f32.f16 f, h{i};\nmul.rn.f32 ${i}, f, ${9 + i % 4};" for i in range(8)) + """
+}
+""")
+
+
 @triton.jit
 def _e2m1_times_2_pow_14(code):
     """float32 value of E2M1 ``code`` (int32, low 4 bits) times 2**-14, exactly.
@@ -124,6 +170,13 @@ def dequantize_pairs(packed, scale, PTX_DECODE: tl.constexpr):
 
 
 @triton.jit
+def dequantize_pairs_float32(packed, scale):
+    """``dequantize_pairs`` as float32 by ``E2M1_FLOAT32_PTX`` (GPU only)."""
+    return tl.inline_asm_elementwise(E2M1_FLOAT32_PTX, "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r",
+                                     [packed, scale * 16384.0], dtype=(tl.float32, tl.float32), is_pure=True, pack=4)
+
+
+@triton.jit
 def dequantize_tile(packed, scales, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PTX_DECODE: tl.constexpr):
     """The [BLOCK_N, BLOCK_K] weight tile, columns in order, from its packed bytes [BLOCK_N, BLOCK_K / 2]
     and block scales [BLOCK_N, BLOCK_K / 16] (without the global scale): byte j holds columns 2j (low
@@ -131,6 +184,26 @@ def dequantize_tile(packed, scales, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
     low, high = dequantize_pairs(tl.reshape(packed, [BLOCK_N, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK // 2]),
                                  tl.reshape(scales.to(tl.float32), [BLOCK_N, BLOCK_K // SCALE_BLOCK, 1]), PTX_DECODE)
     return tl.reshape(tl.join(low, high), [BLOCK_N, BLOCK_K])
+
+
+@triton.jit
+def core_pair_products(products, packed, scales, x_pairs, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       PTX_DECODE: tl.constexpr, FLOAT32_DECODE: tl.constexpr):
+    """``core_products`` for a step's packed bytes [BLOCK_N, BLOCK_K / 2] and block scales [BLOCK_N,
+    BLOCK_K / 16] into ``products`` [BLOCK_N, BLOCK_K / 16, 8]: the low-nibble values against x's even
+    columns, the high-nibble ones against the odd; ``x_pairs`` [BLOCK_K / 2] holds x's columns 2j (low
+    half) and 2j + 1 (high half) as one int32, so x is read in 16-byte vectors and never rearranged."""
+    blocks: tl.constexpr = BLOCK_K // SCALE_BLOCK
+    packed = tl.reshape(packed, [BLOCK_N, blocks, SCALE_BLOCK // 2])
+    scales = tl.reshape(scales.to(tl.float32), [BLOCK_N, blocks, 1])
+    if FLOAT32_DECODE:
+        low, high = dequantize_pairs_float32(packed, scales)
+    else:
+        low, high = dequantize_pairs(packed, scales, PTX_DECODE)
+    x_pairs = tl.reshape(x_pairs, [1, blocks, SCALE_BLOCK // 2])
+    even = (x_pairs << 16).to(tl.float32, bitcast=True)
+    odd = (x_pairs & -65536).to(tl.float32, bitcast=True)
+    return products + low.to(tl.float32) * even + high.to(tl.float32) * odd
 
 
 # M, N and y's row stride change from call to call and gain nothing from specialization (each distinct
@@ -146,40 +219,71 @@ def _nvfp4_gemv_tiles(
     y_ptr, stride_ym, partial_ptr, chunk,
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
-    COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr,
+    COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr, CUDA_CORES: tl.constexpr,
+    ALIGNED_STEPS: tl.constexpr, FLOAT32_DECODE: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.arange(0, BLOCK_M)
-    x_rows = (offs_m < rows)[:, None]  # padding rows of x are not read (an M = 1 call reads one row)
-    start, whole, stop = step_bounds(chunk, depth, BLOCK_K)
-    weight_row = clamp_rows(offs_n, cols)[:, None]
-    byte = start // 2 + tl.arange(0, BLOCK_K // 2)
-    group = start // SCALE_BLOCK + tl.arange(0, BLOCK_K // SCALE_BLOCK)
-    column = start + tl.arange(0, BLOCK_K)
-    packed_tile = packed_ptr + weight_row * stride_pn + byte[None, :]
-    scale_tile = scales_ptr + weight_row * stride_sn + group[None, :]
-    x_tile = x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk
-    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-    for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
-        weights = dequantize_tile(tl.load(packed_tile), tl.load(scale_tile), BLOCK_N, BLOCK_K, PTX_DECODE)
-        acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows, other=0), COMPILED)
-        packed_tile += BLOCK_K // 2
-        scale_tile += BLOCK_K // SCALE_BLOCK
-        x_tile += BLOCK_K * stride_xk
-    if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
-        live = (whole + tl.arange(0, BLOCK_K) < stop)[None, :]
-        packed = tl.load(packed_tile, mask=(whole + 2 * tl.arange(0, BLOCK_K // 2) < stop)[None, :], other=0)
-        scale = tl.load(scale_tile, mask=(whole + SCALE_BLOCK * tl.arange(0, BLOCK_K // SCALE_BLOCK) < stop)[None, :],
-                        other=0.0)
-        weights = dequantize_tile(packed, scale, BLOCK_N, BLOCK_K, PTX_DECODE)
-        acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows & live, other=0), COMPILED)
+    start, whole, stop = step_bounds(chunk, depth, BLOCK_K, ALIGNED_STEPS)
+    if CUDA_CORES:  # M = 1; x read as int32 pairs: stride_xk == 1 and x 4-byte aligned (the host checks)
+        # bytes and x's pairs load as [BLOCK_N, BLOCK_K / 2] rows (16-byte vectors), then are viewed as
+        # [BLOCK_N, blocks, 8] against the block scales [BLOCK_N, blocks, 1]
+        row = clamp_rows(offs_n, cols)[:, None]
+        pair = start // 2 + tl.arange(0, BLOCK_K // 2)
+        block = start // SCALE_BLOCK + tl.arange(0, BLOCK_K // SCALE_BLOCK)
+        packed_tile = packed_ptr + row * stride_pn + pair[None, :]
+        scale_tile = scales_ptr + row * stride_sn + block[None, :]
+        x_pairs = x_bits_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + pair
+        products = tl.zeros([BLOCK_N, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK // 2], tl.float32)
+        for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
+            products = core_pair_products(products, tl.load(packed_tile), tl.load(scale_tile), tl.load(x_pairs),
+                                          BLOCK_N, BLOCK_K, PTX_DECODE, FLOAT32_DECODE)
+            packed_tile += BLOCK_K // 2
+            scale_tile += BLOCK_K // SCALE_BLOCK
+            x_pairs += BLOCK_K // 2
+        if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
+            live = whole - start + 2 * pair < stop
+            block_live = whole - start + SCALE_BLOCK * block < stop
+            products = core_pair_products(products, tl.load(packed_tile, mask=live[None, :], other=0),
+                                          tl.load(scale_tile, mask=block_live[None, :], other=0.0),
+                                          tl.load(x_pairs, mask=live, other=0), BLOCK_N, BLOCK_K,
+                                          PTX_DECODE, FLOAT32_DECODE)
+        acc = tl.sum(tl.sum(products, axis=2), axis=1)[:, None]
+    else:
+        offs_m = tl.arange(0, BLOCK_M)
+        x_rows = (offs_m < rows)[:, None]  # padding rows of x are not read (an M = 1 call reads one row)
+        weight_row = clamp_rows(offs_n, cols)[:, None]
+        byte = start // 2 + tl.arange(0, BLOCK_K // 2)
+        group = start // SCALE_BLOCK + tl.arange(0, BLOCK_K // SCALE_BLOCK)
+        column = start + tl.arange(0, BLOCK_K)
+        packed_tile = packed_ptr + weight_row * stride_pn + byte[None, :]
+        scale_tile = scales_ptr + weight_row * stride_sn + group[None, :]
+        x_tile = x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+        for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
+            weights = dequantize_tile(tl.load(packed_tile), tl.load(scale_tile), BLOCK_N, BLOCK_K, PTX_DECODE)
+            acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows, other=0), COMPILED)
+            packed_tile += BLOCK_K // 2
+            scale_tile += BLOCK_K // SCALE_BLOCK
+            x_tile += BLOCK_K * stride_xk
+        if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
+            live = (whole + tl.arange(0, BLOCK_K) < stop)[None, :]
+            packed = tl.load(packed_tile, mask=(whole + 2 * tl.arange(0, BLOCK_K // 2) < stop)[None, :], other=0)
+            scale = tl.load(scale_tile, mask=(whole + SCALE_BLOCK * tl.arange(0, BLOCK_K // SCALE_BLOCK) < stop)[None, :],
+                            other=0.0)
+            weights = dequantize_tile(packed, scale, BLOCK_N, BLOCK_K, PTX_DECODE)
+            acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows & live, other=0), COMPILED)
     decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
     store_rows(acc, y_ptr, stride_ym, partial_ptr, tl.program_id(1), rows, cols, offs_n, decode_scale, BLOCK_M, SPLIT)
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
+def plan_for(x, packed, shape: PlanShape) -> GemvPlan:
+    """``shape``'s plan for these inputs on their device (the interpreter's blocks on a CPU)."""
+    return gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), interpreting(), shape, x.shape[0])
+
+
 def default_plan(x, packed) -> GemvPlan:
-    return gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), interpreting(), DEFAULT_SHAPE)
+    return plan_for(x, packed, DEFAULT_M1_SHAPE if x.shape[0] == 1 else DEFAULT_SHAPE)
 
 
 def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: bool | None = None) -> torch.Tensor:
@@ -188,8 +292,11 @@ def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: 
     ``ptx_decode``: the table-lookup decode (default: whenever compiled for a GPU) or the arithmetic one.
     """
     weight_args = (packed, packed.stride(0), block_scales, block_scales.stride(0), global_scale)
+    if plan.cuda_cores and not (x.stride(1) == 1 and x.data_ptr() % 4 == 0):  # x not readable as int32 pairs
+        plan = dataclasses.replace(plan, cuda_cores=False)
     return run_tiles(_nvfp4_gemv_tiles, x, packed.shape[0], weight_args, global_scale, True, plan,
-                     PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode)
+                     PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode,
+                     FLOAT32_DECODE=plan.float32_decode and plan.compiled and ptx_decode is not False)
 
 
 def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
@@ -199,10 +306,10 @@ def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
 
 def bench_variants(x, packed, block_scales, global_scale) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
-    plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device))
+    plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), x.shape[0])
     variants = {label: lambda x, packed, block_scales, global_scale, plan=plan:
                 run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
-    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False, DEFAULT_SHAPE)
+    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False, DEFAULT_SHAPE, x.shape[0])
     variants["default plan, arithmetic decode"] = lambda x, packed, block_scales, global_scale: run_plan(
         x, packed, block_scales, global_scale, default, ptx_decode=False)
     return variants
@@ -230,30 +337,6 @@ def params_of(x, packed, block_scales, global_scale):
     return {"M": x.shape[0], "N": packed.shape[0], "K": x.shape[1]}
 
 
-CELLS = (
-    Cell("narrow_outputs", "decode projections with few outputs (N < 2048: routers, small heads, TP shards), "
-         "too few rows to fill an H200: K is split",
-         {"M": Span(1, 16), "N": Span(1, 2047), "K": Span(NVFP4_BLOCK, 16384)}),
-    Cell("wide_outputs", "decode QKV/MLP projections, N 2048..32768 (Llama-3 8B/70B, Qwen2 72B): rows "
-         "across programs, one pass from N = 4224 on an H200",
-         {"M": Span(1, 16), "N": Span(2048, 32768), "K": Span(NVFP4_BLOCK, 16384)}),
-)
-
-_SIDE = 8192
+CELLS = gemv_cells(NVFP4_BLOCK, "Llama-3 8B/70B, Qwen2 72B")
 _TARGET_M1 = ">= 65% of copy bandwidth, packed weights + scales (stock dequantize + bf16 matmul: 0.7%, 1240 us)"
-_TARGET_M16 = "<= 1.3x the M=1 time (one pass over the weights for every M)"
-
-ENTRY = Entry.of_contract(
-    contract,
-    kernel=nvfp4_gemv,
-    parity=Parity.BAND,
-    params_of=params_of,
-    cells=CELLS,
-    archs=ALL_ARCHS,
-    bench=tuple(
-        BenchCase(f"M={rows} N=K={_SIDE}", _bench_input(rows, _SIDE, _SIDE), bytes_moved,
-                  _TARGET_M1 if rows == 1 else _TARGET_M16,
-                  {"torch.matmul on bf16 weights": OnBf16Weights(nvfp4_dequantize)})
-        for rows in (1, 4, 16)
-    ),
-)
+ENTRY = gemv_entry(contract, nvfp4_gemv, params_of, CELLS, _bench_input, bytes_moved, _TARGET_M1, nvfp4_dequantize)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from oracles.battery import strategy_module
+from ops.gemm import fp8_gemv
 from ops.gemm.fp8_gemv import ENTRY, default_plan
 from suites.certification import (
     arch_marks,
@@ -16,6 +17,7 @@ from suites.certification import (
     machine_device,
 )
 from suites.gemm import fp8_gemv_impls as impls
+from suites.gemm import gemv_plans
 
 pytestmark = arch_marks(ENTRY.archs)
 
@@ -47,6 +49,14 @@ def test_battery_rejects(name, oracle):
 def test_battery_accepts_another_correct_implementation(cell):
     impl = judged(ENTRY, impls, "correct_via_float32_sums")
     assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+
+
+@pytest.mark.parametrize("cell, shape", gemv_plans.shapes_to_judge(ENTRY, fp8_gemv.DEFAULT_M1_SHAPE),
+                         ids=lambda value: value.label() if hasattr(value, "label") else value.id)
+def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
+    """What tools/bench --variants times must be right: each plan on the corners (see gemv_plans)."""
+    impl = gemv_plans.planned(ENTRY, fp8_gemv, shape)
+    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=0), impl.label)
 
 
 def test_corners_reach_both_launch_paths_and_every_kind_of_code():

@@ -1,8 +1,8 @@
 """GEMV checks only a GPU can run: the inline-PTX weight decode, and a summation-order control.
 
-- The NVFP4 table-lookup decode is inline PTX, which the interpreter cannot run: here the compiled
-  kernel decodes every byte against every E4M3 scale, bit for bit (its text is also executed by a small
-  PTX interpreter on every machine, in ``test_nvfp4_gemv.py``).
+- The NVFP4 decodes (table lookup to bf16, bit placement to float32) are inline PTX, which the
+  interpreter cannot run: here compiled kernels decode every byte against every E4M3 scale, bit for bit
+  (their texts are also executed by a small PTX interpreter on every machine, in ``test_nvfp4_gemv.py``).
 - A float32 reordering moves a sum by an ulp or two of float32, which changes its bf16 rounding rarely:
   the CPU's example sizes (at most 16 x 4096 outputs) did not show it once in 25 examples. A GPU cell's
   long-sum corner (16 x 2047 or 16 x 2048 outputs of K = 16384) moves 10 to 20 outputs
@@ -33,7 +33,8 @@ def test_battery_rejects_a_summation_order_that_varies_per_call(entry, impls, ce
     assert_rejected(certify_cell(entry, entry.cell(cell_id), impl, max_examples=0), "determinism", impl.label)
 
 
-def test_ptx_decode_is_exact_for_every_byte_and_scale():
-    (low, high), (expected_low, expected_high) = decode_every_pair(ptx_decode=True)
+@pytest.mark.parametrize("float32_decode", [False, True], ids=["E2M1_PAIRS_PTX", "E2M1_FLOAT32_PTX"])
+def test_ptx_decode_is_exact_for_every_byte_and_scale(float32_decode):
+    (low, high), (expected_low, expected_high) = decode_every_pair(ptx_decode=True, float32_decode=float32_decode)
     assert torch.equal(float32_bits(low), float32_bits(expected_low))
     assert torch.equal(float32_bits(high), float32_bits(expected_high))

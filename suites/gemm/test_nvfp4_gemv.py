@@ -9,7 +9,9 @@ import triton
 import triton.language as tl
 
 from oracles.battery import strategy_module
-from ops.gemm.nvfp4_gemv import E2M1_PAIRS_PTX, ENTRY, default_plan, dequantize_pairs
+from ops.gemm import nvfp4_gemv
+from ops.gemm.nvfp4_gemv import E2M1_FLOAT32_PTX, E2M1_PAIRS_PTX, ENTRY, default_plan, dequantize_pairs, \
+    dequantize_pairs_float32
 from references.formats import E4M3_MAX, e2m1_decode
 from suites.certification import (
     arch_marks,
@@ -20,6 +22,7 @@ from suites.certification import (
     judged,
     machine_device,
 )
+from suites.gemm import gemv_plans
 from suites.gemm import nvfp4_gemv_impls as impls
 
 pytestmark = arch_marks(ENTRY.archs)
@@ -57,6 +60,14 @@ def test_battery_accepts_another_correct_implementation(cell):
     assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
 
 
+@pytest.mark.parametrize("cell, shape", gemv_plans.shapes_to_judge(ENTRY, nvfp4_gemv.DEFAULT_M1_SHAPE),
+                         ids=lambda value: value.label() if hasattr(value, "label") else value.id)
+def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
+    """What tools/bench --variants times must be right: each plan on the corners (see gemv_plans)."""
+    impl = gemv_plans.planned(ENTRY, nvfp4_gemv, shape)
+    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=0), impl.label)
+
+
 def test_corners_reach_both_launch_paths_and_the_hard_weights():
     """On this device: split-K and one-pass plans, K not a multiple of 64, M = 1 and 16, and weights
     with zero, subnormal and saturated block scales, all from the corners alone."""
@@ -81,11 +92,16 @@ def test_corners_reach_both_launch_paths_and_the_hard_weights():
 
 # -- the weight decode, value by value: every byte against every E4M3 scale ---------------------------
 @triton.jit
-def _decode_every_pair(packed_ptr, scale_ptr, low_ptr, high_ptr, count, BLOCK: tl.constexpr, PTX_DECODE: tl.constexpr):
+def _decode_every_pair(packed_ptr, scale_ptr, low_ptr, high_ptr, count, BLOCK: tl.constexpr, PTX_DECODE: tl.constexpr,
+                       FLOAT32_DECODE: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offsets < count
-    low, high = dequantize_pairs(tl.load(packed_ptr + offsets, mask=live, other=0),
-                                 tl.load(scale_ptr + offsets, mask=live, other=0.0), PTX_DECODE)
+    packed = tl.load(packed_ptr + offsets, mask=live, other=0)
+    scale = tl.load(scale_ptr + offsets, mask=live, other=0.0)
+    if FLOAT32_DECODE:
+        low, high = dequantize_pairs_float32(packed, scale)
+    else:
+        low, high = dequantize_pairs(packed, scale, PTX_DECODE)
     tl.store(low_ptr + offsets, low.to(tl.float32), mask=live)
     tl.store(high_ptr + offsets, high.to(tl.float32), mask=live)
 
@@ -101,11 +117,11 @@ def expected_pairs(packed: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Te
     return e2m1_decode(packed & 0xF) * scales, e2m1_decode(packed >> 4) * scales
 
 
-def decode_every_pair(ptx_decode: bool):
+def decode_every_pair(ptx_decode: bool, float32_decode: bool = False):
     packed, scales = every_byte_and_scale(machine_device())
     low, high = torch.empty_like(scales), torch.empty_like(scales)
     _decode_every_pair[(triton.cdiv(len(packed), 4096),)](packed, scales, low, high, len(packed), BLOCK=4096,
-                                                          PTX_DECODE=ptx_decode)
+                                                          PTX_DECODE=ptx_decode, FLOAT32_DECODE=float32_decode)
     return (low, high), expected_pairs(packed, scales)
 
 
@@ -151,6 +167,20 @@ def _fma_bf16x2(a: int, b: int, c: int) -> int:
     return halves[0] | (halves[1] << 16)
 
 
+def _f32_of(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _f32_bits(value: float) -> int:
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    assert _f32_of(bits) == value, f"{value} is not exact in float32: the interpreter does not round"
+    return bits
+
+
+def _f32_of_f16(bits: int) -> int:
+    return _f32_bits(struct.unpack("<e", struct.pack("<H", bits))[0])
+
+
 _PTX_OPERATIONS = {
     "mov.b32": lambda a: a,
     "and.b32": lambda a, b: a & b,
@@ -159,6 +189,8 @@ _PTX_OPERATIONS = {
     "shl.b32": lambda a, b: (a << b) & 0xFFFFFFFF,
     "prmt.b32": _prmt,
     "fma.rn.bf16x2": _fma_bf16x2,
+    "cvt.f32.f16": _f32_of_f16,
+    "mul.rn.f32": lambda a, b: _f32_bits(_f32_of(a) * _f32_of(b)),
 }
 
 
@@ -170,6 +202,11 @@ def run_ptx(text: str, operands: dict[str, int]) -> dict[str, int]:
         if not line or line in "{}" or line.startswith(".reg"):
             continue
         operation, arguments = line.split(None, 1)
+        if operation == "mov.b32" and arguments.startswith("{"):  # mov.b32 {low, high}, word: its halves
+            halves, word = arguments[1:].split("}")
+            low, high = (name.strip() for name in halves.split(","))
+            registers[low], registers[high] = registers[word.strip(" ,")] & 0xFFFF, registers[word.strip(" ,")] >> 16
+            continue
         destination, *sources = [word.strip() for word in arguments.split(",")]
         values = [int(word, 0) if word[0].isdigit() else registers[word] for word in sources]
         registers[destination] = _PTX_OPERATIONS[operation](*values)
@@ -190,6 +227,27 @@ def test_ptx_decode_text_interpreted_is_exact_for_every_byte_and_scale():
         halves = [(result[f"${r}"] >> s) & 0xFFFF for r in range(4) for s in (0, 16)]
         assert halves[:4] == [expected_low[g] for g in group], hex(operands["$4"])
         assert halves[4:] == [expected_high[g] for g in group], hex(operands["$4"])
+
+
+def test_float32_ptx_decode_text_interpreted_is_exact_for_every_byte_and_scale():
+    packed, scales = every_byte_and_scale("cpu")
+    expected_low, expected_high = ([_f32_bits(v) for v in values.tolist()] for values in expected_pairs(packed, scales))
+    packed, scale_bits = packed.tolist(), [_f32_bits(s * 16384.0) for s in scales.tolist()]
+    for start in range(0, len(packed), 4):  # four consecutive (byte, scale) pairs per invocation
+        group = range(start, start + 4)
+        operands = {"$8": sum(packed[g] << (8 * i) for i, g in enumerate(group)),
+                    **{f"${9 + i}": scale_bits[g] for i, g in enumerate(group)}}
+        result = run_ptx(E2M1_FLOAT32_PTX.value, operands)
+        assert [result[f"${r}"] for r in range(4)] == [expected_low[g] for g in group], hex(operands["$8"])
+        assert [result[f"${r}"] for r in range(4, 8)] == [expected_high[g] for g in group], hex(operands["$8"])
+
+
+def test_ptx_interpreter_tells_a_wrong_float32_placement():
+    """The check above can fail: the high nibbles of bytes 1 and 3 shifted one bit too far are caught."""
+    wrong = E2M1_FLOAT32_PTX.value.replace("shr.b32 a, $8, 3;", "shr.b32 a, $8, 2;")
+    operands = {"$8": 0x3000, "$9": 0, "$10": _f32_bits(16384.0), "$11": 0, "$12": 0}  # byte 1 high nibble: 1.5
+    assert _f32_of(run_ptx(E2M1_FLOAT32_PTX.value, operands)["$5"]) == 1.5
+    assert _f32_of(run_ptx(wrong, operands)["$5"]) != 1.5
 
 
 def test_ptx_interpreter_tells_a_wrong_table():

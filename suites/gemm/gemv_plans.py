@@ -1,0 +1,46 @@
+"""The GEMVs' launch-plan variants (``gemv_launch.VARIANT_SHAPES``) as implementations for the battery.
+
+``tools/bench --variants`` times every variant on the device and the lead makes the winner the default:
+each must be a correct GEMV before it can be. A design is what a shape's kernel computes differently
+(tensor-core or CUDA-core products at M = 1; on a GPU also the aligned steps' loads and the float32
+decode). Every design meets every cell's corners (the default plan's in ``test_cell``); on a GPU every
+tile (rows, step, warps) of every design, its own compiled kernel, meets narrow_outputs' corners (tails
+of K, M = 1 and 16, split K) as well; shapes that differ only in pipeline depth or split threshold are
+not judged again. Under the interpreter the block sizes are fixed (``gemv_launch``), so one shape per design stands
+for the rest.
+"""
+from __future__ import annotations
+
+from oracles.battery import Implementation
+from ops.gemm.gemv_launch import VARIANT_SHAPES, PlanShape
+from ops.triton_backend import interpreting
+
+
+def _design(shape: PlanShape) -> tuple:
+    if interpreting():
+        return (shape.cores_at_m1,)
+    return shape.cores_at_m1, shape.aligned_steps, shape.float32_decode and shape.cores_at_m1
+
+
+def shapes_to_judge(entry, default: PlanShape) -> list[tuple]:
+    """(cell, shape) pairs: one shape per design other than ``default``'s (the op's M = 1 default, whose
+    design ``test_cell`` judges) on every cell, and on a GPU one shape per other tile on narrow_outputs."""
+    designs = {_design(default): default}
+    for shape in VARIANT_SHAPES:
+        designs.setdefault(_design(shape), shape)
+    pairs = [(cell, shape) for cell in entry.cells for shape in designs.values() if shape is not default]
+    if not interpreting():  # every tile and design; the pipeline depth and the split threshold aside
+        tiles = {(default.block_n, default.step_bytes, default.num_warps, _design(default)): default}
+        for shape in VARIANT_SHAPES:
+            if shape not in designs.values():
+                tiles.setdefault((shape.block_n, shape.step_bytes, shape.num_warps, _design(shape)), shape)
+        pairs += [(entry.cell("narrow_outputs"), shape) for shape in tiles.values() if shape is not default]
+    return pairs
+
+
+def planned(entry, op_module, shape: PlanShape) -> Implementation:
+    """``op_module``'s kernel launched on ``shape``'s plan, refusals included."""
+    def run(x, **weight):
+        op_module.contract.validate(x, **weight)
+        return op_module.run_plan(x, **weight, plan=op_module.plan_for(x, next(iter(weight.values())), shape))
+    return Implementation(f"{op_module.__name__} on {shape.label()}", {entry.name: run})
