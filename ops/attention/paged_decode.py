@@ -52,8 +52,6 @@ from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import interpreting
 from references.attention import paged_decode as contract
 
-MIN_DOT_ROWS = 16  # tl.dot needs at least 16 rows: the G query heads of a group are padded to it
-
 
 # -- launch plan ----------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +61,13 @@ class LaunchPlan:
     num_warps: int
     num_stages: int
     max_registers: int | None = None  # ptxas cap per thread (None: Triton's choice)
+    # The G query heads of a group fill the dot's rows, padded to a power of two and to at least this many.
+    # Triton 3.6 takes any M >= 1 and pads inside the tensor-core instruction, so rows past the 8th of an
+    # m16n8k16 tile are never computed: at 8 rows (G <= 8) each thread holds half the score elements of
+    # the 16-row tile (ptxas sm_90, D=128: 101 float64 instructions a 64-token tile, against 200).
+    min_dot_rows: int = 1
+    exp_in_float64: bool = True  # p = exp(s - m) in float64 (libdevice); else fp32 Cody-Waite (_exp_difference)
+    p_halves: int = 2            # p @ v as 16-bit hi + lo halves of p; 1: fp16 p only (e4m3 caches only)
 
 
 def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
@@ -149,6 +154,51 @@ def _query_in_fp16(q):
     return (q.to(tl.float32) * scale[:, None]).to(tl.float16), unscale
 
 
+@triton.jit
+def _exp_difference(s, m):
+    """``exp(s - m)`` for finite fp32 ``s <= m`` as fp32 ``p`` and ``p_error``, ``p + p_error`` within 2^-26 of
+    it relative — a float64 sum of both is what ``l`` (hence ``lse``) needs, at fp32 cost.
+
+    Cody-Waite: ``s - m = x_hi + x_lo`` exactly (TwoSum: ``s - m`` rounded in fp32 moved ``p`` by
+    ``2^-24 |s - m|`` relative, up to 28 ULPs of ``p``); ``k = rint(x_hi log2 e)``; ``r = x - k ln 2``
+    with ``ln 2 = LN2_HI + LN2_LO`` (``k * LN2_HI`` exact: 9 + 8 bits, and the subtraction exact by
+    Sterbenz), ``|r| <= 0.347``; ``e^r = (1 + r) + r^2 P(r)``, ``P`` the Taylor terms to ``r^5 / 7!``
+    (truncation ``r^8 / 8! < 2^-27.5``), ``1 + r`` split exactly into ``hi + lo`` (Fast2Sum) so only the
+    small ``r^2 P`` (< 0.07) is rounded (< 2^-27.5); ``e = hi + (lo + r^2 P)`` rounded to fp32, and that
+    rounding kept exactly as ``error`` (Fast2Sum).  ``p = e 2^k`` by two exact power-of-two factors
+    (``k >= -159``: gradual underflow to 0 below 2^-149).  Simulated in numpy fp32 against float64
+    over 2M differences: ``p`` alone within 0.8 ULP (mean 0.25); ``lse`` from float64 sums of
+    ``p + p_error`` (splits of 1024, tiles of 64, float64 merge) within 0.43 ULP before its own fp32
+    rounding, against 13 ULPs from ``p`` alone, for lse near 0 (rows of 1..3000 tokens)."""
+    LOG2E: tl.constexpr = 1.4426950408889634
+    LN2_HI: tl.constexpr = 0.693359375
+    LN2_LO: tl.constexpr = -2.12194440e-4
+    ROUNDER: tl.constexpr = 12582912.0  # 1.5 * 2^23: adding it rounds an fp32 of magnitude < 2^22 to an integer
+    x_hi = s - m
+    m_part = x_hi - s
+    s_part = x_hi - m_part
+    x_lo = (s - s_part) - (m + m_part)
+    x_hi = tl.maximum(x_hi, -110.0)  # exp(-110) < 2^-150: p rounds to 0 whatever k the rest would take
+    k = tl.fma(x_hi, LOG2E, ROUNDER) - ROUNDER
+    r = tl.fma(-k, LN2_HI, x_hi)
+    r = r + tl.fma(-k, LN2_LO, x_lo)
+    poly = tl.fma(r, 1.0 / 5040.0, 1.0 / 720.0)
+    poly = tl.fma(poly, r, 1.0 / 120.0)
+    poly = tl.fma(poly, r, 1.0 / 24.0)
+    poly = tl.fma(poly, r, 1.0 / 6.0)
+    poly = tl.fma(poly, r, 0.5)
+    hi = 1.0 + r
+    lo = r - (hi - 1.0)
+    tail = lo + (r * r) * poly
+    e = hi + tail
+    error = tail - (e - hi)
+    k_int = k.to(tl.int32)
+    k_half = k_int >> 1
+    first = ((k_half + 127) << 23).to(tl.float32, bitcast=True)
+    second = ((k_int - k_half + 127) << 23).to(tl.float32, bitcast=True)
+    return e * first * second, error * first * second
+
+
 @triton.jit(do_not_specialize=["select_stride_b", "entries", "table_stride_b", "table_stride_m", "pages_per_row",
                                "seq_lens_stride", "page_size", "num_pages"])
 def _resolve_selection(
@@ -185,7 +235,7 @@ def _resolve_selection(
 
 # Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
 # head dim, cache dtype and dense/sparse, whatever the batch, table and pool sizes.
-@triton.jit(do_not_specialize=["num_pages", "page_size", "kv_heads", "group", "pages_per_row", "table_stride_b",
+@triton.jit(do_not_specialize=["num_pages", "kv_heads", "group", "pages_per_row", "table_stride_b",
                                "table_stride_m", "seq_lens_stride", "entries", "splits"])
 def _decode_splits(
     # query [B, Hq, D]
@@ -193,7 +243,7 @@ def _decode_splits(
     # caches [P, S, Hkv, D]
     k_ptr, k_stride_p, k_stride_s, k_stride_h, k_stride_d,
     v_ptr, v_stride_p, v_stride_s, v_stride_h, v_stride_d,
-    num_pages, page_size, kv_heads, group,
+    num_pages, kv_heads, group,
     # metadata: page table [B, M], lengths [B]; sparse: each selected entry's page and live slots [B, T]
     table_ptr, table_stride_b, table_stride_m, pages_per_row,
     seq_lens_ptr, seq_lens_stride,
@@ -203,8 +253,10 @@ def _decode_splits(
     part_m_ptr, part_l_ptr, part_acc_ptr, splits,
     # meta
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
-    SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
+    EXP_IN_FLOAT64: tl.constexpr, P_HALVES: tl.constexpr,
 ):
+    P_SCALE: tl.constexpr = 32768.0
     pid = tl.program_id(0)
     split = pid % splits
     kv_head = (pid // splits) % kv_heads
@@ -214,7 +266,7 @@ def _decode_splits(
     offs_n = tl.arange(0, BLOCK_N)
     in_group = offs_g < group
 
-    limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, page_size, entries, SPARSE)
+    limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, PAGE_SIZE, entries, SPARSE)
     start = split * SPLIT_TOKENS
     end = tl.minimum(start + SPLIT_TOKENS, limit)
 
@@ -227,6 +279,9 @@ def _decode_splits(
     selected_row = row.to(tl.int64) * entries
     k_tile = k_ptr + kv_head * k_stride_h + offs_d[None, :] * k_stride_d
     v_tile = v_ptr + kv_head * v_stride_h + offs_d[None, :] * v_stride_d
+    if PAGE_SIZE >= BLOCK_N:  # loop-invariant slot offsets of a tile inside one page
+        k_tile += (offs_n * k_stride_s)[:, None]
+        v_tile += (offs_n * v_stride_s)[:, None]
 
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float64)
@@ -234,35 +289,61 @@ def _decode_splits(
     for position in range(start, end, BLOCK_N):
         n = position + offs_n
         within = n < end
-        if SPARSE:
-            entry = n // page_size
-            slot = n - entry * page_size
-            physical = tl.load(selected_pages_ptr + selected_row + entry, mask=within, other=-1)
-            live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=within, other=0)
-            valid = within & (physical >= 0) & (slot < live_slots)   # -1 unless counted, in the pool
+        if PAGE_SIZE >= BLOCK_N:
+            # Both powers of two and tiles start at multiples of BLOCK_N: the tile lies in one page, so
+            # its metadata is one scalar load and its addresses a scalar offset from loop-invariant ones
+            # (the per-token division, table gather and 64-bit address arithmetic were ~60% of the loop's
+            # instructions at D=128: ptxas sm_90).  ``position < end <= limit``: the entry exists.
+            first_slot = position % PAGE_SIZE
+            if SPARSE:
+                physical = tl.load(selected_pages_ptr + selected_row + position // PAGE_SIZE)
+                live_slots = tl.load(selected_live_slots_ptr + selected_row + position // PAGE_SIZE)
+                valid = within & (physical >= 0) & (first_slot + offs_n < live_slots)
+            else:
+                physical = tl.load(table_row + (position // PAGE_SIZE) * table_stride_m)
+                valid = within & (physical >= 0) & (physical < num_pages)
+            physical = physical.to(tl.int64)
+            k_rows = k_tile + (physical * k_stride_p + first_slot * k_stride_s)
+            v_rows = v_tile + (physical * v_stride_p + first_slot * v_stride_s)
         else:
-            logical = n // page_size      # dense positions are tokens, and end <= seq_len
-            slot = n - logical * page_size
-            physical = tl.load(table_row + logical * table_stride_m, mask=within, other=-1)
-            valid = within & (physical >= 0) & (physical < num_pages)
-        physical = physical.to(tl.int64)
+            if SPARSE:
+                entry = n // PAGE_SIZE
+                slot = n % PAGE_SIZE
+                physical = tl.load(selected_pages_ptr + selected_row + entry, mask=within, other=-1)
+                live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=within, other=0)
+                valid = within & (physical >= 0) & (slot < live_slots)   # -1 unless counted, in the pool
+            else:
+                logical = n // PAGE_SIZE      # dense positions are tokens, and end <= seq_len
+                slot = n % PAGE_SIZE
+                physical = tl.load(table_row + logical * table_stride_m, mask=within, other=-1)
+                valid = within & (physical >= 0) & (physical < num_pages)
+            physical = physical.to(tl.int64)
+            k_rows = k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None]
+            v_rows = v_tile + (physical * v_stride_p + slot * v_stride_s)[:, None]
 
-        k = tl.load(k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None], mask=valid[:, None], other=0.0)
+        k = tl.load(k_rows, mask=valid[:, None], other=0.0)
         scores = tl.dot(q, tl.trans(k.to(WIDENED).to(OPERAND)))
         if WIDENED == tl.float16:
             scores = scores * q_unscale[:, None]   # exact: a power of two
         scores = scores * qk_scale
+        finite_scores = scores   # a masked slot's k loads as 0: its score is 0, never NaN
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
         alpha = tl.exp((m - m_base).to(tl.float64))             # float64: it rescales l, hence lse
-        # float64, from the subtraction on: the GPU's fp32 exp (ex2.approx after a rounded multiply by
-        # log2 e) put lse 1.03 ULP from truth on the H200 (band 1 ULP, stock 0.23) for a 16-token row
-        p_exact = tl.exp(scores.to(tl.float64) - m_base.to(tl.float64)[:, None])
-        l = l * alpha + tl.sum(p_exact, axis=1)
-        p = p_exact.to(tl.float32)
+        if EXP_IN_FLOAT64:
+            # float64, from the subtraction on: the GPU's fp32 exp (ex2.approx after a rounded multiply by
+            # log2 e) put lse 1.03 ULP from truth on the H200 (band 1 ULP, stock 0.23) for a 16-token row
+            p_exact = tl.exp(scores.to(tl.float64) - m_base.to(tl.float64)[:, None])
+            l = l * alpha + tl.sum(p_exact, axis=1)
+            p = p_exact.to(tl.float32)
+        else:
+            p, p_error = _exp_difference(finite_scores, m_base[:, None])
+            p = tl.where(valid[None, :], p, 0.0)
+            p_error = tl.where(valid[None, :], p_error, 0.0)
+            l = l * alpha + tl.sum(p.to(tl.float64) + p_error.to(tl.float64), axis=1)
 
-        v = tl.load(v_tile + (physical * v_stride_p + slot * v_stride_s)[:, None], mask=valid[:, None], other=0.0)
+        v = tl.load(v_rows, mask=valid[:, None], other=0.0)
         if WIDENED == tl.float16:
             # Widen V where it was loaded, 16 bytes a thread, before Triton moves it into the dot
             # operand through shared memory: the select (a no-op on values: masked slots load 0)
@@ -270,17 +351,25 @@ def _decode_splits(
             # time (64 ld.shared.b8 a thread per 64 x 128 tile; ptxas sm_90, Triton 3.6).
             v = tl.where(valid[:, None], v.to(WIDENED), 0.0)
         v = v.to(OPERAND)
-        p_hi = p.to(WIDENED)
-        p_lo = (p - p_hi.to(tl.float32)).to(WIDENED)
         acc = acc * alpha.to(tl.float32)[:, None]
-        acc = tl.dot(p_hi.to(OPERAND), v, acc)
-        acc = tl.dot(p_lo.to(OPERAND), v, acc)
+        if P_HALVES == 2:
+            p_hi = p.to(WIDENED)
+            p_lo = (p - p_hi.to(tl.float32)).to(WIDENED)
+            acc = tl.dot(p_hi.to(OPERAND), v, acc)
+            acc = tl.dot(p_lo.to(OPERAND), v, acc)
+        else:
+            # fp16 p alone (e4m3 caches), scaled by 2^15 (p <= 1): 11 bits for every p above 2^-29, an
+            # absolute error under 2^-41 below — finer than the stock op's bf16 p (8 bits) everywhere.
+            p_scaled = (p * P_SCALE).to(WIDENED)
+            acc = tl.dot(p_scaled.to(OPERAND), v, acc)
         m = m_new
 
     part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
     written = in_group & (start < limit)
     tl.store(part_m_ptr + part, m, mask=written)
     tl.store(part_l_ptr + part, l, mask=written)
+    if P_HALVES == 1:
+        acc = acc * (1.0 / P_SCALE)   # exact: a power of two
     tl.store(part_acc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=written[:, None])
 
 
@@ -339,6 +428,8 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     if batch * query_heads == 0:
         return o, lse
     widened = _widened(k_cache.dtype)
+    if plan.p_halves == 1 and widened != tl.float16:
+        raise ValueError(f"{plan}: a single 16-bit p is fp16's (e4m3 caches); bf16 p keeps only 8 bits")
     sparse = page_select is not None
     if sparse:
         selection = torch.sort(page_select, dim=1).values  # on the device: duplicates become neighbours
@@ -360,18 +451,19 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     part_m = torch.empty(partials, dtype=torch.float32, device=q.device)
     part_l = torch.empty(partials, dtype=torch.float64, device=q.device)
     part_acc = torch.empty(partials * head_dim, dtype=torch.float32, device=q.device)
-    group_pad = max(MIN_DOT_ROWS, triton.next_power_of_2(group))
+    group_pad = max(plan.min_dot_rows, triton.next_power_of_2(group))
     _decode_splits[(batch * kv_heads * splits,)](
         q, *q.stride(),
         k_cache, *k_cache.stride(), v_cache, *v_cache.stride(),
-        num_pages, page_size, kv_heads, group,
+        num_pages, kv_heads, group,
         page_table, *page_table.stride(), pages_per_row,
         seq_lens, seq_lens.stride(0),
         selected_pages, selected_live_slots, entries,
         float(sm_scale) * float(kv_scale),
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
-        SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), num_warps=plan.num_warps,
+        PAGE_SIZE=page_size, SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), EXP_IN_FLOAT64=plan.exp_in_float64,
+        P_HALVES=plan.p_halves, num_warps=plan.num_warps,
         num_stages=plan.num_stages, **({} if plan.max_registers is None else {"maxnreg": plan.max_registers}),
     )
     _merge_splits[(batch * kv_heads,)](
