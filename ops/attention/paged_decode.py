@@ -61,13 +61,13 @@ class LaunchPlan:
     num_warps: int
     num_stages: int
     max_registers: int | None = None  # ptxas cap per thread (None: Triton's choice)
-    # The G query heads of a group fill the dot's rows, padded to a power of two and to at least this many.
-    # Triton 3.6 takes any M >= 1 and pads inside the tensor-core instruction, so rows past the 8th of an
-    # m16n8k16 tile are never computed: at 8 rows (G <= 8) each thread holds half the score elements of
-    # the 16-row tile (ptxas sm_90, D=128: 101 float64 instructions a 64-token tile, against 200).
-    min_dot_rows: int = 1
+    # The G query heads of a group fill the dot's rows, padded to a power of two and to at least this
+    # many (Triton 3.6 takes M >= 1 and pads inside the m16n8k16 instruction).  Either way no exp is
+    # computed past the group's power of two (``computed`` in the kernel); 16 rows keep q's fragments
+    # whole, fewer duplicate them into the padded rows each tile (IMAD.MOV, ptxas sm_90).
+    min_dot_rows: int = 16
     exp_in_float64: bool = True  # p = exp(s - m) in float64 (libdevice); else fp32 Cody-Waite (_exp_difference)
-    p_halves: int = 2            # p @ v as 16-bit hi + lo halves of p; 1: fp16 p only (e4m3 caches only)
+    p_halves: int = 2            # p @ v as 16-bit hi + lo halves of p; 1: one fp16 p (e4m3 caches only)
 
 
 def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
@@ -75,31 +75,36 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
         # The interpreter pays per op, not per element (~20 ms for a two-tile program here): wide
         # tiles, and splits of 128 positions so the CPU strategy's rows (<= 256 positions) still span
         # two splits of two tiles, through both the online rescale and the merge.
-        return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
+        plan = LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
+        return plan if cache_dtype != torch.float8_e4m3fn else dataclasses.replace(plan, **E4M3_NUMERICS)
     # Tiles of 16 KB of bf16 K (128 x 64, 64 x 128, 32 x 256 tokens x D), moved by cp.async into a
     # 3-stage pipeline (metadata -> K/V -> math).  1024 positions per split: the H200 sweep at the
     # bench shape (D=128, 4 warps, 3 stages) gave 622 us against 650 us at 512 and 726 us at 256 —
     # fewer partials and programs; the partials stay under 1% of the KV bytes (G x D fp32 per
     # 1024 x D x 2 x itemsize, the same share at every D), a single 8K row still gets 8 splits per
-    # KV head, and B=64 x Hkv=8 at L=8192 gives 4096 programs (31 per SM).  Registers (ptxas sm_90,
-    # Triton 3.6, no spills): bf16 D=128 165 at 4 warps (3 programs per SM); D=256 needs 255 at 4
-    # warps, 148 at 8.  e4m3 keeps the warps and at most 64 tokens a tile: at 128 x 64 with 4 warps
-    # Triton 3.6 moves the e4m3 -> fp16 conversion of V after the shared-memory transpose despite the
-    # select (70 byte-wide shared loads a thread, ptxas sm_90).  Widening V in registers costs 189
-    # at D=128, capped at 168 (32 bytes spilled before the loop, reloaded after it) to keep 3 programs
-    # per SM like bf16.
-    # Sparse runs the dense plan: with the selection resolved beforehand (``_resolve_selection``) its
-    # tiles cost 163 registers at D=128 bf16, 3 programs per SM.  (The in-tile chain entry ->
-    # predecessor -> table took 206, 2 programs per SM: 256 us at 1/4 selection, 216 us with tiles of
-    # 32 tokens, H200.)
+    # KV head, and B=64 x Hkv=8 at L=8192 gives 4096 programs (31 per SM).  D=256 runs 8 warps (255
+    # registers at 4).  e4m3 keeps at most 64 tokens a tile: at 128 x 64 with 4 warps Triton 3.6
+    # moves the e4m3 -> fp16 conversion of V after the shared-memory transpose despite the select
+    # (172 shared loads a thread a tile, against 35; ptxas sm_90).
+    # Issue per 64-token tile, warp instructions of one warp at the bench shape (ptxas sm_90, Triton
+    # 3.6; 4 warps a program, so an SM issues the tile in that many clocks, against the 2048 (bf16)
+    # or 1024 (e4m3) clocks its 32 or 16 KB take at full copy bandwidth): bf16 643 at 16 rows with
+    # the float64 exp (139 registers, 66 KB shared: 3 programs per SM); the tile inside one page took
+    # it from 1294.  e4m3 836 with the group's 4 rows, one fp16 p and the float64 exp, 839 with the
+    # Cody-Waite exp (its 29 float64 instructions against 101); capped at 128 registers (862, no
+    # spills) it runs 4 programs per SM, which its 50 KB of shared memory allows.
+    # Sparse runs the dense plan (the selection resolved beforehand by ``_resolve_selection``).
     num_warps = 8 if head_dim == 256 else 4
     block_n = 16384 // (2 * head_dim)
-    max_registers = None
+    plan = LaunchPlan(block_n=block_n, split_tokens=1024, num_warps=num_warps, num_stages=3)
     if cache_dtype == torch.float8_e4m3fn:
-        block_n = min(block_n, 64)
-        max_registers = 168 if num_warps == 4 else None
-    return LaunchPlan(block_n=block_n, split_tokens=1024, num_warps=num_warps, num_stages=3,
-                      max_registers=max_registers)
+        plan = dataclasses.replace(plan, block_n=min(block_n, 64), max_registers=128 if num_warps == 4 else None,
+                                   **E4M3_NUMERICS)
+    return plan
+
+
+# The e4m3 default's row padding and numerics: the one line to change for another sweep winner.
+E4M3_NUMERICS = {"min_dot_rows": 1, "exp_in_float64": False, "p_halves": 1}
 
 
 def _widened(cache_dtype: torch.dtype):
@@ -156,7 +161,7 @@ def _query_in_fp16(q):
 
 @triton.jit
 def _exp_difference(s, m):
-    """``exp(s - m)`` for finite fp32 ``s <= m`` as fp32 ``p`` and ``p_error``, ``p + p_error`` within 2^-26 of
+    """``exp(s - m)`` for finite fp32 ``s <= m`` as fp32 ``p`` and ``p_error``, ``p + p_error`` within 2^-25 of
     it relative — a float64 sum of both is what ``l`` (hence ``lse``) needs, at fp32 cost.
 
     Cody-Waite: ``s - m = x_hi + x_lo`` exactly (TwoSum: ``s - m`` rounded in fp32 moved ``p`` by
@@ -167,7 +172,7 @@ def _exp_difference(s, m):
     small ``r^2 P`` (< 0.07) is rounded (< 2^-27.5); ``e = hi + (lo + r^2 P)`` rounded to fp32, and that
     rounding kept exactly as ``error`` (Fast2Sum).  ``p = e 2^k`` by two exact power-of-two factors
     (``k >= -159``: gradual underflow to 0 below 2^-149).  Simulated in numpy fp32 against float64
-    over 2M differences: ``p`` alone within 0.8 ULP (mean 0.25); ``lse`` from float64 sums of
+    over 2M differences: ``p`` alone within 0.8 ULP (mean 0.25), ``p + p_error`` within 2^-25.1; ``lse`` from float64 sums of
     ``p + p_error`` (splits of 1024, tiles of 64, float64 merge) within 0.43 ULP before its own fp32
     rounding, against 13 ULPs from ``p`` alone, for lse near 0 (rows of 1..3000 tokens)."""
     LOG2E: tl.constexpr = 1.4426950408889634
@@ -254,7 +259,7 @@ def _decode_splits(
     # meta
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
     PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
-    EXP_IN_FLOAT64: tl.constexpr, P_HALVES: tl.constexpr,
+    EXP_IN_FLOAT64: tl.constexpr, P_HALVES: tl.constexpr, REAL_ROWS: tl.constexpr,
 ):
     P_SCALE: tl.constexpr = 32768.0
     pid = tl.program_id(0)
@@ -265,6 +270,10 @@ def _decode_splits(
     offs_d = tl.arange(0, D)
     offs_n = tl.arange(0, BLOCK_N)
     in_group = offs_g < group
+    # rows past the group's power of two are padding: p = 0 there, a constant the compiler folds, so
+    # their exp is never computed (ptxas sm_90, rows padded to 16 for G = 4: 200 fp32 instructions a
+    # tile for the Cody-Waite exp, against 336)
+    computed = offs_g < REAL_ROWS
 
     limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, PAGE_SIZE, entries, SPARSE)
     start = split * SPLIT_TOKENS
@@ -335,12 +344,14 @@ def _decode_splits(
             # float64, from the subtraction on: the GPU's fp32 exp (ex2.approx after a rounded multiply by
             # log2 e) put lse 1.03 ULP from truth on the H200 (band 1 ULP, stock 0.23) for a 16-token row
             p_exact = tl.exp(scores.to(tl.float64) - m_base.to(tl.float64)[:, None])
+            p_exact = tl.where(computed[:, None], p_exact, 0.0)
             l = l * alpha + tl.sum(p_exact, axis=1)
             p = p_exact.to(tl.float32)
         else:
             p, p_error = _exp_difference(finite_scores, m_base[:, None])
-            p = tl.where(valid[None, :], p, 0.0)
-            p_error = tl.where(valid[None, :], p_error, 0.0)
+            live = valid[None, :] & computed[:, None]
+            p = tl.where(live, p, 0.0)
+            p_error = tl.where(live, p_error, 0.0)
             l = l * alpha + tl.sum(p.to(tl.float64) + p_error.to(tl.float64), axis=1)
 
         v = tl.load(v_rows, mask=valid[:, None], other=0.0)
@@ -463,7 +474,7 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
         PAGE_SIZE=page_size, SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), EXP_IN_FLOAT64=plan.exp_in_float64,
-        P_HALVES=plan.p_halves, num_warps=plan.num_warps,
+        P_HALVES=plan.p_halves, REAL_ROWS=triton.next_power_of_2(group), num_warps=plan.num_warps,
         num_stages=plan.num_stages, **({} if plan.max_registers is None else {"maxnreg": plan.max_registers}),
     )
     _merge_splits[(batch * kv_heads,)](
@@ -491,24 +502,54 @@ def bytes_moved(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.
 
 
 def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> dict:
-    """Launch plans around the default, for ``tools/bench --variants`` to time on the device.
+    """Plans around the default, for ``tools/bench --variants`` to time on the device.
 
-    The first H200 sweep ruled out 8 warps at D=128 (20-30% slower everywhere) and splits of 256;
-    what is left to settle: the split (512..2048), the stages, the tile, and the register cap that
-    buys e4m3 a third program per SM."""
+    The first H200 sweep ruled out 8 warps at D=128 and splits of 256.  Labels: launch-plan knobs
+    (``split``, ``stages``, ``block``, ``register cap``, ``rows``) keep the default's numerics; the
+    ``numerics:`` labels change how p is computed or multiplied (``exp float64`` libdevice, ``exp fp32
+    Cody-Waite``, ``p hi+lo`` or ``p fp16``), each within the band by its own derivation; ``previous
+    default`` is the plan before this sweep (16 rows, float64 exp, p hi + lo, e4m3 capped at 168
+    registers), on the current addressing."""
     default = launch_plan(q.shape[2], k_cache.dtype)
-    plans = {}
-    for split_tokens in (512, 1024, 2048):
-        for num_stages in (2, 3, 4):
-            plans[f"split {split_tokens} {num_stages} stages"] = dataclasses.replace(
-                default, split_tokens=split_tokens, num_stages=num_stages)
+    e4m3 = k_cache.dtype == torch.float8_e4m3fn
+    replace = dataclasses.replace
+    plans = {"default": default,
+             "previous default": replace(default, min_dot_rows=16, exp_in_float64=True, p_halves=2,
+                                         max_registers=168 if e4m3 and default.num_warps == 4 else None)}
+    for split_tokens in (512, 2048):
+        plans[f"split {split_tokens}"] = replace(default, split_tokens=split_tokens)
+    for num_stages in (2, 4):
+        plans[f"{num_stages} stages"] = replace(default, num_stages=num_stages)
     for block_n in (default.block_n // 2, default.block_n * 2):
-        plans[f"block {block_n}"] = dataclasses.replace(default, block_n=block_n)
-    for max_registers in (None, 128, 168, 200):
+        plans[f"block {block_n}"] = replace(default, block_n=block_n)
+    for max_registers in (None, 128, 168):
         if max_registers != default.max_registers:
-            label = f"register cap {max_registers or 'none'}"
-            plans[label] = dataclasses.replace(default, max_registers=max_registers)
-    return {label: (lambda plan=plan, **kwargs: run_plan(plan, **kwargs)) for label, plan in plans.items()}
+            plans[f"register cap {max_registers or 'none'}"] = replace(default, max_registers=max_registers)
+    for rows in (1, 8, 16):
+        if rows != default.min_dot_rows:
+            plans[f"rows {rows}"] = replace(default, min_dot_rows=rows)
+    exp_label = {True: "exp float64", False: "exp fp32 Cody-Waite"}
+    p_label = {2: "p hi+lo", 1: "p fp16"}
+    for exp_in_float64 in (True, False):
+        for p_halves in ((2, 1) if e4m3 else (2,)):
+            for rows in (1, 16):
+                plan = replace(default, exp_in_float64=exp_in_float64, p_halves=p_halves, min_dot_rows=rows)
+                if plan != default:
+                    plans[f"numerics: {exp_label[exp_in_float64]}, {p_label[p_halves]}, rows {rows}"] = plan
+    plans["register cap 128, 2 stages"] = replace(default, max_registers=128, num_stages=2)  # 4 programs per SM
+    if e4m3:
+        # the old sweep's e4m3 winner was tiles of 128 (786 us against 1011 at 64, before this sweep)
+        for label, plan in {"block 128, register cap none": replace(default, block_n=128, max_registers=None),
+                            "block 128, 8 warps": replace(default, block_n=128, num_warps=8, max_registers=None),
+                            "numerics: exp float64, block 128": replace(default, block_n=128, exp_in_float64=True),
+                            "split 2048, register cap none": replace(default, split_tokens=2048, max_registers=None),
+                            }.items():
+            plans[label] = plan
+    distinct = {}
+    for label, plan in plans.items():
+        if plan not in distinct.values():
+            distinct[label] = plan
+    return {label: (lambda plan=plan, **kwargs: run_plan(plan, **kwargs)) for label, plan in distinct.items()}
 
 
 def _bench_call(kv_dtype: torch.dtype, selected_pages_fraction: float | None = None):
