@@ -15,7 +15,8 @@ at the H200's 4.3 TB/s.
 
 Split-K ("flash-decoding"): one program per (row, KV head, split) streams its split's tokens tile by
 tile with an online softmax, and serves all G query heads of the KV head at once (a G x BLOCK_N
-tensor-core dot, G padded to 16), so each K/V tile is read once per group.  A second kernel merges a
+tensor-core dot, G padded to a power of two, no exp computed on the padding), so each K/V tile is
+read once per group.  A second kernel merges a
 row's splits by their log-sum-exp.  What makes it right:
 
 - Batch invariance: a split is a fixed number of token positions (``LaunchPlan.split_tokens``), chosen
@@ -27,12 +28,15 @@ row's splits by their log-sum-exp.  What makes it right:
   is ``>= 0`` (and inside the pool), and, sparse, its entry counts; masked loads give 0, and the
   masked scores are set to -inf before the running max, so NaN garbage cannot reach a reduction.
 - Overflow: every exp is taken relative to the running max (``exp(s - m)``, ``m`` = -inf handled),
-  in float64 from the subtraction on (the fp32 exp cost lse a full ULP).
+  in float64 from the subtraction on, or (e4m3's plan) in fp32 by ``_exp_difference``: the exact
+  difference, Cody-Waite, and the exp's own rounding carried into the float64 ``l`` — the GPU's fast
+  fp32 exp cost lse a full ULP.
 - Precision: ``q . k`` multiplies exactly and accumulates in fp32: bf16 caches on bf16 tensor cores;
   e4m3 caches widened to fp16 (exact, one instruction per two elements) against q scaled per head by a
   power of two into fp16's range (``_query_in_fp16``), the scale undone on the scores.  ``p`` is
   split into 16-bit ``hi + lo`` halves so ``p @ v`` keeps ~16 bits of p (bf16) or ~22 (fp16, with an
-  absolute error under 2^-25 for p below fp16's normal range);
+  absolute error under 2^-25 for p below fp16's normal range), or (e4m3's plan) one fp16 ``2^15 p``:
+  11 bits above 2^-29, where the stock op's bf16 p keeps 8;
   ``l`` (the denominator, hence ``lse``) is accumulated in float64, and the merge runs in float64 and
   rounds o and lse once.
 - Sparse duplicates: ``page_select`` is sorted per row on the device; an entry counts when it is in
@@ -239,7 +243,8 @@ def _resolve_selection(
 
 
 # Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
-# head dim, cache dtype and dense/sparse, whatever the batch, table and pool sizes.
+# head dim, page size, group's power of two, cache dtype and dense/sparse, whatever the batch, table
+# and pool sizes.
 @triton.jit(do_not_specialize=["num_pages", "kv_heads", "group", "pages_per_row", "table_stride_b",
                                "table_stride_m", "seq_lens_stride", "entries", "splits"])
 def _decode_splits(
