@@ -15,7 +15,8 @@ at the H200's 4.3 TB/s.
 
 Split-K ("flash-decoding"): one program per (row, KV head, split) streams its split's tokens tile by
 tile with an online softmax, and serves all G query heads of the KV head at once (a G x BLOCK_N
-tensor-core dot, G padded to 16), so each K/V tile is read once per group.  A second kernel merges a
+tensor-core dot, G padded to a power of two, no exp computed on the padding), so each K/V tile is
+read once per group.  A second kernel merges a
 row's splits by their log-sum-exp.  What makes it right:
 
 - Batch invariance: a split is a fixed number of token positions (``LaunchPlan.split_tokens``), chosen
@@ -27,12 +28,15 @@ row's splits by their log-sum-exp.  What makes it right:
   is ``>= 0`` (and inside the pool), and, sparse, its entry counts; masked loads give 0, and the
   masked scores are set to -inf before the running max, so NaN garbage cannot reach a reduction.
 - Overflow: every exp is taken relative to the running max (``exp(s - m)``, ``m`` = -inf handled),
-  in float64 from the subtraction on (the fp32 exp cost lse a full ULP).
+  in float64 from the subtraction on, or (e4m3's plan) in fp32 by ``_exp_difference``: the exact
+  difference, Cody-Waite, and the exp's own rounding carried into the float64 ``l`` — the GPU's fast
+  fp32 exp cost lse a full ULP.
 - Precision: ``q . k`` multiplies exactly and accumulates in fp32: bf16 caches on bf16 tensor cores;
   e4m3 caches widened to fp16 (exact, one instruction per two elements) against q scaled per head by a
   power of two into fp16's range (``_query_in_fp16``), the scale undone on the scores.  ``p`` is
   split into 16-bit ``hi + lo`` halves so ``p @ v`` keeps ~16 bits of p (bf16) or ~22 (fp16, with an
-  absolute error under 2^-25 for p below fp16's normal range);
+  absolute error under 2^-25 for p below fp16's normal range), or (e4m3's plan) one fp16 ``2^15 p``:
+  11 bits above 2^-29, where the stock op's bf16 p keeps 8;
   ``l`` (the denominator, hence ``lse``) is accumulated in float64, and the merge runs in float64 and
   rounds o and lse once.
 - Sparse duplicates: ``page_select`` is sorted per row on the device; an entry counts when it is in
@@ -52,8 +56,6 @@ from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import interpreting
 from references.attention import paged_decode as contract
 
-MIN_DOT_ROWS = 16  # tl.dot needs at least 16 rows: the G query heads of a group are padded to it
-
 
 # -- launch plan ----------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +65,13 @@ class LaunchPlan:
     num_warps: int
     num_stages: int
     max_registers: int | None = None  # ptxas cap per thread (None: Triton's choice)
+    # The G query heads of a group fill the dot's rows, padded to a power of two and to at least this
+    # many (Triton 3.6 takes M >= 1 and pads inside the m16n8k16 instruction).  Either way no exp is
+    # computed past the group's power of two (``computed`` in the kernel); 16 rows keep q's fragments
+    # whole, fewer duplicate them into the padded rows each tile (IMAD.MOV, ptxas sm_90).
+    min_dot_rows: int = 16
+    exp_in_float64: bool = True  # p = exp(s - m) in float64 (libdevice); else fp32 Cody-Waite (_exp_difference)
+    p_halves: int = 2            # p @ v as 16-bit hi + lo halves of p; 1: one fp16 p (e4m3 caches only)
 
 
 def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
@@ -70,31 +79,36 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
         # The interpreter pays per op, not per element (~20 ms for a two-tile program here): wide
         # tiles, and splits of 128 positions so the CPU strategy's rows (<= 256 positions) still span
         # two splits of two tiles, through both the online rescale and the merge.
-        return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
+        plan = LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
+        return plan if cache_dtype != torch.float8_e4m3fn else dataclasses.replace(plan, **E4M3_NUMERICS)
     # Tiles of 16 KB of bf16 K (128 x 64, 64 x 128, 32 x 256 tokens x D), moved by cp.async into a
     # 3-stage pipeline (metadata -> K/V -> math).  1024 positions per split: the H200 sweep at the
     # bench shape (D=128, 4 warps, 3 stages) gave 622 us against 650 us at 512 and 726 us at 256 —
     # fewer partials and programs; the partials stay under 1% of the KV bytes (G x D fp32 per
     # 1024 x D x 2 x itemsize, the same share at every D), a single 8K row still gets 8 splits per
-    # KV head, and B=64 x Hkv=8 at L=8192 gives 4096 programs (31 per SM).  Registers (ptxas sm_90,
-    # Triton 3.6, no spills): bf16 D=128 165 at 4 warps (3 programs per SM); D=256 needs 255 at 4
-    # warps, 148 at 8.  e4m3 keeps the warps and at most 64 tokens a tile: at 128 x 64 with 4 warps
-    # Triton 3.6 moves the e4m3 -> fp16 conversion of V after the shared-memory transpose despite the
-    # select (70 byte-wide shared loads a thread, ptxas sm_90).  Widening V in registers costs 189
-    # at D=128, capped at 168 (32 bytes spilled before the loop, reloaded after it) to keep 3 programs
-    # per SM like bf16.
-    # Sparse runs the dense plan: with the selection resolved beforehand (``_resolve_selection``) its
-    # tiles cost 163 registers at D=128 bf16, 3 programs per SM.  (The in-tile chain entry ->
-    # predecessor -> table took 206, 2 programs per SM: 256 us at 1/4 selection, 216 us with tiles of
-    # 32 tokens, H200.)
+    # KV head, and B=64 x Hkv=8 at L=8192 gives 4096 programs (31 per SM).  D=256 runs 8 warps (255
+    # registers at 4).  e4m3 keeps at most 64 tokens a tile: at 128 x 64 with 4 warps Triton 3.6
+    # moves the e4m3 -> fp16 conversion of V after the shared-memory transpose despite the select
+    # (172 shared loads a thread a tile, against 35; ptxas sm_90).
+    # Issue per 64-token tile, warp instructions of one warp at the bench shape (ptxas sm_90, Triton
+    # 3.6; 4 warps a program, so an SM issues the tile in that many clocks, against the 2048 (bf16)
+    # or 1024 (e4m3) clocks its 32 or 16 KB take at full copy bandwidth): bf16 643 at 16 rows with
+    # the float64 exp (139 registers, 66 KB shared: 3 programs per SM); the tile inside one page took
+    # it from 1294.  e4m3 836 with the group's 4 rows, one fp16 p and the float64 exp, 839 with the
+    # Cody-Waite exp (its 29 float64 instructions against 101); capped at 128 registers (862, no
+    # spills) it runs 4 programs per SM, which its 50 KB of shared memory allows.
+    # Sparse runs the dense plan (the selection resolved beforehand by ``_resolve_selection``).
     num_warps = 8 if head_dim == 256 else 4
     block_n = 16384 // (2 * head_dim)
-    max_registers = None
+    plan = LaunchPlan(block_n=block_n, split_tokens=1024, num_warps=num_warps, num_stages=3)
     if cache_dtype == torch.float8_e4m3fn:
-        block_n = min(block_n, 64)
-        max_registers = 168 if num_warps == 4 else None
-    return LaunchPlan(block_n=block_n, split_tokens=1024, num_warps=num_warps, num_stages=3,
-                      max_registers=max_registers)
+        plan = dataclasses.replace(plan, block_n=min(block_n, 64), max_registers=128 if num_warps == 4 else None,
+                                   **E4M3_NUMERICS)
+    return plan
+
+
+# The e4m3 default's row padding and numerics: the one line to change for another sweep winner.
+E4M3_NUMERICS = {"min_dot_rows": 1, "exp_in_float64": False, "p_halves": 1}
 
 
 def _widened(cache_dtype: torch.dtype):
@@ -149,6 +163,51 @@ def _query_in_fp16(q):
     return (q.to(tl.float32) * scale[:, None]).to(tl.float16), unscale
 
 
+@triton.jit
+def _exp_difference(s, m):
+    """``exp(s - m)`` for finite fp32 ``s <= m`` as fp32 ``p`` and ``p_error``, ``p + p_error`` within 2^-25 of
+    it relative — a float64 sum of both is what ``l`` (hence ``lse``) needs, at fp32 cost.
+
+    Cody-Waite: ``s - m = x_hi + x_lo`` exactly (TwoSum: ``s - m`` rounded in fp32 moved ``p`` by
+    ``2^-24 |s - m|`` relative, up to 28 ULPs of ``p``); ``k = rint(x_hi log2 e)``; ``r = x - k ln 2``
+    with ``ln 2 = LN2_HI + LN2_LO`` (``k * LN2_HI`` exact: 9 + 8 bits, and the subtraction exact by
+    Sterbenz), ``|r| <= 0.347``; ``e^r = (1 + r) + r^2 P(r)``, ``P`` the Taylor terms to ``r^5 / 7!``
+    (truncation ``r^8 / 8! < 2^-27.5``), ``1 + r`` split exactly into ``hi + lo`` (Fast2Sum) so only the
+    small ``r^2 P`` (< 0.07) is rounded (< 2^-27.5); ``e = hi + (lo + r^2 P)`` rounded to fp32, and that
+    rounding kept exactly as ``error`` (Fast2Sum).  ``p = e 2^k`` by two exact power-of-two factors
+    (``k >= -159``: gradual underflow to 0 below 2^-149).  Simulated in numpy fp32 against float64
+    over 2M differences: ``p`` alone within 0.8 ULP (mean 0.25), ``p + p_error`` within 2^-25.1; ``lse`` from float64 sums of
+    ``p + p_error`` (splits of 1024, tiles of 64, float64 merge) within 0.43 ULP before its own fp32
+    rounding, against 13 ULPs from ``p`` alone, for lse near 0 (rows of 1..3000 tokens)."""
+    LOG2E: tl.constexpr = 1.4426950408889634
+    LN2_HI: tl.constexpr = 0.693359375
+    LN2_LO: tl.constexpr = -2.12194440e-4
+    ROUNDER: tl.constexpr = 12582912.0  # 1.5 * 2^23: adding it rounds an fp32 of magnitude < 2^22 to an integer
+    x_hi = s - m
+    m_part = x_hi - s
+    s_part = x_hi - m_part
+    x_lo = (s - s_part) - (m + m_part)
+    x_hi = tl.maximum(x_hi, -110.0)  # exp(-110) < 2^-150: p rounds to 0 whatever k the rest would take
+    k = tl.fma(x_hi, LOG2E, ROUNDER) - ROUNDER
+    r = tl.fma(-k, LN2_HI, x_hi)
+    r = r + tl.fma(-k, LN2_LO, x_lo)
+    poly = tl.fma(r, 1.0 / 5040.0, 1.0 / 720.0)
+    poly = tl.fma(poly, r, 1.0 / 120.0)
+    poly = tl.fma(poly, r, 1.0 / 24.0)
+    poly = tl.fma(poly, r, 1.0 / 6.0)
+    poly = tl.fma(poly, r, 0.5)
+    hi = 1.0 + r
+    lo = r - (hi - 1.0)
+    tail = lo + (r * r) * poly
+    e = hi + tail
+    error = tail - (e - hi)
+    k_int = k.to(tl.int32)
+    k_half = k_int >> 1
+    first = ((k_half + 127) << 23).to(tl.float32, bitcast=True)
+    second = ((k_int - k_half + 127) << 23).to(tl.float32, bitcast=True)
+    return e * first * second, error * first * second
+
+
 @triton.jit(do_not_specialize=["select_stride_b", "entries", "table_stride_b", "table_stride_m", "pages_per_row",
                                "seq_lens_stride", "page_size", "num_pages"])
 def _resolve_selection(
@@ -184,8 +243,9 @@ def _resolve_selection(
 
 
 # Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
-# head dim, cache dtype and dense/sparse, whatever the batch, table and pool sizes.
-@triton.jit(do_not_specialize=["num_pages", "page_size", "kv_heads", "group", "pages_per_row", "table_stride_b",
+# head dim, page size, group's power of two, cache dtype and dense/sparse, whatever the batch, table
+# and pool sizes.
+@triton.jit(do_not_specialize=["num_pages", "kv_heads", "group", "pages_per_row", "table_stride_b",
                                "table_stride_m", "seq_lens_stride", "entries", "splits"])
 def _decode_splits(
     # query [B, Hq, D]
@@ -193,7 +253,7 @@ def _decode_splits(
     # caches [P, S, Hkv, D]
     k_ptr, k_stride_p, k_stride_s, k_stride_h, k_stride_d,
     v_ptr, v_stride_p, v_stride_s, v_stride_h, v_stride_d,
-    num_pages, page_size, kv_heads, group,
+    num_pages, kv_heads, group,
     # metadata: page table [B, M], lengths [B]; sparse: each selected entry's page and live slots [B, T]
     table_ptr, table_stride_b, table_stride_m, pages_per_row,
     seq_lens_ptr, seq_lens_stride,
@@ -203,8 +263,10 @@ def _decode_splits(
     part_m_ptr, part_l_ptr, part_acc_ptr, splits,
     # meta
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
-    SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
+    EXP_IN_FLOAT64: tl.constexpr, P_HALVES: tl.constexpr, REAL_ROWS: tl.constexpr,
 ):
+    P_SCALE: tl.constexpr = 32768.0
     pid = tl.program_id(0)
     split = pid % splits
     kv_head = (pid // splits) % kv_heads
@@ -213,8 +275,12 @@ def _decode_splits(
     offs_d = tl.arange(0, D)
     offs_n = tl.arange(0, BLOCK_N)
     in_group = offs_g < group
+    # rows past the group's power of two are padding: p = 0 there, a constant the compiler folds, so
+    # their exp is never computed (ptxas sm_90, rows padded to 16 for G = 4: 200 fp32 instructions a
+    # tile for the Cody-Waite exp, against 336)
+    computed = offs_g < REAL_ROWS
 
-    limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, page_size, entries, SPARSE)
+    limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, PAGE_SIZE, entries, SPARSE)
     start = split * SPLIT_TOKENS
     end = tl.minimum(start + SPLIT_TOKENS, limit)
 
@@ -227,6 +293,9 @@ def _decode_splits(
     selected_row = row.to(tl.int64) * entries
     k_tile = k_ptr + kv_head * k_stride_h + offs_d[None, :] * k_stride_d
     v_tile = v_ptr + kv_head * v_stride_h + offs_d[None, :] * v_stride_d
+    if PAGE_SIZE >= BLOCK_N:  # loop-invariant slot offsets of a tile inside one page
+        k_tile += (offs_n * k_stride_s)[:, None]
+        v_tile += (offs_n * v_stride_s)[:, None]
 
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float64)
@@ -234,35 +303,63 @@ def _decode_splits(
     for position in range(start, end, BLOCK_N):
         n = position + offs_n
         within = n < end
-        if SPARSE:
-            entry = n // page_size
-            slot = n - entry * page_size
-            physical = tl.load(selected_pages_ptr + selected_row + entry, mask=within, other=-1)
-            live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=within, other=0)
-            valid = within & (physical >= 0) & (slot < live_slots)   # -1 unless counted, in the pool
+        if PAGE_SIZE >= BLOCK_N:
+            # Both powers of two and tiles start at multiples of BLOCK_N: the tile lies in one page, so
+            # its metadata is one scalar load and its addresses a scalar offset from loop-invariant ones
+            # (the per-token division, table gather and 64-bit address arithmetic were ~60% of the loop's
+            # instructions at D=128: ptxas sm_90).  ``position < end <= limit``: the entry exists.
+            first_slot = position % PAGE_SIZE
+            if SPARSE:
+                physical = tl.load(selected_pages_ptr + selected_row + position // PAGE_SIZE)
+                live_slots = tl.load(selected_live_slots_ptr + selected_row + position // PAGE_SIZE)
+                valid = within & (physical >= 0) & (first_slot + offs_n < live_slots)
+            else:
+                physical = tl.load(table_row + (position // PAGE_SIZE) * table_stride_m)
+                valid = within & (physical >= 0) & (physical < num_pages)
+            physical = physical.to(tl.int64)
+            k_rows = k_tile + (physical * k_stride_p + first_slot * k_stride_s)
+            v_rows = v_tile + (physical * v_stride_p + first_slot * v_stride_s)
         else:
-            logical = n // page_size      # dense positions are tokens, and end <= seq_len
-            slot = n - logical * page_size
-            physical = tl.load(table_row + logical * table_stride_m, mask=within, other=-1)
-            valid = within & (physical >= 0) & (physical < num_pages)
-        physical = physical.to(tl.int64)
+            if SPARSE:
+                entry = n // PAGE_SIZE
+                slot = n % PAGE_SIZE
+                physical = tl.load(selected_pages_ptr + selected_row + entry, mask=within, other=-1)
+                live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=within, other=0)
+                valid = within & (physical >= 0) & (slot < live_slots)   # -1 unless counted, in the pool
+            else:
+                logical = n // PAGE_SIZE      # dense positions are tokens, and end <= seq_len
+                slot = n % PAGE_SIZE
+                physical = tl.load(table_row + logical * table_stride_m, mask=within, other=-1)
+                valid = within & (physical >= 0) & (physical < num_pages)
+            physical = physical.to(tl.int64)
+            k_rows = k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None]
+            v_rows = v_tile + (physical * v_stride_p + slot * v_stride_s)[:, None]
 
-        k = tl.load(k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None], mask=valid[:, None], other=0.0)
+        k = tl.load(k_rows, mask=valid[:, None], other=0.0)
         scores = tl.dot(q, tl.trans(k.to(WIDENED).to(OPERAND)))
         if WIDENED == tl.float16:
             scores = scores * q_unscale[:, None]   # exact: a power of two
         scores = scores * qk_scale
+        finite_scores = scores   # a masked slot's k loads as 0: its score is 0, never NaN
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
         alpha = tl.exp((m - m_base).to(tl.float64))             # float64: it rescales l, hence lse
-        # float64, from the subtraction on: the GPU's fp32 exp (ex2.approx after a rounded multiply by
-        # log2 e) put lse 1.03 ULP from truth on the H200 (band 1 ULP, stock 0.23) for a 16-token row
-        p_exact = tl.exp(scores.to(tl.float64) - m_base.to(tl.float64)[:, None])
-        l = l * alpha + tl.sum(p_exact, axis=1)
-        p = p_exact.to(tl.float32)
+        if EXP_IN_FLOAT64:
+            # float64, from the subtraction on: the GPU's fp32 exp (ex2.approx after a rounded multiply by
+            # log2 e) put lse 1.03 ULP from truth on the H200 (band 1 ULP, stock 0.23) for a 16-token row
+            p_exact = tl.exp(scores.to(tl.float64) - m_base.to(tl.float64)[:, None])
+            p_exact = tl.where(computed[:, None], p_exact, 0.0)
+            l = l * alpha + tl.sum(p_exact, axis=1)
+            p = p_exact.to(tl.float32)
+        else:
+            p, p_error = _exp_difference(finite_scores, m_base[:, None])
+            live = valid[None, :] & computed[:, None]
+            p = tl.where(live, p, 0.0)
+            p_error = tl.where(live, p_error, 0.0)
+            l = l * alpha + tl.sum(p.to(tl.float64) + p_error.to(tl.float64), axis=1)
 
-        v = tl.load(v_tile + (physical * v_stride_p + slot * v_stride_s)[:, None], mask=valid[:, None], other=0.0)
+        v = tl.load(v_rows, mask=valid[:, None], other=0.0)
         if WIDENED == tl.float16:
             # Widen V where it was loaded, 16 bytes a thread, before Triton moves it into the dot
             # operand through shared memory: the select (a no-op on values: masked slots load 0)
@@ -270,17 +367,25 @@ def _decode_splits(
             # time (64 ld.shared.b8 a thread per 64 x 128 tile; ptxas sm_90, Triton 3.6).
             v = tl.where(valid[:, None], v.to(WIDENED), 0.0)
         v = v.to(OPERAND)
-        p_hi = p.to(WIDENED)
-        p_lo = (p - p_hi.to(tl.float32)).to(WIDENED)
         acc = acc * alpha.to(tl.float32)[:, None]
-        acc = tl.dot(p_hi.to(OPERAND), v, acc)
-        acc = tl.dot(p_lo.to(OPERAND), v, acc)
+        if P_HALVES == 2:
+            p_hi = p.to(WIDENED)
+            p_lo = (p - p_hi.to(tl.float32)).to(WIDENED)
+            acc = tl.dot(p_hi.to(OPERAND), v, acc)
+            acc = tl.dot(p_lo.to(OPERAND), v, acc)
+        else:
+            # fp16 p alone (e4m3 caches), scaled by 2^15 (p <= 1): 11 bits for every p above 2^-29, an
+            # absolute error under 2^-41 below — finer than the stock op's bf16 p (8 bits) everywhere.
+            p_scaled = (p * P_SCALE).to(WIDENED)
+            acc = tl.dot(p_scaled.to(OPERAND), v, acc)
         m = m_new
 
     part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
     written = in_group & (start < limit)
     tl.store(part_m_ptr + part, m, mask=written)
     tl.store(part_l_ptr + part, l, mask=written)
+    if P_HALVES == 1:
+        acc = acc * (1.0 / P_SCALE)   # exact: a power of two
     tl.store(part_acc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=written[:, None])
 
 
@@ -339,6 +444,8 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     if batch * query_heads == 0:
         return o, lse
     widened = _widened(k_cache.dtype)
+    if plan.p_halves == 1 and widened != tl.float16:
+        raise ValueError(f"{plan}: a single 16-bit p is fp16's (e4m3 caches); bf16 p keeps only 8 bits")
     sparse = page_select is not None
     if sparse:
         selection = torch.sort(page_select, dim=1).values  # on the device: duplicates become neighbours
@@ -360,18 +467,19 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     part_m = torch.empty(partials, dtype=torch.float32, device=q.device)
     part_l = torch.empty(partials, dtype=torch.float64, device=q.device)
     part_acc = torch.empty(partials * head_dim, dtype=torch.float32, device=q.device)
-    group_pad = max(MIN_DOT_ROWS, triton.next_power_of_2(group))
+    group_pad = max(plan.min_dot_rows, triton.next_power_of_2(group))
     _decode_splits[(batch * kv_heads * splits,)](
         q, *q.stride(),
         k_cache, *k_cache.stride(), v_cache, *v_cache.stride(),
-        num_pages, page_size, kv_heads, group,
+        num_pages, kv_heads, group,
         page_table, *page_table.stride(), pages_per_row,
         seq_lens, seq_lens.stride(0),
         selected_pages, selected_live_slots, entries,
         float(sm_scale) * float(kv_scale),
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
-        SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), num_warps=plan.num_warps,
+        PAGE_SIZE=page_size, SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), EXP_IN_FLOAT64=plan.exp_in_float64,
+        P_HALVES=plan.p_halves, REAL_ROWS=triton.next_power_of_2(group), num_warps=plan.num_warps,
         num_stages=plan.num_stages, **({} if plan.max_registers is None else {"maxnreg": plan.max_registers}),
     )
     _merge_splits[(batch * kv_heads,)](
@@ -399,24 +507,54 @@ def bytes_moved(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.
 
 
 def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> dict:
-    """Launch plans around the default, for ``tools/bench --variants`` to time on the device.
+    """Plans around the default, for ``tools/bench --variants`` to time on the device.
 
-    The first H200 sweep ruled out 8 warps at D=128 (20-30% slower everywhere) and splits of 256;
-    what is left to settle: the split (512..2048), the stages, the tile, and the register cap that
-    buys e4m3 a third program per SM."""
+    The first H200 sweep ruled out 8 warps at D=128 and splits of 256.  Labels: launch-plan knobs
+    (``split``, ``stages``, ``block``, ``register cap``, ``rows``) keep the default's numerics; the
+    ``numerics:`` labels change how p is computed or multiplied (``exp float64`` libdevice, ``exp fp32
+    Cody-Waite``, ``p hi+lo`` or ``p fp16``), each within the band by its own derivation; ``previous
+    default`` is the plan before this sweep (16 rows, float64 exp, p hi + lo, e4m3 capped at 168
+    registers), on the current addressing."""
     default = launch_plan(q.shape[2], k_cache.dtype)
-    plans = {}
-    for split_tokens in (512, 1024, 2048):
-        for num_stages in (2, 3, 4):
-            plans[f"split {split_tokens} {num_stages} stages"] = dataclasses.replace(
-                default, split_tokens=split_tokens, num_stages=num_stages)
+    e4m3 = k_cache.dtype == torch.float8_e4m3fn
+    replace = dataclasses.replace
+    plans = {"default": default,
+             "previous default": replace(default, min_dot_rows=16, exp_in_float64=True, p_halves=2,
+                                         max_registers=168 if e4m3 and default.num_warps == 4 else None)}
+    for split_tokens in (512, 2048):
+        plans[f"split {split_tokens}"] = replace(default, split_tokens=split_tokens)
+    for num_stages in (2, 4):
+        plans[f"{num_stages} stages"] = replace(default, num_stages=num_stages)
     for block_n in (default.block_n // 2, default.block_n * 2):
-        plans[f"block {block_n}"] = dataclasses.replace(default, block_n=block_n)
-    for max_registers in (None, 128, 168, 200):
+        plans[f"block {block_n}"] = replace(default, block_n=block_n)
+    for max_registers in (None, 128, 168):
         if max_registers != default.max_registers:
-            label = f"register cap {max_registers or 'none'}"
-            plans[label] = dataclasses.replace(default, max_registers=max_registers)
-    return {label: (lambda plan=plan, **kwargs: run_plan(plan, **kwargs)) for label, plan in plans.items()}
+            plans[f"register cap {max_registers or 'none'}"] = replace(default, max_registers=max_registers)
+    for rows in (1, 8, 16):
+        if rows != default.min_dot_rows:
+            plans[f"rows {rows}"] = replace(default, min_dot_rows=rows)
+    exp_label = {True: "exp float64", False: "exp fp32 Cody-Waite"}
+    p_label = {2: "p hi+lo", 1: "p fp16"}
+    for exp_in_float64 in (True, False):
+        for p_halves in ((2, 1) if e4m3 else (2,)):
+            for rows in (1, 16):
+                plan = replace(default, exp_in_float64=exp_in_float64, p_halves=p_halves, min_dot_rows=rows)
+                if plan != default:
+                    plans[f"numerics: {exp_label[exp_in_float64]}, {p_label[p_halves]}, rows {rows}"] = plan
+    plans["register cap 128, 2 stages"] = replace(default, max_registers=128, num_stages=2)  # 4 programs per SM
+    if e4m3:
+        # the old sweep's e4m3 winner was tiles of 128 (786 us against 1011 at 64, before this sweep)
+        for label, plan in {"block 128, register cap none": replace(default, block_n=128, max_registers=None),
+                            "block 128, 8 warps": replace(default, block_n=128, num_warps=8, max_registers=None),
+                            "numerics: exp float64, block 128": replace(default, block_n=128, exp_in_float64=True),
+                            "split 2048, register cap none": replace(default, split_tokens=2048, max_registers=None),
+                            }.items():
+            plans[label] = plan
+    distinct = {}
+    for label, plan in plans.items():
+        if plan not in distinct.values():
+            distinct[label] = plan
+    return {label: (lambda plan=plan, **kwargs: run_plan(plan, **kwargs)) for label, plan in distinct.items()}
 
 
 def _bench_call(kv_dtype: torch.dtype, selected_pages_fraction: float | None = None):

@@ -2,12 +2,15 @@
 reference against hand-worked cases."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
-from ops.attention.paged_decode import ENTRY
+from ops.attention.paged_decode import ENTRY, _exp_difference
 from references.attention import paged_decode as contract
 from suites.attention import paged_decode_impls as impls
 from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, judged,
@@ -107,3 +110,84 @@ def test_reference_maps_query_head_h_to_kv_head_h_over_group():
                           page_table=torch.zeros(1, 1, dtype=torch.int32, device=device),
                           seq_lens=torch.tensor([5], dtype=torch.int32, device=device), sm_scale=0.125)
     assert o[0, :, 0].tolist() == [1.0, 1.0, 2.0, 2.0]
+
+
+# -- the kernel's plans and its fp32 exp ---------------------------------------------------------------
+def _variant_call(cache_dtype, page_size, selected):
+    """Two rows (one with a hole in its table, one a third as long), 4 heads over 2 KV heads, D = 64."""
+    device = machine_device()
+    generator = torch.Generator(device=device).manual_seed(7)
+    length, pages = 200, -(-200 // page_size)
+    num_pages = 2 * pages + 3
+
+    def cache():
+        return torch.randn(num_pages, page_size, 2, 64, generator=generator, device=device).to(cache_dtype)
+
+    table = torch.randperm(num_pages, generator=generator, device=device)[:2 * pages].view(2, pages).to(torch.int32)
+    table[0, 1] = -1
+    select = None
+    if selected:
+        select = torch.randint(-1, pages + 1, (2, selected), generator=generator, device=device).to(torch.int32)
+    return {"q": torch.randn(2, 4, 64, generator=generator, device=device).to(torch.bfloat16),
+            "k_cache": cache(), "v_cache": cache(), "page_table": table,
+            "seq_lens": torch.tensor([length, length // 3], dtype=torch.int32, device=device),
+            "sm_scale": 0.125, "kv_scale": 1.0 if cache_dtype == torch.bfloat16 else 0.5, "page_select": select}
+
+
+@pytest.mark.parametrize("cache_dtype, page_size, selected", [
+    (torch.bfloat16, 64, None), (torch.float8_e4m3fn, 16, 3), (torch.float8_e4m3fn, 128, None)],
+    ids=["bf16_pages_of_64", "e4m3_sparse_pages_of_16", "e4m3_pages_of_128"])
+def test_bench_variants_keep_the_contract(cache_dtype, page_size, selected):
+    """What ``tools/bench --variants`` times must be the op: a plan that changes only warps, stages or
+    the register cap gives the default's bits; one that changes the tiles, splits, row padding or the
+    numerics (its summation order or p) stays within the band against float64 truth."""
+    from oracles.band import check_band
+    from ops.attention import paged_decode as kernel
+
+    call = _variant_call(cache_dtype, page_size, selected)
+    expected = kernel.paged_decode(**call)
+    truth, stock = contract.truth(**call), contract.stock(**call)
+    default = kernel.launch_plan(64, cache_dtype)
+    launch_only = ("num_warps", "num_stages", "max_registers")
+    for label, variant in kernel.bench_variants(**call).items():
+        o, lse = variant(**call)
+        plan = variant.__defaults__[0]
+        if all(getattr(plan, f.name) == getattr(default, f.name) for f in dataclasses.fields(plan)
+               if f.name not in launch_only):
+            assert torch.equal(o.view(torch.int16), expected[0].view(torch.int16)), label
+            assert torch.equal(lse, expected[1]), label
+        else:
+            check_band((o, lse), stock, truth, f"variant {label}")
+
+
+@triton.jit
+def _exp_difference_of(s_ptr, m_ptr, p_ptr, error_ptr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    p, error = _exp_difference(tl.load(s_ptr + offsets), tl.load(m_ptr + offsets))
+    tl.store(p_ptr + offsets, p)
+    tl.store(error_ptr + offsets, error)
+
+
+def test_fp32_exp_difference_against_float64():
+    """``_exp_difference``: p + p_error within 2^-24 of exp(s - m) (2^-25.1 simulated), p alone within one
+    ULP, exp(0) = 1 exactly, gradual underflow to fp32's subnormals (within one of their steps) and to 0."""
+    device = machine_device()
+    generator = torch.Generator(device=device).manual_seed(3)
+    count = 1 << 14
+    m = torch.rand(count, generator=generator, device=device) * 60 - 30
+    s = m - torch.empty(count, device=device).exponential_(1 / 3, generator=generator)
+    s[:64], m[:64] = 5.0, 5.0
+    s[64:128] = m[64:128] - torch.linspace(86.0, 110.0, 64, device=device)
+    s = torch.minimum(s, m)
+    p, error = torch.empty_like(s), torch.empty_like(s)
+    _exp_difference_of[(count // 1024,)](s, m, p, error, BLOCK=1024)
+    truth = torch.exp(s.double() - m.double())
+    normal = truth > 2.0 ** -100
+    compensated = ((p.double() + error.double() - truth).abs() / truth)[normal]
+    assert compensated.max().item() <= 2.0 ** -24
+    ulp = torch.exp2(torch.floor(torch.log2(truth[normal])) - 23)
+    assert ((p.double()[normal] - truth[normal]).abs() / ulp).max().item() <= 1.0
+    assert torch.equal(p[:64], torch.ones(64, device=device))
+    tiny = truth[64:128] < 2.0 ** -126   # subnormal or zero: p rounded once, by the last power of two
+    assert ((p[64:128].double() - truth[64:128]).abs()[tiny] <= 2.0 ** -149).all()
+    assert (p[64:128][truth[64:128] < 2.0 ** -151] == 0).all()
