@@ -41,13 +41,19 @@ class PlanShape:
     cores_at_m1: bool = False  # M = 1 on CUDA cores (no tensor cores), see ``core_products``
     aligned_steps: bool = False  # NVFP4: the kernel is told each split starts on a step (see ``step_bounds``)
     float32_decode: bool = False  # NVFP4 on CUDA cores: E2M1_FLOAT32_PTX, not the bf16 table
+    placed_decode: bool = False  # NVFP4: E2M1_PLACED_PTX (bit placement, weights times 2**-7), not the table
+    prefetch_scales: bool = False  # NVFP4: each step loads the next step's block scales (see nvfp4_gemv)
+    stepped: bool = False  # NVFP4: addresses from fixed int32 offsets plus the step (no pointer tensors)
 
     def label(self, splits: int | None = None) -> str:
         """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
         return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps"
                 + ("" if splits is None else f", {splits} splits") + (", M=1 on CUDA cores" if self.cores_at_m1 else "")
                 + (", aligned steps" if self.aligned_steps else "")
-                + (", float32 decode" if self.float32_decode and self.cores_at_m1 else ""))
+                + (", float32 decode" if self.float32_decode and self.cores_at_m1 else "")
+                + (", placed decode" if self.placed_decode else "")
+                + (", scales prefetched" if self.prefetch_scales else "")
+                + (", stepped addresses" if self.stepped else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +68,9 @@ class GemvPlan:
     cuda_cores: bool  # M = 1 products on CUDA cores, summed over K once at the end (``core_products``)
     aligned_steps: bool
     float32_decode: bool
+    placed_decode: bool = False
+    prefetch_scales: bool = False
+    stepped: bool = False
 
 
 def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape,
@@ -82,7 +91,10 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
                     num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter,
                     cuda_cores=m == 1 and shape.cores_at_m1, aligned_steps=shape.aligned_steps and weight_bits == 4,
-                    float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode and weight_bits == 4)
+                    float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode and weight_bits == 4,
+                    placed_decode=shape.placed_decode and weight_bits == 4,
+                    prefetch_scales=shape.prefetch_scales and weight_bits == 4,
+                    stepped=shape.stepped and weight_bits == 4)
 
 
 # Plans for tools/bench --variants, around the H200 measurements at N = K = 8192, M = 1 (tools/bench, 30 Nov
@@ -116,15 +128,18 @@ VARIANT_SHAPES = tuple(
 )
 
 
-def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int) -> dict[str, GemvPlan]:
-    """GPU launch plans of ``VARIANT_SHAPES`` for ``m`` activation rows, labelled, for the GEMVs'
+def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int,
+                  shapes: tuple = VARIANT_SHAPES) -> dict[str, GemvPlan]:
+    """GPU launch plans of ``shapes`` for ``m`` activation rows, labelled, for the GEMVs'
     ``bench_variants`` (the same plan reached from two shapes is timed once)."""
     variants = {}
-    for shape in VARIANT_SHAPES:
+    for shape in shapes:
         plan = gemv_plan(rows, cols, weight_bits, sms, False, shape, m)
         if plan not in variants.values():  # labelled without the knobs the plan dropped (E4M3: NVFP4's)
             labelled = dataclasses.replace(shape, aligned_steps=plan.aligned_steps,
-                                           float32_decode=shape.float32_decode and weight_bits == 4)
+                                           float32_decode=shape.float32_decode and weight_bits == 4,
+                                           placed_decode=plan.placed_decode, prefetch_scales=plan.prefetch_scales,
+                                           stepped=plan.stepped)
             variants[labelled.label(plan.splits)] = plan
     return variants
 

@@ -12,8 +12,9 @@ Per step a program decodes a [BLOCK_N, BLOCK_K] tile: byte j of a row holds elem
 and 2j+1 (high nibble); the two values are joined pairwise in registers, so one tensor-core product per
 step meets x as it lies in memory. ``e2m1(code) * sf`` has at most 6 significant bits: exact in bf16, so
 the product with bf16 x is exact and only the float32 sum rounds; ``1 / global_scale`` (IEEE)
-is applied once per output. On a GPU the decode is a table lookup in inline PTX (``E2M1_PAIRS_PTX``),
-under the interpreter arithmetic. M = 1 on CUDA cores (a plan option) decodes bytes [.., 8] against their
+is applied once per output. On a GPU the decode is a table lookup in inline PTX (``E2M1_PAIRS_PTX``)
+or (a plan option) bit placement (``E2M1_PLACED_PTX``: the values times 2**-7, undone on the float32
+sums, exactly), under the interpreter arithmetic (the placed plan's twin: the same values times 2**-7). M = 1 on CUDA cores (a plan option) decodes bytes [.., 8] against their
 block scales, to float32 (``E2M1_FLOAT32_PTX`` on a GPU), and meets x's even and odd columns separately. See ``gemv_launch`` for the plan and the split-K reduction.
 """
 from __future__ import annotations
@@ -43,14 +44,51 @@ from references.gemm import nvfp4_gemv as contract
 
 E2M1_BITS = 4
 SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for the kernels
-# Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026): 32 rows x 128 B x 4 stages on tensor
-# cores, M = 1 41.3 us, M = 16 41.9 us (5 stages: 43.5 us); 64 rows spills (255 registers, sm_90 ptxas).
-# M = 1 on CUDA cores with the float32 decode is this session's offline guess (sm_90 SASS, 32 x 128 B
-# step: 482 instructions against 585 on tensor cores, 168 registers, no spills). The lead sets these two
-# lines to the sweep's winners: the best M = 1 row (any shape) and the best M = 16 row (its tensor-core plan).
-DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0, cores_at_m1=True,
-                             float32_decode=True)
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0)  # M > 1
+# Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026, second sweep): M = 1 best on CUDA cores,
+# 16 rows x 128 B x 4 stages x 4 warps, float32 decode, 23.2 us; M = 16 best 32 rows x 256 B x 3 stages on
+# tensor cores, 42.2 us (32 x 128 B x 4: 43.3). The two lines below are this session's offline guesses
+# (sm_90 SASS, see VARIANT_SHAPES): scales prefetched, stepped addresses and, on tensor cores, the placed
+# decode. The lead sets them to the sweep's winners: the best M = 1 row (any shape) and the best M = 16 row.
+DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=4, split_below=2.0, cores_at_m1=True,
+                             float32_decode=True, prefetch_scales=True, stepped=True)
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0, placed_decode=True,
+                          prefetch_scales=True, stepped=True)  # M > 1
+
+# Plans for tools/bench --variants (NVFP4 only; E4M3 keeps gemv_launch.VARIANT_SHAPES). sm_90 SASS (ptxas,
+# Triton 3.6), N = K = 8192: instructions of one warp a step of the main loop (registers). The loop kept
+# 64-bit pointer tensors and rotated them through the pipeline: ~200 of 513 instructions (IADD3, IMAD.X,
+# IMAD.MOV, SEL); the stepped addresses remove most. Issue bound: 0.25 instructions a weight is 16 us a pass
+# at 4 an SM a clock; 13.6 us (65% of copy) needs about 0.2 at full issue.
+# - tensor cores, 32 x 128 B x 4 warps: table 585 (160), placed 518 (128), placed + prefetch 513 (178),
+#   placed + stepped 437 (96), placed + prefetch + stepped 443 (136), table + prefetch + stepped 525 (136);
+#   64 x 128 B x 8 warps (wgmma, LDSM): placed + stepped 374 (144), + prefetch 372 (148); 32 x 256 B placed +
+#   stepped 834 (255, no spills); 16 x 128 B all three 316 (120); 32 x 128 B x 2 warps 765 (255).
+#   The decoded tile still goes through shared memory (STS.128 + LDS.128, and ~80 IMAD.MOV assembling the
+#   HMMA operands from LDS.128 at 4 warps; LDSM at 64 rows x 8 warps).
+# - CUDA cores (M = 1), 16 x 128 B x 4 warps: float32 266 (80), placed 269 (80), float32 + prefetch 291 (96),
+#   float32 + stepped 235 (72), + prefetch 245 (71); 32 x 128 B x 6 stages float32 473 (168), + prefetch +
+#   stepped 430 (128: 4 programs an SM).
+_P = dict(placed_decode=True, prefetch_scales=True, stepped=True)
+_F32 = dict(cores_at_m1=True, float32_decode=True)
+VARIANT_SHAPES = tuple(
+    [PlanShape(32, 128, 4, 4, 0.5), PlanShape(32, 256, 3, 4, 0.5)]  # the table decode's best, for comparison
+    + [PlanShape(32, 128, 4, 4, 0.5, placed_decode=True), PlanShape(32, 128, 4, 4, 0.5, placed_decode=True,
+                                                                    prefetch_scales=True),
+       PlanShape(32, 128, 4, 4, 0.5, placed_decode=True, stepped=True),
+       PlanShape(32, 128, 4, 4, 0.5, prefetch_scales=True, stepped=True),
+       PlanShape(32, 256, 3, 4, 0.5, placed_decode=True, stepped=True)]
+    + [PlanShape(32, 128, num_stages, 4, 0.5, **_P) for num_stages in (3, 4, 6)]
+    + [PlanShape(64, 128, 4, 8, 0.5, placed_decode=True, stepped=True)]
+    + [PlanShape(64, 128, num_stages, 8, split_below, **_P) for num_stages, split_below in ((3, 0.5), (4, 0.5),
+                                                                                             (4, 2.0))]
+    + [PlanShape(16, 128, 4, 4, 0.5, **_P), PlanShape(32, 128, 4, 2, 0.5, **_P)]
+    + [PlanShape(16, 128, 4, 4, 0.5, **_F32), PlanShape(16, 128, 4, 4, 0.5, **_F32, prefetch_scales=True),
+       PlanShape(16, 128, 4, 4, 0.5, **_F32, stepped=True)]
+    + [PlanShape(block_n, 128, num_stages, num_warps, 0.5, **_F32, prefetch_scales=True, stepped=True)
+       for block_n, num_stages, num_warps in ((16, 3, 4), (16, 4, 4), (16, 6, 4), (16, 4, 2), (32, 4, 4), (32, 6, 4),
+                                              (32, 4, 8), (64, 4, 8))]
+    + [PlanShape(16, 128, 4, 4, 0.5, cores_at_m1=True, **_P), PlanShape(32, 128, 6, 4, 0.5, cores_at_m1=True, **_P)]
+)
 
 # -- kernel ---------------------------------------------------------------------------------------
 # Four packed bytes (eight E2M1 codes) -> four bf16 pairs, each code's value times its byte's scale.
@@ -141,6 +179,48 @@ mov.b32 {h5, h7}, p13h;
 """)
 
 
+# Bit placement into bf16 (no table): a code's 3 magnitude bits go to bits 6..8 of a bf16 and its sign to
+# bit 15, so the bf16 reads as e2m1(code) * 2**-126 (0.5 a bf16 subnormal); one bf16x2 fma by the block
+# scale times 2**119 (exact in bf16: 448 * 2**119 < bf16's largest) gives e2m1(code) * scale * 2**-7,
+# exact (at most 6 significant bits, at least 2**-17: normal); the kernel multiplies its float32 sums by
+# 2**7. Codes at w's nibbles k and k + 4 (16 bits apart) share one shift: a byte permute first makes
+# them the low (or high) nibbles of bytes (0, 1) or (2, 3), the pairs the outputs hold. $4: the four
+# bytes; $5, $6: their scales times 2**119 as bf16 pairs; $0, $1: low-nibble values, $2, $3: high.
+# 21 instructions per eight codes (prmt, 4 x (2 shifts, and, and-or), 4 fma) against 33 for the table.
+E2M1_PLACED_PTX = tl.constexpr("""
+{
+.reg .b32 w, s, m0, m1, m2, m3, nz;
+mov.b32 nz, 0x80008000;
+prmt.b32 w, $4, 0, 0x3120;
+shl.b32 m0, w, 6;
+and.b32 m0, m0, 0x01C001C0;
+shl.b32 s, w, 12;
+and.b32 s, s, 0x80008000;
+or.b32 m0, m0, s;
+shl.b32 m1, w, 2;
+and.b32 m1, m1, 0x01C001C0;
+shl.b32 s, w, 8;
+and.b32 s, s, 0x80008000;
+or.b32 m1, m1, s;
+shr.b32 m2, w, 2;
+and.b32 m2, m2, 0x01C001C0;
+shl.b32 s, w, 4;
+and.b32 s, s, 0x80008000;
+or.b32 m2, m2, s;
+shr.b32 m3, w, 6;
+and.b32 m3, m3, 0x01C001C0;
+and.b32 s, w, 0x80008000;
+or.b32 m3, m3, s;
+fma.rn.bf16x2 $0, m0, $5, nz;
+fma.rn.bf16x2 $1, m2, $6, nz;
+fma.rn.bf16x2 $2, m1, $5, nz;
+fma.rn.bf16x2 $3, m3, $6, nz;
+}
+""")
+PLACED_SCALE = tl.constexpr(2.0**119)  # the block scale's factor for E2M1_PLACED_PTX: weights times 2**-7
+PLACED_UNDO = tl.constexpr(128.0)  # 2**7, on the float32 sums
+
+
 @triton.jit
 def _e2m1_times_2_pow_14(code):
     """float32 value of E2M1 ``code`` (int32, low 4 bits) times 2**-14, exactly.
@@ -154,18 +234,27 @@ def _e2m1_times_2_pow_14(code):
 
 
 @triton.jit
-def dequantize_pairs(packed, scale, PTX_DECODE: tl.constexpr):
-    """(element 2j, element 2j + 1) of each packed byte j: ``e2m1(nibble) * scale``, exactly.
+def dequantize_pairs(packed, scale, PTX_DECODE: tl.constexpr, PLACED: tl.constexpr = False):
+    """(element 2j, element 2j + 1) of each packed byte j: ``e2m1(nibble) * scale``, exactly (``PLACED``:
+    times 2**-7, which the caller undoes on its float32 sums).
 
     ``packed`` uint8, ``scale`` float32 (broadcast against ``packed``). With ``PTX_DECODE`` (GPU only: the
-    interpreter has no inline assembly) bf16 by table lookup, else float32 by arithmetic.
+    interpreter has no inline assembly) bf16 by table lookup or (``PLACED``) bit placement, else float32
+    by arithmetic.
     """
     if PTX_DECODE:
+        if PLACED:
+            return tl.inline_asm_elementwise(E2M1_PLACED_PTX, "=r,=r,=r,=r,r,r,r",
+                                             [packed, (scale * PLACED_SCALE).to(tl.bfloat16)],
+                                             dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
         return tl.inline_asm_elementwise(E2M1_PAIRS_PTX, "=r,=r,=r,=r,r,r,r", [packed, scale.to(tl.bfloat16)],
                                          dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
     else:
         code = packed.to(tl.int32)
-        scale = scale * 16384.0  # undoes the 2**-14 of the decode
+        if PLACED:  # the values the PTX gives: times 2**-7
+            scale = scale * 128.0  # undoes the 2**-14 of the decode, less 2**7
+        else:
+            scale = scale * 16384.0  # undoes the 2**-14 of the decode
         return _e2m1_times_2_pow_14(code) * scale, _e2m1_times_2_pow_14(code >> 4) * scale
 
 
@@ -177,18 +266,20 @@ def dequantize_pairs_float32(packed, scale):
 
 
 @triton.jit
-def dequantize_tile(packed, scales, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PTX_DECODE: tl.constexpr):
+def dequantize_tile(packed, scales, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PTX_DECODE: tl.constexpr,
+                    PLACED: tl.constexpr):
     """The [BLOCK_N, BLOCK_K] weight tile, columns in order, from its packed bytes [BLOCK_N, BLOCK_K / 2]
     and block scales [BLOCK_N, BLOCK_K / 16] (without the global scale): byte j holds columns 2j (low
     nibble) and 2j + 1 (high), so the low and high values are joined pairwise, in registers."""
     low, high = dequantize_pairs(tl.reshape(packed, [BLOCK_N, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK // 2]),
-                                 tl.reshape(scales.to(tl.float32), [BLOCK_N, BLOCK_K // SCALE_BLOCK, 1]), PTX_DECODE)
+                                 tl.reshape(scales.to(tl.float32), [BLOCK_N, BLOCK_K // SCALE_BLOCK, 1]), PTX_DECODE,
+                                 PLACED)
     return tl.reshape(tl.join(low, high), [BLOCK_N, BLOCK_K])
 
 
 @triton.jit
 def core_pair_products(products, packed, scales, x_pairs, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       PTX_DECODE: tl.constexpr, FLOAT32_DECODE: tl.constexpr):
+                       PTX_DECODE: tl.constexpr, FLOAT32_DECODE: tl.constexpr, PLACED: tl.constexpr):
     """``core_products`` for a step's packed bytes [BLOCK_N, BLOCK_K / 2] and block scales [BLOCK_N,
     BLOCK_K / 16] into ``products`` [BLOCK_N, BLOCK_K / 16, 8]: the low-nibble values against x's even
     columns, the high-nibble ones against the odd; ``x_pairs`` [BLOCK_K / 2] holds x's columns 2j (low
@@ -199,11 +290,35 @@ def core_pair_products(products, packed, scales, x_pairs, BLOCK_N: tl.constexpr,
     if FLOAT32_DECODE:
         low, high = dequantize_pairs_float32(packed, scales)
     else:
-        low, high = dequantize_pairs(packed, scales, PTX_DECODE)
+        low, high = dequantize_pairs(packed, scales, PTX_DECODE, PLACED)
     x_pairs = tl.reshape(x_pairs, [1, blocks, SCALE_BLOCK // 2])
     even = (x_pairs << 16).to(tl.float32, bitcast=True)
     odd = (x_pairs & -65536).to(tl.float32, bitcast=True)
     return products + low.to(tl.float32) * even + high.to(tl.float32) * odd
+
+
+# The block scales' loads are single bytes (their layout follows the packed bytes'): no cp.async (at least
+# 4 bytes), so Triton's pipeline leaves them synchronous, one global latency a step (sm_90 SASS: 4
+# LDG.E.U8 a thread a 32 x 128 B step, consumed at once). With PREFETCH_SCALES a step loads the next
+# step's scales into registers and uses the ones its predecessor loaded.
+@triton.jit
+def _first_scales(scale_tile, start, whole, block, PREFETCH: tl.constexpr):
+    """The first step's block scales, where prefetched (else nothing: a placeholder)."""
+    if PREFETCH:
+        return tl.load(scale_tile, mask=(tl.zeros_like(block) + start < whole)[None, :], other=0.0)
+    else:
+        return tl.zeros([1, 1], tl.float32)
+
+
+@triton.jit
+def _step_scales(scales, scale_tile, k, whole, block, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr):
+    """(what the next step gets, this step's block scales): those prefetched, or loaded now."""
+    if PREFETCH:
+        upcoming = tl.load(scale_tile + BLOCK_K // SCALE_BLOCK,
+                           mask=(tl.zeros_like(block) + k + BLOCK_K < whole)[None, :], other=0.0)
+        return upcoming, scales
+    else:
+        return scales, tl.load(scale_tile)
 
 
 # M, N and y's row stride change from call to call and gain nothing from specialization (each distinct
@@ -220,7 +335,8 @@ def _nvfp4_gemv_tiles(
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr, CUDA_CORES: tl.constexpr,
-    ALIGNED_STEPS: tl.constexpr, FLOAT32_DECODE: tl.constexpr,
+    ALIGNED_STEPS: tl.constexpr, FLOAT32_DECODE: tl.constexpr, PLACED_DECODE: tl.constexpr,
+    PREFETCH_SCALES: tl.constexpr, STEPPED: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     start, whole, stop = step_bounds(chunk, depth, BLOCK_K, ALIGNED_STEPS)
@@ -234,19 +350,34 @@ def _nvfp4_gemv_tiles(
         scale_tile = scales_ptr + row * stride_sn + block[None, :]
         x_pairs = x_bits_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + pair
         products = tl.zeros([BLOCK_N, BLOCK_K // SCALE_BLOCK, SCALE_BLOCK // 2], tl.float32)
-        for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
-            products = core_pair_products(products, tl.load(packed_tile), tl.load(scale_tile), tl.load(x_pairs),
-                                          BLOCK_N, BLOCK_K, PTX_DECODE, FLOAT32_DECODE)
-            packed_tile += BLOCK_K // 2
-            scale_tile += BLOCK_K // SCALE_BLOCK
-            x_pairs += BLOCK_K // 2
+        scales = _first_scales(scale_tile, start, whole, block, PREFETCH_SCALES)
+        if STEPPED:  # addresses from fixed offsets and the step, not pointer tensors carried through the loop
+            packed_offsets = (row * stride_pn + pair[None, :]).to(tl.int32)
+            scale_offsets = (row * stride_sn + block[None, :]).to(tl.int32)
+            for k in tl.range(0, whole - start, BLOCK_K, num_stages=NUM_STAGES):
+                step_tile = scales_ptr + k // SCALE_BLOCK + scale_offsets
+                scales, step_scales = _step_scales(scales, step_tile, k + start, whole, block, BLOCK_K, PREFETCH_SCALES)
+                products = core_pair_products(products, tl.load(packed_ptr + k // 2 + packed_offsets), step_scales,
+                                              tl.load(x_pairs + k // 2), BLOCK_N, BLOCK_K, PTX_DECODE, FLOAT32_DECODE,
+                                              PLACED_DECODE)
+            packed_tile += (whole - start) // 2
+            scale_tile += (whole - start) // SCALE_BLOCK
+            x_pairs += (whole - start) // 2
+        else:
+            for k in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
+                scales, step_scales = _step_scales(scales, scale_tile, k, whole, block, BLOCK_K, PREFETCH_SCALES)
+                products = core_pair_products(products, tl.load(packed_tile), step_scales, tl.load(x_pairs),
+                                              BLOCK_N, BLOCK_K, PTX_DECODE, FLOAT32_DECODE, PLACED_DECODE)
+                packed_tile += BLOCK_K // 2
+                scale_tile += BLOCK_K // SCALE_BLOCK
+                x_pairs += BLOCK_K // 2
         if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
             live = whole - start + 2 * pair < stop
             block_live = whole - start + SCALE_BLOCK * block < stop
             products = core_pair_products(products, tl.load(packed_tile, mask=live[None, :], other=0),
                                           tl.load(scale_tile, mask=block_live[None, :], other=0.0),
                                           tl.load(x_pairs, mask=live, other=0), BLOCK_N, BLOCK_K,
-                                          PTX_DECODE, FLOAT32_DECODE)
+                                          PTX_DECODE, FLOAT32_DECODE, PLACED_DECODE)
         acc = tl.sum(tl.sum(products, axis=2), axis=1)[:, None]
     else:
         offs_m = tl.arange(0, BLOCK_M)
@@ -259,19 +390,39 @@ def _nvfp4_gemv_tiles(
         scale_tile = scales_ptr + weight_row * stride_sn + group[None, :]
         x_tile = x_bits_ptr + offs_m[:, None].to(tl.int64) * stride_xm + column[None, :] * stride_xk
         acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-        for _ in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
-            weights = dequantize_tile(tl.load(packed_tile), tl.load(scale_tile), BLOCK_N, BLOCK_K, PTX_DECODE)
-            acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows, other=0), COMPILED)
-            packed_tile += BLOCK_K // 2
-            scale_tile += BLOCK_K // SCALE_BLOCK
-            x_tile += BLOCK_K * stride_xk
+        scales = _first_scales(scale_tile, start, whole, group, PREFETCH_SCALES)
+        if STEPPED:  # addresses from fixed offsets and the step, not pointer tensors carried through the loop
+            packed_offsets = (weight_row * stride_pn + byte[None, :]).to(tl.int32)
+            scale_offsets = (weight_row * stride_sn + group[None, :]).to(tl.int32)
+            x_offsets = (offs_m[:, None] * stride_xm + column[None, :] * stride_xk).to(tl.int32)
+            for k in tl.range(0, whole - start, BLOCK_K, num_stages=NUM_STAGES):
+                step_tile = scales_ptr + k // SCALE_BLOCK + scale_offsets
+                scales, step_scales = _step_scales(scales, step_tile, k + start, whole, group, BLOCK_K, PREFETCH_SCALES)
+                weights = dequantize_tile(tl.load(packed_ptr + k // 2 + packed_offsets), step_scales, BLOCK_N, BLOCK_K,
+                                          PTX_DECODE, PLACED_DECODE)
+                acc = accumulate(acc, weights, tl.load(x_bits_ptr + k * stride_xk + x_offsets, mask=x_rows, other=0),
+                                 COMPILED)
+            packed_tile += (whole - start) // 2
+            scale_tile += (whole - start) // SCALE_BLOCK
+            x_tile += (whole - start) * stride_xk
+        else:
+            for k in tl.range(start, whole, BLOCK_K, num_stages=NUM_STAGES):
+                scales, step_scales = _step_scales(scales, scale_tile, k, whole, group, BLOCK_K, PREFETCH_SCALES)
+                weights = dequantize_tile(tl.load(packed_tile), step_scales, BLOCK_N, BLOCK_K, PTX_DECODE,
+                                          PLACED_DECODE)
+                acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows, other=0), COMPILED)
+                packed_tile += BLOCK_K // 2
+                scale_tile += BLOCK_K // SCALE_BLOCK
+                x_tile += BLOCK_K * stride_xk
         if whole < stop:  # K is a multiple of 16: the step's blocks are whole or absent
             live = (whole + tl.arange(0, BLOCK_K) < stop)[None, :]
             packed = tl.load(packed_tile, mask=(whole + 2 * tl.arange(0, BLOCK_K // 2) < stop)[None, :], other=0)
             scale = tl.load(scale_tile, mask=(whole + SCALE_BLOCK * tl.arange(0, BLOCK_K // SCALE_BLOCK) < stop)[None, :],
                             other=0.0)
-            weights = dequantize_tile(packed, scale, BLOCK_N, BLOCK_K, PTX_DECODE)
+            weights = dequantize_tile(packed, scale, BLOCK_N, BLOCK_K, PTX_DECODE, PLACED_DECODE)
             acc = accumulate(acc, weights, tl.load(x_tile, mask=x_rows & live, other=0), COMPILED)
+    if PLACED_DECODE:
+        acc = acc * PLACED_UNDO  # exact: a power of two
     decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
     store_rows(acc, y_ptr, stride_ym, partial_ptr, tl.program_id(1), rows, cols, offs_n, decode_scale, BLOCK_M, SPLIT)
 
@@ -286,6 +437,13 @@ def default_plan(x, packed) -> GemvPlan:
     return plan_for(x, packed, DEFAULT_M1_SHAPE if x.shape[0] == 1 else DEFAULT_SHAPE)
 
 
+def _int32_offsets(x, packed, block_scales) -> bool:
+    """Whether every element's offset from its tensor's start fits int32 (the stepped addresses' need)."""
+    def last(t):
+        return sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+    return max(last(x), last(packed), last(block_scales)) < 2**31 - 2**16
+
+
 def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: bool | None = None) -> torch.Tensor:
     """Launch ``plan`` on already-validated inputs (``tools/bench`` sweeps plans through this).
 
@@ -296,7 +454,10 @@ def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: 
         plan = dataclasses.replace(plan, cuda_cores=False)
     return run_tiles(_nvfp4_gemv_tiles, x, packed.shape[0], weight_args, global_scale, True, plan,
                      PTX_DECODE=plan.compiled if ptx_decode is None else ptx_decode,
-                     FLOAT32_DECODE=plan.float32_decode and plan.compiled and ptx_decode is not False)
+                     FLOAT32_DECODE=plan.float32_decode and plan.compiled and ptx_decode is not False
+                     and not plan.placed_decode, PLACED_DECODE=plan.placed_decode,
+                     PREFETCH_SCALES=plan.prefetch_scales,
+                     STEPPED=plan.stepped and _int32_offsets(x, packed, block_scales))
 
 
 def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
@@ -306,7 +467,7 @@ def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
 
 def bench_variants(x, packed, block_scales, global_scale) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
-    plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), x.shape[0])
+    plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), x.shape[0], VARIANT_SHAPES)
     variants = {label: lambda x, packed, block_scales, global_scale, plan=plan:
                 run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
     default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False, DEFAULT_SHAPE, x.shape[0])

@@ -17,21 +17,23 @@ from ops.triton_backend import interpreting
 
 
 def _design(shape: PlanShape) -> tuple:
-    if interpreting():
-        return (shape.cores_at_m1,)
-    return shape.cores_at_m1, shape.aligned_steps, shape.float32_decode and shape.cores_at_m1
+    if interpreting():  # the placed decode's twin (values times 2**-7), the prefetch, the stepped loop run here too
+        return shape.cores_at_m1, shape.placed_decode, shape.prefetch_scales, shape.stepped
+    return (shape.cores_at_m1, shape.aligned_steps, shape.float32_decode and shape.cores_at_m1, shape.placed_decode,
+            shape.prefetch_scales, shape.stepped)
 
 
-def shapes_to_judge(entry, default: PlanShape) -> list[tuple]:
-    """(cell, shape) pairs: one shape per design other than ``default``'s (the op's M = 1 default, whose
-    design ``test_cell`` judges) on every cell, and on a GPU one shape per other tile on narrow_outputs."""
+def shapes_to_judge(entry, default: PlanShape, shapes: tuple = VARIANT_SHAPES) -> list[tuple]:
+    """(cell, shape) pairs of the op's variant ``shapes``: one shape per design other than ``default``'s
+    (the op's M = 1 default, whose design ``test_cell`` judges) on every cell, and on a GPU one shape per
+    other tile on narrow_outputs."""
     designs = {_design(default): default}
-    for shape in VARIANT_SHAPES:
+    for shape in shapes:
         designs.setdefault(_design(shape), shape)
     pairs = [(cell, shape) for cell in entry.cells for shape in designs.values() if shape is not default]
     if not interpreting():  # every tile and design; the pipeline depth and the split threshold aside
         tiles = {(default.block_n, default.step_bytes, default.num_warps, _design(default)): default}
-        for shape in VARIANT_SHAPES:
+        for shape in shapes:
             if shape not in designs.values():
                 tiles.setdefault((shape.block_n, shape.step_bytes, shape.num_warps, _design(shape)), shape)
         pairs += [(entry.cell("narrow_outputs"), shape) for shape in tiles.values() if shape is not default]

@@ -1,6 +1,6 @@
 """GEMV checks only a GPU can run: the inline-PTX weight decode, and a summation-order control.
 
-- The NVFP4 decodes (table lookup to bf16, bit placement to float32) are inline PTX, which the
+- The NVFP4 decodes (table lookup to bf16, bit placement to float32 or to bf16) are inline PTX, which the
   interpreter cannot run: here compiled kernels decode every byte against every E4M3 scale, bit for bit
   (their texts are also executed by a small PTX interpreter on every machine, in ``test_nvfp4_gemv.py``).
 - A float32 reordering moves a sum by an ulp or two of float32, which changes its bf16 rounding rarely:
@@ -33,8 +33,11 @@ def test_battery_rejects_a_summation_order_that_varies_per_call(entry, impls, ce
     assert_rejected(certify_cell(entry, entry.cell(cell_id), impl, max_examples=0), "determinism", impl.label)
 
 
-@pytest.mark.parametrize("float32_decode", [False, True], ids=["E2M1_PAIRS_PTX", "E2M1_FLOAT32_PTX"])
-def test_ptx_decode_is_exact_for_every_byte_and_scale(float32_decode):
-    (low, high), (expected_low, expected_high) = decode_every_pair(ptx_decode=True, float32_decode=float32_decode)
+@pytest.mark.parametrize("float32_decode, placed", [(False, False), (True, False), (False, True)],
+                         ids=["E2M1_PAIRS_PTX", "E2M1_FLOAT32_PTX", "E2M1_PLACED_PTX"])
+def test_ptx_decode_is_exact_for_every_byte_and_scale(float32_decode, placed):
+    """E2M1_PLACED_PTX also checks that the GPU's bf16x2 fma keeps its subnormal input (the code 0.5)."""
+    (low, high), (expected_low, expected_high) = decode_every_pair(ptx_decode=True, float32_decode=float32_decode,
+                                                                   placed=placed)
     assert torch.equal(float32_bits(low), float32_bits(expected_low))
     assert torch.equal(float32_bits(high), float32_bits(expected_high))

@@ -10,8 +10,8 @@ import triton.language as tl
 
 from oracles.battery import strategy_module
 from ops.gemm import nvfp4_gemv
-from ops.gemm.nvfp4_gemv import E2M1_FLOAT32_PTX, E2M1_PAIRS_PTX, ENTRY, default_plan, dequantize_pairs, \
-    dequantize_pairs_float32
+from ops.gemm.nvfp4_gemv import E2M1_FLOAT32_PTX, E2M1_PAIRS_PTX, E2M1_PLACED_PTX, ENTRY, PLACED_SCALE, \
+    default_plan, dequantize_pairs, dequantize_pairs_float32
 from references.formats import E4M3_MAX, e2m1_decode
 from suites.certification import (
     arch_marks,
@@ -60,7 +60,8 @@ def test_battery_accepts_another_correct_implementation(cell):
     assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
 
 
-@pytest.mark.parametrize("cell, shape", gemv_plans.shapes_to_judge(ENTRY, nvfp4_gemv.DEFAULT_M1_SHAPE),
+@pytest.mark.parametrize("cell, shape", gemv_plans.shapes_to_judge(ENTRY, nvfp4_gemv.DEFAULT_M1_SHAPE,
+                                                                   nvfp4_gemv.VARIANT_SHAPES),
                          ids=lambda value: value.label() if hasattr(value, "label") else value.id)
 def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
     """What tools/bench --variants times must be right: each plan on the corners (see gemv_plans)."""
@@ -93,7 +94,7 @@ def test_corners_reach_both_launch_paths_and_the_hard_weights():
 # -- the weight decode, value by value: every byte against every E4M3 scale ---------------------------
 @triton.jit
 def _decode_every_pair(packed_ptr, scale_ptr, low_ptr, high_ptr, count, BLOCK: tl.constexpr, PTX_DECODE: tl.constexpr,
-                       FLOAT32_DECODE: tl.constexpr):
+                       FLOAT32_DECODE: tl.constexpr, PLACED: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     live = offsets < count
     packed = tl.load(packed_ptr + offsets, mask=live, other=0)
@@ -101,7 +102,7 @@ def _decode_every_pair(packed_ptr, scale_ptr, low_ptr, high_ptr, count, BLOCK: t
     if FLOAT32_DECODE:
         low, high = dequantize_pairs_float32(packed, scale)
     else:
-        low, high = dequantize_pairs(packed, scale, PTX_DECODE)
+        low, high = dequantize_pairs(packed, scale, PTX_DECODE, PLACED)
     tl.store(low_ptr + offsets, low.to(tl.float32), mask=live)
     tl.store(high_ptr + offsets, high.to(tl.float32), mask=live)
 
@@ -117,20 +118,26 @@ def expected_pairs(packed: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Te
     return e2m1_decode(packed & 0xF) * scales, e2m1_decode(packed >> 4) * scales
 
 
-def decode_every_pair(ptx_decode: bool, float32_decode: bool = False):
+def decode_every_pair(ptx_decode: bool, float32_decode: bool = False, placed: bool = False):
+    """The decode's values and the expected ones (``placed``: both times 2**-7, as that decode gives)."""
     packed, scales = every_byte_and_scale(machine_device())
     low, high = torch.empty_like(scales), torch.empty_like(scales)
     _decode_every_pair[(triton.cdiv(len(packed), 4096),)](packed, scales, low, high, len(packed), BLOCK=4096,
-                                                          PTX_DECODE=ptx_decode, FLOAT32_DECODE=float32_decode)
-    return (low, high), expected_pairs(packed, scales)
+                                                          PTX_DECODE=ptx_decode, FLOAT32_DECODE=float32_decode,
+                                                          PLACED=placed)
+    expected_low, expected_high = expected_pairs(packed, scales)
+    factor = 2.0**-7 if placed else 1.0
+    return (low, high), (expected_low * factor, expected_high * factor)
 
 
 def float32_bits(values: torch.Tensor) -> torch.Tensor:
     return values.view(torch.int32)  # -0.0 is not +0.0 here
 
 
-def test_arithmetic_decode_is_exact_for_every_byte_and_scale():
-    (low, high), (expected_low, expected_high) = decode_every_pair(ptx_decode=False)
+@pytest.mark.parametrize("placed", [False, True], ids=["plain", "placed_twin"])
+def test_arithmetic_decode_is_exact_for_every_byte_and_scale(placed):
+    """The interpreter's decode, also as the twin of E2M1_PLACED_PTX (its values times 2**-7)."""
+    (low, high), (expected_low, expected_high) = decode_every_pair(ptx_decode=False, placed=placed)
     assert torch.equal(float32_bits(low), float32_bits(expected_low))
     assert torch.equal(float32_bits(high), float32_bits(expected_high))
 
@@ -256,3 +263,28 @@ def test_ptx_interpreter_tells_a_wrong_table():
     result = run_ptx(wrong, {"$4": 0x03, "$5": _bf16_bits(1.0), "$6": 0})
     assert _bf16_of(result["$0"] & 0xFFFF) == 1.25
     assert _bf16_of(run_ptx(E2M1_PAIRS_PTX.value, {"$4": 0x03, "$5": _bf16_bits(1.0), "$6": 0})["$0"] & 0xFFFF) == 1.5
+
+
+def test_placed_ptx_decode_text_interpreted_is_exact_for_every_byte_and_scale():
+    """E2M1_PLACED_PTX: every byte against every scale, the values times 2**-7 (undone on the sums)."""
+    packed, scales = every_byte_and_scale("cpu")
+    expected_low, expected_high = ([_bf16_bits(v * 2.0**-7) for v in values.tolist()]
+                                   for values in expected_pairs(packed, scales))
+    packed, scale_bits = packed.tolist(), [_bf16_bits(s * PLACED_SCALE.value) for s in scales.tolist()]
+    for start in range(0, len(packed), 4):  # four consecutive (byte, scale) pairs per invocation
+        group = range(start, start + 4)
+        operands = {"$4": sum(packed[g] << (8 * i) for i, g in enumerate(group)),
+                    "$5": scale_bits[start] | (scale_bits[start + 1] << 16),
+                    "$6": scale_bits[start + 2] | (scale_bits[start + 3] << 16)}
+        result = run_ptx(E2M1_PLACED_PTX.value, operands)
+        halves = [(result[f"${r}"] >> s) & 0xFFFF for r in range(4) for s in (0, 16)]
+        assert halves[:4] == [expected_low[g] for g in group], hex(operands["$4"])
+        assert halves[4:] == [expected_high[g] for g in group], hex(operands["$4"])
+
+
+def test_ptx_interpreter_tells_a_wrong_placement():
+    """The check above can fail: the sign of nibble pair 1 taken from one bit too low is caught."""
+    wrong = E2M1_PLACED_PTX.value.replace("shl.b32 s, w, 8;", "shl.b32 s, w, 9;")
+    operands = {"$4": 0xA0, "$5": _bf16_bits(PLACED_SCALE.value) * 0x10001, "$6": 0}  # byte 0 high nibble: -1
+    assert _bf16_of(run_ptx(E2M1_PLACED_PTX.value, operands)["$2"] & 0xFFFF) == -(2.0**-7)
+    assert _bf16_of(run_ptx(wrong, operands)["$2"] & 0xFFFF) != -(2.0**-7)
