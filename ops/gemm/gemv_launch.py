@@ -44,6 +44,7 @@ class PlanShape:
     placed_decode: bool = False  # NVFP4: E2M1_PLACED_PTX (bit placement, weights times 2**-7), not the table
     prefetch_scales: bool = False  # NVFP4: each step loads the next step's block scales (see nvfp4_gemv)
     stepped: bool = False  # NVFP4: addresses from fixed int32 offsets plus the step (no pointer tensors)
+    max_registers: int | None = None  # ptxas cap per thread (maxnreg); None: Triton's choice
 
     def label(self, splits: int | None = None) -> str:
         """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
@@ -53,7 +54,8 @@ class PlanShape:
                 + (", float32 decode" if self.float32_decode and self.cores_at_m1 else "")
                 + (", placed decode" if self.placed_decode else "")
                 + (", scales prefetched" if self.prefetch_scales else "")
-                + (", stepped addresses" if self.stepped else ""))
+                + (", stepped addresses" if self.stepped else "")
+                + (f", at most {self.max_registers} registers" if self.max_registers else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,7 @@ class GemvPlan:
     placed_decode: bool = False
     prefetch_scales: bool = False
     stepped: bool = False
+    max_registers: int | None = None
 
 
 def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape,
@@ -94,7 +97,7 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
                     float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode and weight_bits == 4,
                     placed_decode=shape.placed_decode and weight_bits == 4,
                     prefetch_scales=shape.prefetch_scales and weight_bits == 4,
-                    stepped=shape.stepped and weight_bits == 4)
+                    stepped=shape.stepped and weight_bits == 4, max_registers=shape.max_registers)
 
 
 # Plans for tools/bench --variants, around the H200 measurements at N = K = 8192, M = 1 (tools/bench, 30 Nov
@@ -139,7 +142,7 @@ def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int,
             labelled = dataclasses.replace(shape, aligned_steps=plan.aligned_steps,
                                            float32_decode=shape.float32_decode and weight_bits == 4,
                                            placed_decode=plan.placed_decode, prefetch_scales=plan.prefetch_scales,
-                                           stepped=plan.stepped)
+                                           stepped=plan.stepped, max_registers=plan.max_registers)
             variants[labelled.label(plan.splits)] = plan
     return variants
 
@@ -247,6 +250,7 @@ def run_tiles(kernel, x: torch.Tensor, cols: int, weight_args: tuple, scale: tor
         BLOCK_M=1 if plan.cuda_cores else ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split,
         COMPILED=plan.compiled, CUDA_CORES=plan.cuda_cores, ALIGNED_STEPS=plan.aligned_steps,
         NUM_STAGES=plan.num_stages, num_warps=plan.num_warps, **meta,
+        **({"maxnreg": plan.max_registers} if plan.max_registers and plan.compiled else {}),
     )
     if split:
         sum_splits(partials, scale, y, invert_scale)

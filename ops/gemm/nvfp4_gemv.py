@@ -51,8 +51,8 @@ SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for th
 # decode. The lead sets them to the sweep's winners: the best M = 1 row (any shape) and the best M = 16 row.
 DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=4, split_below=2.0, cores_at_m1=True,
                              float32_decode=True, prefetch_scales=True, stepped=True)
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0, placed_decode=True,
-                          prefetch_scales=True, stepped=True)  # M > 1
+DEFAULT_SHAPE = PlanShape(block_n=64, step_bytes=128, num_stages=4, num_warps=8, split_below=2.0, placed_decode=True,
+                          prefetch_scales=True, stepped=True, max_registers=128)  # M > 1
 
 # Plans for tools/bench --variants (NVFP4 only; E4M3 keeps gemv_launch.VARIANT_SHAPES). sm_90 SASS (ptxas,
 # Triton 3.6), N = K = 8192: instructions of one warp a step of the main loop (registers). The loop kept
@@ -63,6 +63,8 @@ DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4,
 #   placed + stepped 437 (96), placed + prefetch + stepped 443 (136), table + prefetch + stepped 525 (136);
 #   64 x 128 B x 8 warps (wgmma, LDSM): placed + stepped 374 (144), + prefetch 372 (148); 32 x 256 B placed +
 #   stepped 834 (255, no spills); 16 x 128 B all three 316 (120); 32 x 128 B x 2 warps 765 (255).
+#   Capped at 128 registers (maxnreg), no spills: 64 x 128 B x 8 warps all three 373 (2 programs an SM,
+#   against 1), 32 x 128 B x 4 warps 448 (4 programs against 3).
 #   The decoded tile still goes through shared memory (STS.128 + LDS.128, and ~80 IMAD.MOV assembling the
 #   HMMA operands from LDS.128 at 4 warps; LDSM at 64 rows x 8 warps).
 # - CUDA cores (M = 1), 16 x 128 B x 4 warps: float32 266 (80), placed 269 (80), float32 + prefetch 291 (96),
@@ -82,6 +84,8 @@ VARIANT_SHAPES = tuple(
     + [PlanShape(64, 128, num_stages, 8, split_below, **_P) for num_stages, split_below in ((3, 0.5), (4, 0.5),
                                                                                              (4, 2.0))]
     + [PlanShape(16, 128, 4, 4, 0.5, **_P), PlanShape(32, 128, 4, 2, 0.5, **_P)]
+    + [PlanShape(32, 128, 4, 4, 0.5, **_P, max_registers=128)]
+    + [PlanShape(64, 128, num_stages, 8, 0.5, **_P, max_registers=128) for num_stages in (3, 4, 5)]
     + [PlanShape(16, 128, 4, 4, 0.5, **_F32), PlanShape(16, 128, 4, 4, 0.5, **_F32, prefetch_scales=True),
        PlanShape(16, 128, 4, 4, 0.5, **_F32, stepped=True)]
     + [PlanShape(block_n, 128, num_stages, num_warps, 0.5, **_F32, prefetch_scales=True, stepped=True)
