@@ -14,8 +14,11 @@ step meets x as it lies in memory. ``e2m1(code) * sf`` has at most 6 significant
 the product with bf16 x is exact and only the float32 sum rounds; ``1 / global_scale`` (IEEE)
 is applied once per output. On a GPU the decode is a table lookup in inline PTX (``E2M1_PAIRS_PTX``)
 or (a plan option) bit placement (``E2M1_PLACED_PTX``: the values times 2**-7, undone on the float32
-sums, exactly), under the interpreter arithmetic (the placed plan's twin: the same values times 2**-7). M = 1 on CUDA cores (a plan option) decodes bytes [.., 8] against their
-block scales, to float32 (``E2M1_FLOAT32_PTX`` on a GPU), and meets x's even and odd columns separately. See ``gemv_launch`` for the plan and the split-K reduction.
+sums, exactly), under the interpreter arithmetic (the placed plan's twin: the same values times 2**-7).
+M = 1 on CUDA cores (a plan option) decodes bytes [.., 8] against their block scales, to float32
+(``E2M1_FLOAT32_PTX`` on a GPU), and meets x's even and odd columns separately. Plan options also
+prefetch each step's block scales one step ahead and step addresses from fixed int32 offsets. See
+``gemv_launch`` for the plan and the split-K reduction.
 """
 from __future__ import annotations
 
