@@ -36,13 +36,13 @@ from ops.triton_backend import interpreting, sm_count
 from references.gemm import fp8_gemv as contract
 
 E4M3_BITS = 8
-# Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026): 32 rows x 256 B x 4 stages, M = 1 22.5 us,
-# M = 16 24.0 us (128 B steps: 25.6 us). M = 1 on CUDA cores is this session's offline guess: 0.13 issued
-# instructions per weight in the sm_90 loop against 0.19 for the tensor-core one at 32 rows (whose 2 x 2
-# warps convert every weight twice), 123 registers. The lead sets these two lines to the sweep's winners:
-# the best M = 1 row (any shape) and the best M = 16 row (its tensor-core plan).
-DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=256, num_stages=4, num_warps=4, split_below=0.5, cores_at_m1=True)
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=256, num_stages=4, num_warps=4, split_below=0.5)  # M > 1
+# The H200 sweep at N = K = 8192 (tools/results/bench_variants_h200_session3_gemv_rms.md): M = 1 on CUDA
+# cores, 16 or 32 rows x 256 B x 5 stages, 18.2 us (86.8% of copy; the tensor-core plan's best: 22.5 us) — 0.13 issued
+# instructions per weight in the sm_90 loop against 0.19 for the tensor-core one at 32 rows x 4 warps (whose
+# 2 x 2 warps convert every weight twice); M > 1 on tensor cores, 32 rows x 128 B x 6 stages on 2 warps:
+# M = 16 22.4 us, M = 4 22.4 us (32 rows x 256 B x 4 stages on 4 warps: 23.3 and 22.4).
+DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=256, num_stages=5, num_warps=4, split_below=0.5, cores_at_m1=True)
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=2, split_below=0.5)  # M > 1
 
 # -- kernel ---------------------------------------------------------------------------------------
 # Specialized on K, the chunk and the strides only (see nvfp4_gemv: the loads vectorize on those).

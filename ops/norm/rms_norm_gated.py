@@ -74,13 +74,17 @@ def launch_plan(width: int, group_size: int, elements_per_thread: int = 16, max_
     # [8192, 4096] (ptxas sm_90a, offline): 8 warps a row, 80 registers (one 4-byte spill outside the row's
     # work), 3 programs resident per SM, ~45 SASS instructions issued an element (4 warps: ~41 but 149
     # registers, 12 warps an SM; 16 warps: ~53, the per-row reductions shared by fewer elements).
+    # Persistent programs, 2 an SM, each loading its next row before normalizing this one: the H200 sweep's
+    # best (tools/results/bench_variants_h200_session3_gemv_rms.md), 66.2 us at [8192, 4096], 71.5% of copy (one
+    # program a row: 71.7 us; 4 an SM: 67.1 us).
     warps = max(1, min(max_warps, group * groups // (32 * elements_per_thread)))
-    return LaunchPlan(groups=groups, group=group, num_warps=triton.next_power_of_2(warps))
+    return LaunchPlan(groups=groups, group=group, num_warps=triton.next_power_of_2(warps), programs_per_sm=2,
+                      prefetch=True)
 
 
 def bench_variants(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) -> dict:
     """Launch plans around the default, for ``tools/bench --variants``, at 4, 8 and 16 warps a row: one
-    program a row (the default's shape), without evict-first loads, with fused multiply-adds (a numerics
+    program a row, without evict-first loads, with fused multiply-adds (a numerics
     change: a winner there needs the band re-certified before it can be the default), and persistent
     programs (2 or 4 an SM) with and without the next row prefetched."""
     variants = {}
@@ -89,7 +93,8 @@ def bench_variants(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
         variants[label] = lambda plan=plan, **kwargs: run_plan(plan, **kwargs)
 
     for elements_per_thread in (32, 16, 8):
-        plan = launch_plan(x.shape[1], group_size, elements_per_thread, max_warps=16)
+        plan = dataclasses.replace(launch_plan(x.shape[1], group_size, elements_per_thread, max_warps=16),
+                                   programs_per_sm=None, prefetch=False)
         warps = f"{plan.num_warps} warps"
         add(f"{warps}, one program a row", plan)
         add(f"{warps}, one program a row, no evict-first", dataclasses.replace(plan, evict_first=False))

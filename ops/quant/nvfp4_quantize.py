@@ -72,9 +72,11 @@ class LaunchPlan:
 
 
 # The default GPU plan, in the terms of a bench_variants label "R x C tile W w leanL": (R * C elements per
-# program, C / 16 blocks per program row at most, W warps, L). (4096, 32, 4, 1) is "8x512 tile 4w lean1":
-# each of 128 threads holds two whole blocks, four 16-byte loads in flight, in 64 registers.
-DEFAULT_GPU_PLAN = (4096, 32, 4, 1)
+# program, C / 16 blocks per program row at most, W warps, L). (8192, 64, 4, 6) is "8x1024 tile 4w lean6",
+# the H200 sweep's best (tools/results/bench_variants_h200_session3_quantize_paged.md): 45.4 us on
+# [8192, 8192], 89% of copy (lean1 at 8x512: 51.5 us; lean0, the kernel before: 60.5 us at best); its inline
+# PTX passed the GPU tests (tools/results/pytest_ptx_h200.log).
+DEFAULT_GPU_PLAN = (8192, 64, 4, 6)
 # The interpreter pays about 3 ms per program whatever its size, so it takes 16x larger tiles.
 GPU_TILE_ELEMENTS, MAX_BLOCKS_PER_PROGRAM_ROW, DEFAULT_NUM_WARPS, DEFAULT_LEAN = DEFAULT_GPU_PLAN
 INTERPRETER_TILE_ELEMENTS = 65536
@@ -86,7 +88,7 @@ INTERPRETER_TILE_ELEMENTS = 65536
 # (570, 285 on the ALU), 2 the lean path with IMAD.HI placement (594, 259 on the ALU), 3 the lean path with
 # the block scales by cvt.rn.satfinite.e4m3x2 (548, 266 on the ALU), 4 the signs by PRMT (548, 274), 5 both
 # (522, 253), 6 that and the block max by max.xorsign.abs.bf16x2 (513, 227 on the ALU + 14 HMNMX2).
-# sm_90a, Triton 3.6, nvdisasm. 1 is the default until the GPU tests have run 3-6's inline PTX.
+# sm_90a, Triton 3.6, nvdisasm.
 
 
 def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile_elements: int = GPU_TILE_ELEMENTS,
