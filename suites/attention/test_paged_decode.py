@@ -148,7 +148,7 @@ def test_bench_variants_keep_the_contract(cache_dtype, page_size, selected):
     expected = kernel.paged_decode(**call)
     truth, stock = contract.truth(**call), contract.stock(**call)
     default = kernel.launch_plan(64, cache_dtype)
-    launch_only = ("num_warps", "num_stages", "max_registers")
+    launch_only = ("num_warps", "num_stages", "max_registers", "convert_ptx", "lazy_rescale")
     for label, variant in kernel.bench_variants(**call).items():
         o, lse = variant(**call)
         plan = variant.__defaults__[0]
