@@ -71,6 +71,7 @@ class LaunchPlan:
     # whole, fewer duplicate them into the padded rows each tile (IMAD.MOV, ptxas sm_90).
     min_dot_rows: int = 16
     exp_in_float64: bool = True  # p = exp(s - m) in float64 (libdevice); else fp32 Cody-Waite (_exp_difference)
+    short_exp: bool = False      # the float64 exp by ``_exp_float64_short`` (8 DFMAs, no branches)
     p_halves: int = 2            # p @ v as 16-bit hi + lo halves of p; 1: one fp16 p (e4m3 caches only)
     # e4m3 V -> fp16 by inline ``cvt.rn.f16x2.e4m3x2`` where it was loaded (``_e4m3_to_fp16``; the
     # interpreter runs its twin): no per-element select and repacking (862 -> 755 instructions a tile)
@@ -84,7 +85,8 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
         # tiles, and splits of 128 positions so the CPU strategy's rows (<= 256 positions) still span
         # two splits of two tiles, through both the online rescale and the merge.
         plan = LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
-        return plan if cache_dtype != torch.float8_e4m3fn else dataclasses.replace(plan, **E4M3_NUMERICS)
+        e4m3 = {knob: value for knob, value in E4M3_PLAN.items() if knob != "num_stages"}
+        return plan if cache_dtype != torch.float8_e4m3fn else dataclasses.replace(plan, **e4m3)
     # Tiles of 16 KB of bf16 K (128 x 64, 64 x 128, 32 x 256 tokens x D), moved by cp.async into a
     # 3-stage pipeline (metadata -> K/V -> math).  1024 positions per split: the H200 sweep at the
     # bench shape (D=128, 4 warps, 3 stages) gave 622 us against 650 us at 512 and 726 us at 256 —
@@ -100,20 +102,25 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
     # the float64 exp (139 registers, 66 KB shared: 3 programs per SM); the tile inside one page took
     # it from 1294.  e4m3 836 with the group's 4 rows, one fp16 p and the float64 exp, 839 with the
     # Cody-Waite exp (its 29 float64 instructions against 101); capped at 128 registers (862, no
-    # spills) it runs 4 programs per SM, which its 50 KB of shared memory allows.
+    # spills) it runs 4 programs per SM, which its 50 KB of shared memory allows.  That plan ran at
+    # 60% of copy (420 us, H200).  Its tile now (hot path, no rescale): 593 with V widened by inline
+    # PTX where loaded (-107: no per-element select and repack), the rescale skipped while the max
+    # stays (-57), ``_exp_float64_short`` (-13) and 2 stages (-46, 34 KB shared; the last sweep had
+    # 2 and 3 stages equal).
     # Sparse runs the dense plan (the selection resolved beforehand by ``_resolve_selection``).
     num_warps = 8 if head_dim == 256 else 4
     block_n = 16384 // (2 * head_dim)
     plan = LaunchPlan(block_n=block_n, split_tokens=1024, num_warps=num_warps, num_stages=3)
     if cache_dtype == torch.float8_e4m3fn:
         plan = dataclasses.replace(plan, block_n=min(block_n, 64), max_registers=128 if num_warps == 4 else None,
-                                   **E4M3_NUMERICS)
+                                   **E4M3_PLAN)
     return plan
 
 
-# The e4m3 default's row padding, numerics, V conversion and rescale: the one line to change for another
-# sweep winner.
-E4M3_NUMERICS = {"min_dot_rows": 1, "exp_in_float64": True, "p_halves": 1, "convert_ptx": True, "lazy_rescale": True}
+# The e4m3 default's stages, row padding, numerics, V conversion and rescale: the one line to change for
+# another sweep winner (bench_variants' e4m3 labels are relative to it).
+E4M3_PLAN = {"num_stages": 2, "min_dot_rows": 1, "exp_in_float64": True, "short_exp": True, "p_halves": 1,
+             "convert_ptx": True, "lazy_rescale": True}
 
 
 def _widened(cache_dtype: torch.dtype):
@@ -240,6 +247,38 @@ def _exp_difference(s, m):
     return e * first * second, error * first * second
 
 
+@triton.jit
+def _exp_float64_short(s, m):
+    """``exp(s - m)`` in float64 for fp32 ``s <= m`` (``m`` finite), within 2^-30 of it relative for
+    ``s - m >= -700`` (below, a positive number under 1e-304; NaN stays NaN): what ``l`` needs, at 8
+    DFMAs of polynomial against libdevice's 11 and without its range checks and branches.
+
+    ``x = s - m`` exact in float64; ``k = rint(x log2 e)`` by the 1.5 * 2^52 rounder; ``r = x - k ln 2``
+    by two FMAs with fdlibm's float64 ``ln 2 = LN2_HI + LN2_LO`` (made from their bits: Triton's float
+    literals are fp32), ``|r| <= 0.347``; ``e^r`` by Taylor to ``r^8 / 8!`` (truncation ``r^9 / 9! <
+    2^-31``; the fp32-rounded coefficients ``1/3! .. 1/8!`` add < 2^-31); times ``2^k`` built in the
+    exponent field (``s`` clamped to ``m - 700``: ``2^k`` normal).  The caller masks the -inf slots."""
+    LOG2E: tl.constexpr = 1.4426950408889634  # rounded to fp32: only picks k
+    ROUNDER: tl.constexpr = 6755399441055744.0  # 1.5 * 2^52, exact in fp32
+    ln2_hi = tl.full([1, 1], 0x3FE62E42FEE00000, tl.int64).to(tl.float64, bitcast=True)
+    ln2_lo = tl.full([1, 1], 0x3DEA39EF35793C76, tl.int64).to(tl.float64, bitcast=True)
+    s = tl.maximum(s, m - 700.0, propagate_nan=tl.PropagateNan.ALL)
+    x = s.to(tl.float64) - m.to(tl.float64)
+    k = tl.fma(x, LOG2E, ROUNDER) - ROUNDER
+    r = tl.fma(-k, ln2_hi, x)
+    r = tl.fma(-k, ln2_lo, r)
+    poly = tl.fma(r, 1.0 / 40320.0, 1.0 / 5040.0)
+    poly = tl.fma(poly, r, 1.0 / 720.0)
+    poly = tl.fma(poly, r, 1.0 / 120.0)
+    poly = tl.fma(poly, r, 1.0 / 24.0)
+    poly = tl.fma(poly, r, 1.0 / 6.0)
+    poly = tl.fma(poly, r, 0.5)
+    poly = tl.fma(poly, r, 1.0)
+    poly = tl.fma(poly, r, 1.0)
+    scale = ((k.to(tl.int32) + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
+    return poly * scale
+
+
 @triton.jit(do_not_specialize=["select_stride_b", "entries", "table_stride_b", "table_stride_m", "pages_per_row",
                                "seq_lens_stride", "page_size", "num_pages"])
 def _resolve_selection(
@@ -297,7 +336,7 @@ def _decode_splits(
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
     PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
     EXP_IN_FLOAT64: tl.constexpr, P_HALVES: tl.constexpr, REAL_ROWS: tl.constexpr, CONVERT_V: tl.constexpr,
-    PTX: tl.constexpr, LAZY_RESCALE: tl.constexpr,
+    PTX: tl.constexpr, LAZY_RESCALE: tl.constexpr, SHORT_EXP: tl.constexpr,
 ):
     P_SCALE: tl.constexpr = 32768.0
     pid = tl.program_id(0)
@@ -389,7 +428,12 @@ def _decode_splits(
             alpha = tl.exp((m - m_base).to(tl.float64))             # float64: it rescales l, hence lse
             l = l * alpha
             acc = acc * alpha.to(tl.float32)[:, None]
-        if EXP_IN_FLOAT64:
+        if EXP_IN_FLOAT64 and SHORT_EXP:
+            p_exact = _exp_float64_short(finite_scores, m_base[:, None])
+            p_exact = tl.where(valid[None, :] & computed[:, None], p_exact, 0.0)
+            l = l + tl.sum(p_exact, axis=1)
+            p = p_exact.to(tl.float32)
+        elif EXP_IN_FLOAT64:
             # float64, from the subtraction on: the GPU's fp32 exp (ex2.approx after a rounded multiply by
             # log2 e) put lse 1.03 ULP from truth on the H200 (band 1 ULP, stock 0.23) for a 16-token row
             p_exact = tl.exp(scores.to(tl.float64) - m_base.to(tl.float64)[:, None])
@@ -524,6 +568,7 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
         PAGE_SIZE=page_size, SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), EXP_IN_FLOAT64=plan.exp_in_float64,
+        SHORT_EXP=plan.short_exp,
         P_HALVES=plan.p_halves, REAL_ROWS=triton.next_power_of_2(group),
         CONVERT_V=plan.convert_ptx and widened == tl.float16, PTX=not interpreting(),
         LAZY_RESCALE=plan.lazy_rescale, num_warps=plan.num_warps,
@@ -572,23 +617,27 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
         cody_waite = {"exp_in_float64": False}
         plans = {
             "default": default,
-            "round-1 default": replace(default, convert_ptx=False, lazy_rescale=False, **cody_waite),
+            "round-1 default": replace(default, num_stages=3, convert_ptx=False, lazy_rescale=False, short_exp=False,
+                                       **cody_waite),
             "no ptx convert": replace(default, convert_ptx=False),
             "no lazy rescale": replace(default, lazy_rescale=False),
             "rows 8": replace(default, min_dot_rows=8),
             "rows 16": replace(default, min_dot_rows=16),
             "split 2048": replace(default, split_tokens=2048),
             "split 2048, rows 8": replace(default, split_tokens=2048, min_dot_rows=8),
-            "2 stages": replace(default, num_stages=2),
+            "3 stages": replace(default, num_stages=3),
             "4 stages": replace(default, num_stages=4),
+            "register cap 168": replace(default, max_registers=168),
+            "3 stages, rows 8": replace(default, num_stages=3, min_dot_rows=8),
             "block 32": replace(default, block_n=32),
             "register cap none": replace(default, max_registers=None),
-            "register cap 168": replace(default, max_registers=168),
             "split 2048, register cap none": replace(default, split_tokens=2048, max_registers=None),
             "numerics: exp fp32 Cody-Waite": replace(default, **cody_waite),
             "numerics: exp fp32 Cody-Waite, rows 8": replace(default, min_dot_rows=8, **cody_waite),
             "numerics: exp fp32 Cody-Waite, split 2048": replace(default, split_tokens=2048, **cody_waite),
             "numerics: p hi+lo": replace(default, p_halves=2),
+            "numerics: exp float64 libdevice": replace(default, short_exp=False),
+            "numerics: exp float64 libdevice, 3 stages": replace(default, short_exp=False, num_stages=3),
         }
     distinct = {}
     for label, plan in plans.items():
