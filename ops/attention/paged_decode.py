@@ -254,24 +254,27 @@ def _exp_float64_short(s, m):
     DFMAs of polynomial against libdevice's 11 and without its range checks and branches.
 
     ``x = s - m`` exact in float64; ``k = rint(x log2 e)`` by the 1.5 * 2^52 rounder; ``r = x - k ln 2``
-    by two FMAs with fdlibm's float64 ``ln 2 = LN2_HI + LN2_LO`` (made from their bits: Triton's float
-    literals are fp32), ``|r| <= 0.347``; ``e^r`` by Taylor to ``r^8 / 8!`` (truncation ``r^9 / 9! <
-    2^-31``; the fp32-rounded coefficients ``1/3! .. 1/8!`` add < 2^-31); times ``2^k`` built in the
-    exponent field (``s`` clamped to ``m - 700``: ``2^k`` normal).  The caller masks the -inf slots."""
-    LOG2E: tl.constexpr = 1.4426950408889634  # rounded to fp32: only picks k
-    ROUNDER: tl.constexpr = 6755399441055744.0  # 1.5 * 2^52, exact in fp32
-    ln2_hi = tl.full([1, 1], 0x3FE62E42FEE00000, tl.int64).to(tl.float64, bitcast=True)
-    ln2_lo = tl.full([1, 1], 0x3DEA39EF35793C76, tl.int64).to(tl.float64, bitcast=True)
+    by two FMAs, ``|r| <= 0.3467``; ``e^r`` by Taylor to ``r^8 / 8!`` (truncation ``r^9 / 9! < 2^-31``);
+    times ``2^k`` built in the exponent field (``s`` clamped to ``m - 700``: ``2^k`` normal).  The
+    constants but 1/6 are rounded to 20 significant bits, so they fit SASS's float64 immediates instead
+    of a pair of uniform-register moves each a tile: ``ln 2 = LN2_HI + LN2_LO`` within 2^-52, ``1/4! ..
+    1/8!`` within 2^-22 relative (< 2^-32 of the result); 1/6 is float64's, from its bits (Triton's
+    float literals are fp32).  Simulated in numpy over 4M differences: within 2^-31.9."""
+    LOG2E: tl.constexpr = 1.4426946640014648   # only picks k
+    LN2_HI: tl.constexpr = 0.6931471824645996
+    LN2_LO: tl.constexpr = -1.9046542121259336e-09
+    ROUNDER: tl.constexpr = 6755399441055744.0  # 1.5 * 2^52
+    sixth = tl.full([1, 1], 0x3FC5555555555555, tl.int64).to(tl.float64, bitcast=True)
     s = tl.maximum(s, m - 700.0, propagate_nan=tl.PropagateNan.ALL)
     x = s.to(tl.float64) - m.to(tl.float64)
     k = tl.fma(x, LOG2E, ROUNDER) - ROUNDER
-    r = tl.fma(-k, ln2_hi, x)
-    r = tl.fma(-k, ln2_lo, r)
-    poly = tl.fma(r, 1.0 / 40320.0, 1.0 / 5040.0)
-    poly = tl.fma(poly, r, 1.0 / 720.0)
-    poly = tl.fma(poly, r, 1.0 / 120.0)
-    poly = tl.fma(poly, r, 1.0 / 24.0)
-    poly = tl.fma(poly, r, 1.0 / 6.0)
+    r = tl.fma(-k, LN2_HI, x)
+    r = tl.fma(-k, LN2_LO, r)
+    poly = tl.fma(r, 2.48015858232975e-05, 0.00019841268658638)
+    poly = tl.fma(poly, r, 0.00138888880610466)
+    poly = tl.fma(poly, r, 0.00833333283662796)
+    poly = tl.fma(poly, r, 0.041666656732559204)
+    poly = tl.fma(poly, r, sixth)
     poly = tl.fma(poly, r, 0.5)
     poly = tl.fma(poly, r, 1.0)
     poly = tl.fma(poly, r, 1.0)
