@@ -28,7 +28,8 @@ row's splits by their log-sum-exp.  What makes it right:
   is ``>= 0`` (and inside the pool), and, sparse, its entry counts; masked loads give 0, and the
   masked scores are set to -inf before the running max, so NaN garbage cannot reach a reduction.
 - Overflow: every exp is taken relative to the running max (``exp(s - m)``, ``m`` = -inf handled),
-  in float64 from the subtraction on, or (e4m3's plan) in fp32 by ``_exp_difference``: the exact
+  in float64 from the subtraction on (libdevice's, or, e4m3's plan, ``_exp_float64_short``: 2^-30
+  relative, no branches), or in fp32 by ``_exp_difference``: the exact
   difference, Cody-Waite, and the exp's own rounding carried into the float64 ``l`` — the GPU's fast
   fp32 exp cost lse a full ULP.
 - Precision: ``q . k`` multiplies exactly and accumulates in fp32: bf16 caches on bf16 tensor cores;
@@ -103,9 +104,9 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
     # it from 1294.  e4m3 836 with the group's 4 rows, one fp16 p and the float64 exp, 839 with the
     # Cody-Waite exp (its 29 float64 instructions against 101); capped at 128 registers (862, no
     # spills) it runs 4 programs per SM, which its 50 KB of shared memory allows.  That plan ran at
-    # 60% of copy (420 us, H200).  Its tile now (hot path, no rescale): 593 with V widened by inline
+    # 60% of copy (420 us, H200).  Its tile now (hot path, no rescale): 581 with V widened by inline
     # PTX where loaded (-107: no per-element select and repack), the rescale skipped while the max
-    # stays (-57), ``_exp_float64_short`` (-13) and 2 stages (-46, 34 KB shared; the last sweep had
+    # stays (-57), ``_exp_float64_short`` (-25) and 2 stages (-46, 34 KB shared; the last sweep had
     # 2 and 3 stages equal).
     # Sparse runs the dense plan (the selection resolved beforehand by ``_resolve_selection``).
     num_warps = 8 if head_dim == 256 else 4
@@ -607,9 +608,11 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
     The H200 sweeps ruled out 8 warps at D=128, splits of 256 and 512, and bf16 tiles of 32 or 128.
     bf16 keeps the default and two plans.  e4m3: launch-plan knobs (``split``, ``stages``, ``block``,
     ``register cap``, ``rows``, ``no ptx convert``, ``no lazy rescale``) keep the default's numerics
-    (the last two its bits); ``exp fp32 Cody-Waite`` and ``p hi+lo`` change how p is computed or
-    multiplied, each within the band by its own derivation; ``round-1 default`` is the plan the
-    01:50 sweep timed as the default (420 us)."""
+    (the last two its bits); ``exp fp32 Cody-Waite``, ``exp float64 libdevice`` and ``p hi+lo`` change
+    how p is computed or multiplied, each within the band by its own derivation; ``round-1 default``
+    is the plan the 01:50 sweep timed as the default (420 us).  SASS per 64-token tile of one warp on
+    the hot path (no rescale), ptxas sm_90: default 581; round-1 default 850; rows 8 586; 3 stages 627;
+    register cap 168 571 (154 registers: 3 programs per SM)."""
     default = launch_plan(q.shape[2], k_cache.dtype)
     replace = dataclasses.replace
     if k_cache.dtype != torch.float8_e4m3fn:
@@ -635,6 +638,7 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
             "block 32": replace(default, block_n=32),
             "register cap none": replace(default, max_registers=None),
             "split 2048, register cap none": replace(default, split_tokens=2048, max_registers=None),
+            "split 2048, register cap 168": replace(default, split_tokens=2048, max_registers=168),
             "numerics: exp fp32 Cody-Waite": replace(default, **cody_waite),
             "numerics: exp fp32 Cody-Waite, rows 8": replace(default, min_dot_rows=8, **cody_waite),
             "numerics: exp fp32 Cody-Waite, split 2048": replace(default, split_tokens=2048, **cody_waite),
