@@ -28,7 +28,8 @@ row's splits by their log-sum-exp.  What makes it right:
   is ``>= 0`` (and inside the pool), and, sparse, its entry counts; masked loads give 0, and the
   masked scores are set to -inf before the running max, so NaN garbage cannot reach a reduction.
 - Overflow: every exp is taken relative to the running max (``exp(s - m)``, ``m`` = -inf handled),
-  in float64 from the subtraction on, or (e4m3's plan) in fp32 by ``_exp_difference``: the exact
+  in float64 from the subtraction on (libdevice's, or, e4m3's plan, ``_exp_float64_short``: 2^-30
+  relative, no branches), or in fp32 by ``_exp_difference``: the exact
   difference, Cody-Waite, and the exp's own rounding carried into the float64 ``l`` — the GPU's fast
   fp32 exp cost lse a full ULP.
 - Precision: ``q . k`` multiplies exactly and accumulates in fp32: bf16 caches on bf16 tensor cores;
@@ -71,7 +72,12 @@ class LaunchPlan:
     # whole, fewer duplicate them into the padded rows each tile (IMAD.MOV, ptxas sm_90).
     min_dot_rows: int = 16
     exp_in_float64: bool = True  # p = exp(s - m) in float64 (libdevice); else fp32 Cody-Waite (_exp_difference)
+    short_exp: bool = False      # the float64 exp by ``_exp_float64_short`` (8 DFMAs, no branches)
     p_halves: int = 2            # p @ v as 16-bit hi + lo halves of p; 1: one fp16 p (e4m3 caches only)
+    # e4m3 V -> fp16 by inline ``cvt.rn.f16x2.e4m3x2`` where it was loaded (``_e4m3_to_fp16``; the
+    # interpreter runs its twin): no per-element select and repacking (862 -> 755 instructions a tile)
+    convert_ptx: bool = False
+    lazy_rescale: bool = False  # rescale l and acc only in tiles where a row's max moved (the same bits)
 
 
 def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
@@ -80,7 +86,8 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
         # tiles, and splits of 128 positions so the CPU strategy's rows (<= 256 positions) still span
         # two splits of two tiles, through both the online rescale and the merge.
         plan = LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
-        return plan if cache_dtype != torch.float8_e4m3fn else dataclasses.replace(plan, **E4M3_NUMERICS)
+        e4m3 = {knob: value for knob, value in E4M3_PLAN.items() if knob not in ("num_stages", "split_tokens")}
+        return plan if cache_dtype != torch.float8_e4m3fn else dataclasses.replace(plan, **e4m3)
     # Tiles of 16 KB of bf16 K (128 x 64, 64 x 128, 32 x 256 tokens x D), moved by cp.async into a
     # 3-stage pipeline (metadata -> K/V -> math).  1024 positions per split: the H200 sweep at the
     # bench shape (D=128, 4 warps, 3 stages) gave 622 us against 650 us at 512 and 726 us at 256 —
@@ -96,19 +103,26 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
     # the float64 exp (139 registers, 66 KB shared: 3 programs per SM); the tile inside one page took
     # it from 1294.  e4m3 836 with the group's 4 rows, one fp16 p and the float64 exp, 839 with the
     # Cody-Waite exp (its 29 float64 instructions against 101); capped at 128 registers (862, no
-    # spills) it runs 4 programs per SM, which its 50 KB of shared memory allows.
+    # spills) it runs 4 programs per SM, which its 50 KB of shared memory allows.  That plan ran at
+    # 60% of copy (420 us, H200).  Its tile now (hot path, no rescale): 581 with V widened by inline
+    # PTX where loaded (-107: no per-element select and repack), the rescale skipped while the max
+    # stays (-57), ``_exp_float64_short`` (-25) and 2 stages (-46, 34 KB shared; the last sweep had
+    # 2 and 3 stages equal).  Splits of 2048: a row's max moves in ~1 - (1 - 1/t)^G of its t-th tiles
+    # (G = 4: 7.7 of 16 tiles rescale, 10.4 of 32), and half the partials (1.6% of the e4m3 bytes).
     # Sparse runs the dense plan (the selection resolved beforehand by ``_resolve_selection``).
     num_warps = 8 if head_dim == 256 else 4
     block_n = 16384 // (2 * head_dim)
     plan = LaunchPlan(block_n=block_n, split_tokens=1024, num_warps=num_warps, num_stages=3)
     if cache_dtype == torch.float8_e4m3fn:
         plan = dataclasses.replace(plan, block_n=min(block_n, 64), max_registers=128 if num_warps == 4 else None,
-                                   **E4M3_NUMERICS)
+                                   **E4M3_PLAN)
     return plan
 
 
-# The e4m3 default's row padding and numerics: the one line to change for another sweep winner.
-E4M3_NUMERICS = {"min_dot_rows": 1, "exp_in_float64": False, "p_halves": 1}
+# The e4m3 default's split, stages, row padding, numerics, V conversion and rescale: the one line to change for
+# another sweep winner (bench_variants' e4m3 labels are relative to it).
+E4M3_PLAN = {"split_tokens": 2048, "num_stages": 2, "min_dot_rows": 1, "exp_in_float64": True, "short_exp": True,
+             "p_halves": 1, "convert_ptx": True, "lazy_rescale": True}
 
 
 def _widened(cache_dtype: torch.dtype):
@@ -117,6 +131,33 @@ def _widened(cache_dtype: torch.dtype):
     a second conversion per element (fp16 -> bf16), which made the conversions, not the bytes, bound
     the e4m3 kernel (1011 us, 1.55x the bf16 time, H200)."""
     return tl.float16 if cache_dtype == torch.float8_e4m3fn else tl.bfloat16
+
+
+E4M3_TO_FP16_PTX = tl.constexpr("""
+{
+.reg .b32 kept;
+.reg .b16 lo, hi;
+and.b32 kept, $2, $3;
+mov.b32 {lo, hi}, kept;
+cvt.rn.f16x2.e4m3x2 $0, lo;
+cvt.rn.f16x2.e4m3x2 $1, hi;
+}
+""")
+
+
+@triton.jit
+def _e4m3_to_fp16(x, keep, PTX: tl.constexpr):
+    """e4m3 ``x`` as fp16 (exact) where ``keep`` (int32, -1 or 0, broadcast against ``x``), else 0.
+
+    ``PTX`` (GPU only): four bytes a register, one AND with the row's ``keep`` and two
+    ``cvt.rn.f16x2.e4m3x2`` — the ``keep`` operand, not a load, also keeps Triton from hoisting the
+    conversion past V's shared-memory transpose (which then reads e4m3 a byte at a time); every code
+    checked on the GPU by suites/attention's test_e4m3_conversion_every_code.  Else Triton's conversion."""
+    if PTX:
+        return tl.inline_asm_elementwise(E4M3_TO_FP16_PTX, "=r,=r,r,r,r,r,r", [x.to(tl.uint8, bitcast=True), keep],
+                                         dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        return tl.where(keep != 0, x.to(tl.float16), 0.0)
 
 
 def _dot_operand(widened):
@@ -208,6 +249,41 @@ def _exp_difference(s, m):
     return e * first * second, error * first * second
 
 
+@triton.jit
+def _exp_float64_short(s, m):
+    """``exp(s - m)`` in float64 for fp32 ``s <= m`` (``m`` finite), within 2^-30 of it relative for
+    ``s - m >= -700`` (below, a positive number under 1e-304; NaN stays NaN): what ``l`` needs, at 8
+    DFMAs of polynomial against libdevice's 11 and without its range checks and branches.
+
+    ``x = s - m`` exact in float64; ``k = rint(x log2 e)`` by the 1.5 * 2^52 rounder; ``r = x - k ln 2``
+    by two FMAs, ``|r| <= 0.3467``; ``e^r`` by Taylor to ``r^8 / 8!`` (truncation ``r^9 / 9! < 2^-31``);
+    times ``2^k`` built in the exponent field (``s`` clamped to ``m - 700``: ``2^k`` normal).  The
+    constants but 1/6 are rounded to 20 significant bits, so they fit SASS's float64 immediates instead
+    of a pair of uniform-register moves each a tile: ``ln 2 = LN2_HI + LN2_LO`` within 2^-52, ``1/4! ..
+    1/8!`` within 2^-22 relative (< 2^-32 of the result); 1/6 is float64's, from its bits (Triton's
+    float literals are fp32).  Simulated in numpy over 4M differences: within 2^-31.9."""
+    LOG2E: tl.constexpr = 1.4426946640014648   # only picks k
+    LN2_HI: tl.constexpr = 0.6931471824645996
+    LN2_LO: tl.constexpr = -1.9046542121259336e-09
+    ROUNDER: tl.constexpr = 6755399441055744.0  # 1.5 * 2^52
+    sixth = tl.full([1, 1], 0x3FC5555555555555, tl.int64).to(tl.float64, bitcast=True)
+    s = tl.maximum(s, m - 700.0, propagate_nan=tl.PropagateNan.ALL)
+    x = s.to(tl.float64) - m.to(tl.float64)
+    k = tl.fma(x, LOG2E, ROUNDER) - ROUNDER
+    r = tl.fma(-k, LN2_HI, x)
+    r = tl.fma(-k, LN2_LO, r)
+    poly = tl.fma(r, 2.48015858232975e-05, 0.00019841268658638)
+    poly = tl.fma(poly, r, 0.00138888880610466)
+    poly = tl.fma(poly, r, 0.00833333283662796)
+    poly = tl.fma(poly, r, 0.041666656732559204)
+    poly = tl.fma(poly, r, sixth)
+    poly = tl.fma(poly, r, 0.5)
+    poly = tl.fma(poly, r, 1.0)
+    poly = tl.fma(poly, r, 1.0)
+    scale = ((k.to(tl.int32) + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
+    return poly * scale
+
+
 @triton.jit(do_not_specialize=["select_stride_b", "entries", "table_stride_b", "table_stride_m", "pages_per_row",
                                "seq_lens_stride", "page_size", "num_pages"])
 def _resolve_selection(
@@ -264,7 +340,8 @@ def _decode_splits(
     # meta
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
     PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
-    EXP_IN_FLOAT64: tl.constexpr, P_HALVES: tl.constexpr, REAL_ROWS: tl.constexpr,
+    EXP_IN_FLOAT64: tl.constexpr, P_HALVES: tl.constexpr, REAL_ROWS: tl.constexpr, CONVERT_V: tl.constexpr,
+    PTX: tl.constexpr, LAZY_RESCALE: tl.constexpr, SHORT_EXP: tl.constexpr,
 ):
     P_SCALE: tl.constexpr = 32768.0
     pid = tl.program_id(0)
@@ -344,30 +421,47 @@ def _decode_splits(
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
-        alpha = tl.exp((m - m_base).to(tl.float64))             # float64: it rescales l, hence lse
-        if EXP_IN_FLOAT64:
+        if LAZY_RESCALE:
+            # m_new == m (not NaN) in every row gives alpha = exp(0) = 1, or exp(-inf) = 0 on an l and
+            # acc still 0: skipping the rescale keeps the bits, and after a row's first tiles its max
+            # rarely moves (the float64 exp and the acc multiply were ~80 instructions a tile)
+            if tl.sum((m_new != m).to(tl.int32), axis=0) != 0:
+                alpha = tl.exp((m - m_base).to(tl.float64))
+                l = l * alpha
+                acc = acc * alpha.to(tl.float32)[:, None]
+        else:
+            alpha = tl.exp((m - m_base).to(tl.float64))             # float64: it rescales l, hence lse
+            l = l * alpha
+            acc = acc * alpha.to(tl.float32)[:, None]
+        if EXP_IN_FLOAT64 and SHORT_EXP:
+            p_exact = _exp_float64_short(finite_scores, m_base[:, None])
+            p_exact = tl.where(valid[None, :] & computed[:, None], p_exact, 0.0)
+            l = l + tl.sum(p_exact, axis=1)
+            p = p_exact.to(tl.float32)
+        elif EXP_IN_FLOAT64:
             # float64, from the subtraction on: the GPU's fp32 exp (ex2.approx after a rounded multiply by
             # log2 e) put lse 1.03 ULP from truth on the H200 (band 1 ULP, stock 0.23) for a 16-token row
             p_exact = tl.exp(scores.to(tl.float64) - m_base.to(tl.float64)[:, None])
             p_exact = tl.where(computed[:, None], p_exact, 0.0)
-            l = l * alpha + tl.sum(p_exact, axis=1)
+            l = l + tl.sum(p_exact, axis=1)
             p = p_exact.to(tl.float32)
         else:
             p, p_error = _exp_difference(finite_scores, m_base[:, None])
             live = valid[None, :] & computed[:, None]
             p = tl.where(live, p, 0.0)
             p_error = tl.where(live, p_error, 0.0)
-            l = l * alpha + tl.sum(p.to(tl.float64) + p_error.to(tl.float64), axis=1)
+            l = l + tl.sum(p.to(tl.float64) + p_error.to(tl.float64), axis=1)
 
         v = tl.load(v_rows, mask=valid[:, None], other=0.0)
-        if WIDENED == tl.float16:
+        if CONVERT_V:
+            v = _e4m3_to_fp16(v, -valid.to(tl.int32)[:, None], PTX)
+        elif WIDENED == tl.float16:
             # Widen V where it was loaded, 16 bytes a thread, before Triton moves it into the dot
             # operand through shared memory: the select (a no-op on values: masked slots load 0)
             # keeps Triton from converting after that move instead, which reads e4m3 V one byte at a
             # time (64 ld.shared.b8 a thread per 64 x 128 tile; ptxas sm_90, Triton 3.6).
             v = tl.where(valid[:, None], v.to(WIDENED), 0.0)
         v = v.to(OPERAND)
-        acc = acc * alpha.to(tl.float32)[:, None]
         if P_HALVES == 2:
             p_hi = p.to(WIDENED)
             p_lo = (p - p_hi.to(tl.float32)).to(WIDENED)
@@ -479,7 +573,10 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
         PAGE_SIZE=page_size, SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), EXP_IN_FLOAT64=plan.exp_in_float64,
-        P_HALVES=plan.p_halves, REAL_ROWS=triton.next_power_of_2(group), num_warps=plan.num_warps,
+        SHORT_EXP=plan.short_exp,
+        P_HALVES=plan.p_halves, REAL_ROWS=triton.next_power_of_2(group),
+        CONVERT_V=plan.convert_ptx and widened == tl.float16, PTX=not interpreting(),
+        LAZY_RESCALE=plan.lazy_rescale, num_warps=plan.num_warps,
         num_stages=plan.num_stages, **({} if plan.max_registers is None else {"maxnreg": plan.max_registers}),
     )
     _merge_splits[(batch * kv_heads,)](
@@ -509,47 +606,47 @@ def bytes_moved(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.
 def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> dict:
     """Plans around the default, for ``tools/bench --variants`` to time on the device.
 
-    The first H200 sweep ruled out 8 warps at D=128 and splits of 256.  Labels: launch-plan knobs
-    (``split``, ``stages``, ``block``, ``register cap``, ``rows``) keep the default's numerics; the
-    ``numerics:`` labels change how p is computed or multiplied (``exp float64`` libdevice, ``exp fp32
-    Cody-Waite``, ``p hi+lo`` or ``p fp16``), each within the band by its own derivation; ``previous
-    default`` is the plan before this sweep (16 rows, float64 exp, p hi + lo, e4m3 capped at 168
-    registers), on the current addressing."""
+    The H200 sweeps ruled out 8 warps at D=128, splits of 256 and 512, and bf16 tiles of 32 or 128.
+    bf16 keeps the default and two plans.  e4m3: launch-plan knobs (``split``, ``stages``, ``block``,
+    ``register cap``, ``rows``, ``no ptx convert``, ``no lazy rescale``) keep the default's numerics
+    (the last two its bits); ``exp fp32 Cody-Waite``, ``exp float64 libdevice`` and ``p hi+lo`` change
+    how p is computed or multiplied, each within the band by its own derivation; ``round-1 default``
+    is the plan the 01:50 sweep timed as the default (420 us).  SASS per 64-token tile of one warp on
+    the hot path (no rescale), ptxas sm_90: default 581; round-1 default 850; rows 8 586; 3 stages 627;
+    register cap 168 571 (154 registers: 3 programs per SM)."""
     default = launch_plan(q.shape[2], k_cache.dtype)
-    e4m3 = k_cache.dtype == torch.float8_e4m3fn
     replace = dataclasses.replace
-    plans = {"default": default,
-             "previous default": replace(default, min_dot_rows=16, exp_in_float64=True, p_halves=2,
-                                         max_registers=168 if e4m3 and default.num_warps == 4 else None)}
-    for split_tokens in (512, 2048):
-        plans[f"split {split_tokens}"] = replace(default, split_tokens=split_tokens)
-    for num_stages in (2, 4):
-        plans[f"{num_stages} stages"] = replace(default, num_stages=num_stages)
-    for block_n in (default.block_n // 2, default.block_n * 2):
-        plans[f"block {block_n}"] = replace(default, block_n=block_n)
-    for max_registers in (None, 128, 168):
-        if max_registers != default.max_registers:
-            plans[f"register cap {max_registers or 'none'}"] = replace(default, max_registers=max_registers)
-    for rows in (1, 8, 16):
-        if rows != default.min_dot_rows:
-            plans[f"rows {rows}"] = replace(default, min_dot_rows=rows)
-    exp_label = {True: "exp float64", False: "exp fp32 Cody-Waite"}
-    p_label = {2: "p hi+lo", 1: "p fp16"}
-    for exp_in_float64 in (True, False):
-        for p_halves in ((2, 1) if e4m3 else (2,)):
-            for rows in (1, 16):
-                plan = replace(default, exp_in_float64=exp_in_float64, p_halves=p_halves, min_dot_rows=rows)
-                if plan != default:
-                    plans[f"numerics: {exp_label[exp_in_float64]}, {p_label[p_halves]}, rows {rows}"] = plan
-    plans["register cap 128, 2 stages"] = replace(default, max_registers=128, num_stages=2)  # 4 programs per SM
-    if e4m3:
-        # the old sweep's e4m3 winner was tiles of 128 (786 us against 1011 at 64, before this sweep)
-        for label, plan in {"block 128, register cap none": replace(default, block_n=128, max_registers=None),
-                            "block 128, 8 warps": replace(default, block_n=128, num_warps=8, max_registers=None),
-                            "numerics: exp float64, block 128": replace(default, block_n=128, exp_in_float64=True),
-                            "split 2048, register cap none": replace(default, split_tokens=2048, max_registers=None),
-                            }.items():
-            plans[label] = plan
+    if k_cache.dtype != torch.float8_e4m3fn:
+        plans = {"default": default,
+                 "lazy rescale": replace(default, lazy_rescale=True),
+                 "split 2048, lazy rescale": replace(default, split_tokens=2048, lazy_rescale=True)}
+    else:
+        cody_waite = {"exp_in_float64": False}
+        plans = {
+            "default": default,
+            "round-1 default": replace(default, split_tokens=1024, num_stages=3, convert_ptx=False,
+                                       lazy_rescale=False, short_exp=False, **cody_waite),
+            "no ptx convert": replace(default, convert_ptx=False),
+            "no lazy rescale": replace(default, lazy_rescale=False),
+            "rows 8": replace(default, min_dot_rows=8),
+            "rows 16": replace(default, min_dot_rows=16),
+            "split 1024": replace(default, split_tokens=1024),
+            "split 1024, rows 8": replace(default, split_tokens=1024, min_dot_rows=8),
+            "3 stages": replace(default, num_stages=3),
+            "4 stages": replace(default, num_stages=4),
+            "register cap 168": replace(default, max_registers=168),
+            "3 stages, rows 8": replace(default, num_stages=3, min_dot_rows=8),
+            "block 32": replace(default, block_n=32),
+            "register cap none": replace(default, max_registers=None),
+            "split 1024, register cap none": replace(default, split_tokens=1024, max_registers=None),
+            "split 1024, register cap 168": replace(default, split_tokens=1024, max_registers=168),
+            "numerics: exp fp32 Cody-Waite": replace(default, **cody_waite),
+            "numerics: exp fp32 Cody-Waite, rows 8": replace(default, min_dot_rows=8, **cody_waite),
+            "numerics: exp fp32 Cody-Waite, split 1024": replace(default, split_tokens=1024, **cody_waite),
+            "numerics: p hi+lo": replace(default, p_halves=2),
+            "numerics: exp float64 libdevice": replace(default, short_exp=False),
+            "numerics: exp float64 libdevice, 3 stages": replace(default, short_exp=False, num_stages=3),
+        }
     distinct = {}
     for label, plan in plans.items():
         if plan not in distinct.values():

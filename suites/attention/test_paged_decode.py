@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.attention.paged_decode import ENTRY, _exp_difference
+from ops.attention.paged_decode import ENTRY, _exp_difference, _exp_float64_short
 from references.attention import paged_decode as contract
 from suites.attention import paged_decode_impls as impls
 from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, judged,
@@ -148,7 +148,7 @@ def test_bench_variants_keep_the_contract(cache_dtype, page_size, selected):
     expected = kernel.paged_decode(**call)
     truth, stock = contract.truth(**call), contract.stock(**call)
     default = kernel.launch_plan(64, cache_dtype)
-    launch_only = ("num_warps", "num_stages", "max_registers")
+    launch_only = ("num_warps", "num_stages", "max_registers", "convert_ptx", "lazy_rescale")
     for label, variant in kernel.bench_variants(**call).items():
         o, lse = variant(**call)
         plan = variant.__defaults__[0]
@@ -191,3 +191,35 @@ def test_fp32_exp_difference_against_float64():
     tiny = truth[64:128] < 2.0 ** -126   # subnormal or zero: p rounded once, by the last power of two
     assert ((p[64:128].double() - truth[64:128]).abs()[tiny] <= 2.0 ** -149).all()
     assert (p[64:128][truth[64:128] < 2.0 ** -151] == 0).all()
+
+
+@triton.jit
+def _exp_float64_short_of(s_ptr, m_ptr, p_ptr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)[None, :]
+    tl.store(p_ptr + offsets, _exp_float64_short(tl.load(s_ptr + offsets), tl.load(m_ptr + offsets)))
+
+
+def test_float64_short_exp_against_float64():
+    """``_exp_float64_short``: within 2^-30 of exp(s - m) relative down to s - m = -700, exp(0) = 1
+    exactly, positive and under 1e-304 below, NaN kept."""
+    device = machine_device()
+    generator = torch.Generator(device=device).manual_seed(5)
+    count = 1 << 14
+    m = torch.rand(count, generator=generator, device=device) * 60 - 30
+    s = m - torch.empty(count, device=device).exponential_(1 / 3, generator=generator)
+    s[:64], m[:64] = 5.0, 5.0
+    s[64:128] = m[64:128] - torch.linspace(600.0, 699.0, 64, device=device)
+    s[128:192] = m[128:192] - torch.linspace(701.0, 1e30, 64, device=device)
+    s[192:256] = float("-inf")
+    s[256:320] = float("nan")
+    s = torch.where(s.isnan(), s, torch.minimum(s, m))
+    p = torch.empty(count, dtype=torch.float64, device=device)
+    _exp_float64_short_of[(count // 1024,)](s, m, p, BLOCK=1024)
+    x = s.double() - m.double()
+    inside = x >= -700
+    truth = torch.exp(x)
+    assert ((p - truth).abs() / truth)[inside].max().item() <= 2.0 ** -30
+    assert torch.equal(p[:64], torch.ones(64, dtype=torch.float64, device=device))
+    below = (x < -700) | x.isneginf()
+    assert ((p[below] > 0) & (p[below] < 1e-304)).all()
+    assert p[256:320].isnan().all()
