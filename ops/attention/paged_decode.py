@@ -109,6 +109,10 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
     # stays (-57), ``_exp_float64_short`` (-25) and 2 stages (-46, 34 KB shared; the last sweep had
     # 2 and 3 stages equal).  Splits of 2048: a row's max moves in ~1 - (1 - 1/t)^G of its t-th tiles
     # (G = 4: 7.7 of 16 tiles rescale, 10.4 of 32), and half the partials (1.6% of the e4m3 bytes).
+    # The H200 sweep of that plan (tools/results/bench_variants_h200_session3_paged_decode.md): 415 us at 2
+    # stages, 397 us at 3 (the default), against 420 us for the plan 1.5x its instructions: e4m3 is not
+    # bound by issue. V, widened in registers where it is loaded, is an ordinary load, not a cp.async of
+    # the pipeline, so its latency is exposed every tile (the next thing to try: prefetch it a tile ahead).
     # Sparse runs the dense plan (the selection resolved beforehand by ``_resolve_selection``).
     num_warps = 8 if head_dim == 256 else 4
     block_n = 16384 // (2 * head_dim)
@@ -121,7 +125,7 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
 
 # The e4m3 default's split, stages, row padding, numerics, V conversion and rescale: the one line to change for
 # another sweep winner (bench_variants' e4m3 labels are relative to it).
-E4M3_PLAN = {"split_tokens": 2048, "num_stages": 2, "min_dot_rows": 1, "exp_in_float64": True, "short_exp": True,
+E4M3_PLAN = {"split_tokens": 2048, "num_stages": 3, "min_dot_rows": 1, "exp_in_float64": True, "short_exp": True,
              "p_halves": 1, "convert_ptx": True, "lazy_rescale": True}
 
 
@@ -612,8 +616,8 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
     (the last two its bits); ``exp fp32 Cody-Waite``, ``exp float64 libdevice`` and ``p hi+lo`` change
     how p is computed or multiplied, each within the band by its own derivation; ``round-1 default``
     is the plan the 01:50 sweep timed as the default (420 us).  SASS per 64-token tile of one warp on
-    the hot path (no rescale), ptxas sm_90: default 581; round-1 default 850; rows 8 586; 3 stages 627;
-    register cap 168 571 (154 registers: 3 programs per SM)."""
+    the hot path (no rescale), ptxas sm_90: default (3 stages) 627, at 2 stages 581; round-1 default 850;
+    rows 8 586 (2 stages); register cap 168 571 (2 stages; 154 registers: 3 programs per SM)."""
     default = launch_plan(q.shape[2], k_cache.dtype)
     replace = dataclasses.replace
     if k_cache.dtype != torch.float8_e4m3fn:
@@ -632,10 +636,10 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
             "rows 16": replace(default, min_dot_rows=16),
             "split 1024": replace(default, split_tokens=1024),
             "split 1024, rows 8": replace(default, split_tokens=1024, min_dot_rows=8),
-            "3 stages": replace(default, num_stages=3),
+            "2 stages": replace(default, num_stages=2),
             "4 stages": replace(default, num_stages=4),
             "register cap 168": replace(default, max_registers=168),
-            "3 stages, rows 8": replace(default, num_stages=3, min_dot_rows=8),
+            "2 stages, rows 8": replace(default, num_stages=2, min_dot_rows=8),
             "block 32": replace(default, block_n=32),
             "register cap none": replace(default, max_registers=None),
             "split 1024, register cap none": replace(default, split_tokens=1024, max_registers=None),
@@ -645,7 +649,7 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
             "numerics: exp fp32 Cody-Waite, split 1024": replace(default, split_tokens=1024, **cody_waite),
             "numerics: p hi+lo": replace(default, p_halves=2),
             "numerics: exp float64 libdevice": replace(default, short_exp=False),
-            "numerics: exp float64 libdevice, 3 stages": replace(default, short_exp=False, num_stages=3),
+            "numerics: exp float64 libdevice, 2 stages": replace(default, short_exp=False, num_stages=2),
         }
     distinct = {}
     for label, plan in plans.items():

@@ -47,15 +47,16 @@ from references.gemm import nvfp4_gemv as contract
 
 E2M1_BITS = 4
 SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for the kernels
-# Measured on the H200 at N = K = 8192 (tools/bench, 30 Nov 2026, second sweep): M = 1 best on CUDA cores,
-# 16 rows x 128 B x 4 stages x 4 warps, float32 decode, 23.2 us; M = 16 best 32 rows x 256 B x 3 stages on
-# tensor cores, 42.2 us (32 x 128 B x 4: 43.3). The two lines below are this session's offline guesses
-# (sm_90 SASS, see VARIANT_SHAPES): scales prefetched, stepped addresses and, on tensor cores, the placed
-# decode. The lead sets them to the sweep's winners: the best M = 1 row (any shape) and the best M = 16 row.
-DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=4, split_below=2.0, cores_at_m1=True,
+# The third H200 sweep at N = K = 8192 (tools/results/bench_variants_h200_session3_nvfp4_gemv.md): M = 1 on
+# CUDA cores, 16 rows x 128 B x 4 stages x 2 warps, float32 decode, scales prefetched, stepped addresses,
+# 19.3 us (45.7% of copy; the second sweep's best, without prefetch and stepping: 23.2 us); M > 1 on tensor
+# cores, 32 rows x 128 B x 6 stages x 4 warps, placed decode, scales prefetched, stepped addresses: M = 16
+# 39.4 us, M = 4 39.3 us (the table decode's best: 42.2 us). The decoded tile still goes through shared
+# memory into the tensor-core operands (STS.128 + LDS.128 a step, sm_90 SASS): the M > 1 bound.
+DEFAULT_M1_SHAPE = PlanShape(block_n=16, step_bytes=128, num_stages=4, num_warps=2, split_below=2.0, cores_at_m1=True,
                              float32_decode=True, prefetch_scales=True, stepped=True)
-DEFAULT_SHAPE = PlanShape(block_n=64, step_bytes=128, num_stages=4, num_warps=8, split_below=2.0, placed_decode=True,
-                          prefetch_scales=True, stepped=True, max_registers=128)  # M > 1
+DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=4, split_below=2.0, placed_decode=True,
+                          prefetch_scales=True, stepped=True)  # M > 1
 
 # Plans for tools/bench --variants (NVFP4 only; E4M3 keeps gemv_launch.VARIANT_SHAPES). sm_90 SASS (ptxas,
 # Triton 3.6), N = K = 8192: instructions of one warp a step of the main loop (registers). The loop kept
