@@ -111,8 +111,9 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
     # (G = 4: 7.7 of 16 tiles rescale, 10.4 of 32), and half the partials (1.6% of the e4m3 bytes).
     # The H200 sweep of that plan (tools/results/bench_variants_h200_session3_paged_decode.md): 415 us at 2
     # stages, 397 us at 3 (the default), against 420 us for the plan 1.5x its instructions: e4m3 is not
-    # bound by issue. V, widened in registers where it is loaded, is an ordinary load, not a cp.async of
-    # the pipeline, so its latency is exposed every tile (the next thing to try: prefetch it a tile ahead).
+    # bound by issue; K, V and the page entry all arrive by cp.async through the 3-stage pipeline (6 async
+    # copies in the ttgir), so neither is it an exposed load. What bounds it is not settled (the H200 has
+    # not profiled it): e4m3 reads 128 bytes a token and head where bf16 reads 256.
     # Sparse runs the dense plan (the selection resolved beforehand by ``_resolve_selection``).
     num_warps = 8 if head_dim == 256 else 4
     block_n = 16384 // (2 * head_dim)
