@@ -9,10 +9,10 @@ import pytest
 from tools import scale_measure
 
 
-def _fake_certify(seconds_by_gpus: dict, status_by_gpus: dict, calls: list):
+def _fake_certify(seconds_by_gpus: dict, status_by_gpus: dict, calls: list, warm_up_status: str = "certified"):
     def certify(gpus, args, report):
         calls.append((gpus, report.name))
-        status = status_by_gpus.get(gpus, "certified")
+        status = warm_up_status if "warm_up" in report.name else status_by_gpus.get(gpus, "certified")
         report.write_text(json.dumps({"device": "NVIDIA H200", "arch": "sm90", "results": [
             {"op": "greedy_argmax", "cell": "decode_small_batch", "status": "certified", "seconds": 1.0},
             {"op": "strict_accept", "cell": "small_batch", "status": status, "seconds": gpus * 2.0}]}))
@@ -40,3 +40,14 @@ def test_a_cell_that_differs_between_gpu_counts_fails_the_measurement(tmp_path, 
     assert scale_measure.main(["--gpus", "1,2", "--no-warm-up", "--out", str(out)]) == 1
     assert [gpus for gpus, _ in calls] == [1, 2]
     assert "NO: strict_accept/small_batch" in out.read_text()
+
+
+@pytest.mark.cpu
+def test_a_warm_up_record_that_differs_is_named_as_such_not_as_a_gpu_count_difference(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(scale_measure, "certify", _fake_certify({1: 40.0, 2: 20.0}, {}, calls, warm_up_status="failed"))
+    out = tmp_path / "scale.md"
+    assert scale_measure.main(["--gpus", "1,2", "--out", str(out)]) == 1
+    table = out.read_text()
+    assert "identical across GPU counts: yes" in table, table
+    assert "warm-up run (cold kernel cache) that differ from the timed runs': strict_accept/small_batch" in table
