@@ -168,15 +168,23 @@ def _exp_difference_of(s_ptr, m_ptr, p_ptr, error_ptr, BLOCK: tl.constexpr):
     tl.store(error_ptr + offsets, error)
 
 
-def test_fp32_exp_difference_against_float64():
-    """``_exp_difference``: p + p_error within 2^-24 of exp(s - m) (2^-25.1 simulated), p alone within one
-    ULP, exp(0) = 1 exactly, gradual underflow to fp32's subnormals (within one of their steps) and to 0."""
+def _scores_and_maxima(seed: int):
+    """2^14 (score, running max) pairs as a tile meets them: m uniform in [-30, 30], m - s exponential
+    (mean 3); the first 64 have s = m = 5."""
     device = machine_device()
-    generator = torch.Generator(device=device).manual_seed(3)
+    generator = torch.Generator(device=device).manual_seed(seed)
     count = 1 << 14
     m = torch.rand(count, generator=generator, device=device) * 60 - 30
     s = m - torch.empty(count, device=device).exponential_(1 / 3, generator=generator)
     s[:64], m[:64] = 5.0, 5.0
+    return s, m
+
+
+def test_fp32_exp_difference_against_float64():
+    """``_exp_difference``: p + p_error within 2^-24 of exp(s - m) (2^-25.1 simulated), p alone within one
+    ULP, exp(0) = 1 exactly, gradual underflow to fp32's subnormals (within one of their steps) and to 0."""
+    s, m = _scores_and_maxima(seed=3)
+    device, count = s.device, s.numel()
     s[64:128] = m[64:128] - torch.linspace(86.0, 110.0, 64, device=device)
     s = torch.minimum(s, m)
     p, error = torch.empty_like(s), torch.empty_like(s)
@@ -202,12 +210,8 @@ def _exp_float64_short_of(s_ptr, m_ptr, p_ptr, BLOCK: tl.constexpr):
 def test_float64_short_exp_against_float64():
     """``_exp_float64_short``: within 2^-30 of exp(s - m) relative down to s - m = -700, exp(0) = 1
     exactly, positive and under 1e-304 below, NaN kept."""
-    device = machine_device()
-    generator = torch.Generator(device=device).manual_seed(5)
-    count = 1 << 14
-    m = torch.rand(count, generator=generator, device=device) * 60 - 30
-    s = m - torch.empty(count, device=device).exponential_(1 / 3, generator=generator)
-    s[:64], m[:64] = 5.0, 5.0
+    s, m = _scores_and_maxima(seed=5)
+    device, count = s.device, s.numel()
     s[64:128] = m[64:128] - torch.linspace(600.0, 699.0, 64, device=device)
     s[128:192] = m[128:192] - torch.linspace(701.0, 1e30, 64, device=device)
     s[192:256] = float("-inf")
