@@ -47,7 +47,7 @@ def test_fla_verify_keeps_an_fp32_running_state_so_a_bf16_pool_does_not_replay()
         replay_equivalence(FLA, _draft("bfloat16"))
 
 
-@pytest.mark.skipif(machine_device() != "cpu", reason="pins the CPU interpreter's finding (the GPU compiles fla)")
+@pytest.mark.skipif(machine_device().type != "cpu", reason="pins the CPU interpreter's finding (the GPU compiles fla)")
 def test_replay_detail_separates_signed_zeros_from_value_differences():
     """The CPU finding's minimal recipe parts only in the sign of zero; ``typical`` values in real values."""
     from suites.ssm.fla_replay_detail import replay_detail
