@@ -14,6 +14,8 @@ import sys
 
 import torch
 
+from oracles.bitwise import bit_pattern
+from references.ssm.gdn_decode import live_rows
 from references.ssm.gdn_verify import REPLAY_TOKENS
 from suites.ssm import fla_adapter
 from suites.ssm.gdn_decode_strategy import build
@@ -21,10 +23,8 @@ from suites.ssm.gdn_decode_strategy import build
 
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """|a - b| in representable steps of their dtype (fp32 or bf16), sign-magnitude bits made monotone."""
-    bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16}[a.dtype]
-
     def ordered(x):
-        raw = x.view(bits).long()
+        raw = bit_pattern(x).long()
         return torch.where(raw < 0, -(raw & (2 ** (8 * x.element_size() - 1) - 1)), raw)
     return (ordered(a) - ordered(b)).abs()
 
@@ -39,18 +39,17 @@ def replay_detail(recipe: dict, device: str) -> list[str]:
                                             num_tokens=num_tokens, scale=kwargs["scale"],
                                             qk_l2norm=kwargs["qk_l2norm"])
     replayed = kwargs["state"].clone()
-    live = kwargs["slots"] >= 0
+    live = live_rows(kwargs["slots"], kwargs["state"].shape[0])
     lines = []
     for t in range(REPLAY_TOKENS):
         fla_adapter.gdn_decode(*(lifted[name][:, t] for name in ("q", "k", "v", "g", "beta")), replayed,
                                kwargs["slots"], kwargs["scale"], kwargs["qk_l2norm"])
-        one_token = replayed[kwargs["slots"][live].long()]
-        multi_token = checkpoints[live, t]
-        differ = one_token.view(-1).view(torch.int16 if one_token.dtype == torch.bfloat16 else torch.int32) != \
-            multi_token.view(-1).view(torch.int16 if one_token.dtype == torch.bfloat16 else torch.int32)
-        signed_zero = differ & (one_token.view(-1) == 0) & (multi_token.view(-1) == 0)
+        one_token = replayed[kwargs["slots"][live].long()].reshape(-1)
+        multi_token = checkpoints[live, t].reshape(-1)
+        differ = bit_pattern(one_token) != bit_pattern(multi_token)
+        signed_zero = differ & (one_token == 0) & (multi_token == 0)
         rest = differ & ~signed_zero
-        worst = int(ulp_distance(one_token.view(-1)[rest], multi_token.view(-1)[rest]).max()) if rest.any() else 0
+        worst = int(ulp_distance(one_token[rest], multi_token[rest]).max()) if rest.any() else 0
         lines.append(f"token {t}: {int(differ.sum())} of {differ.numel()} state values differ; "
                      f"{int(signed_zero.sum())} only in the sign of zero; the other {int(rest.sum())} "
                      f"at most {worst} ulp apart ({one_token.dtype})")
