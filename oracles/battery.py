@@ -171,7 +171,11 @@ class Battery:
         else:
             truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
             report = check_band(actual, stock if stock is not None else expected, truth,
-                                "vs float64 truth")
+                                "vs float64 truth", expected=expected)
+            if report.stock_failure:  # the band fell back to its floor; say why in the record
+                failures = result.annotations.setdefault("stock_failures", {"examples": 0, "first": None})
+                failures["examples"] += 1
+                failures["first"] = failures["first"] or f"{report.stock_failure} on {recipe_json(recipe)}"
             result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
             result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
         # 2. determinism

@@ -1,4 +1,5 @@
-"""Bitwise parity: same dtype, same shape, and every element the same bit pattern.
+"""Bitwise parity: exactly a torch.Tensor of the same dtype, shape and device, and every element the
+same bit pattern.
 
 NaN positions and payloads, and the sign of zero, count: -0.0 is not +0.0 here.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from oracles.failures import OracleFailure
-from oracles.tensors import as_outputs
+from oracles.tensors import check_contract_outputs
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -37,12 +38,8 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor) -> str | None
 
 def check_bitwise(actual, expected, what: str, oracle: str = "parity") -> None:
     """Raise OracleFailure unless ``actual`` and ``expected`` (op results) are bitwise equal."""
-    actual, expected = as_outputs(actual), as_outputs(expected)
-    if len(actual) != len(expected):
-        raise OracleFailure(oracle, f"{what}: {len(actual)} outputs, expected {len(expected)}")
+    actual, expected = check_contract_outputs(actual, expected, what, oracle)
     for position, (a, e) in enumerate(zip(actual, expected)):
-        if not isinstance(a, torch.Tensor):
-            raise OracleFailure(oracle, f"{what}: output {position} is a {type(a).__name__}, not a tensor")
         problem = first_difference(a, e)
         if problem:
             raise OracleFailure(oracle, f"{what}: output {position}: {problem}")

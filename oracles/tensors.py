@@ -1,9 +1,12 @@
-"""Tensor plumbing the oracles share: outputs as tuples, clones that keep layout, raw storage bytes."""
+"""Tensor plumbing the oracles share: outputs as tuples checked against the contract, clones that keep
+layout, raw storage bytes."""
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+
+from oracles.failures import OracleFailure
 
 
 def as_outputs(result: Any) -> tuple:
@@ -13,6 +16,34 @@ def as_outputs(result: Any) -> tuple:
     if isinstance(result, torch.Tensor):
         return (result,)
     return tuple(result)
+
+
+def contract_problem(actual: Any, expected: torch.Tensor) -> str | None:
+    """None when ``actual`` is what the contract promises in place of ``expected`` (the reference's
+    output on the same input): exactly a ``torch.Tensor`` (a subclass can fake comparisons), of the same
+    dtype, shape and device; otherwise what differs, in words."""
+    if type(actual) is not torch.Tensor:
+        return f"is a {type(actual).__module__}.{type(actual).__qualname__}, not exactly torch.Tensor"
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype} != {expected.dtype}"
+    if actual.shape != expected.shape:
+        return f"shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    if actual.device != expected.device:
+        return f"device {actual.device} != {expected.device}"
+    return None
+
+
+def check_contract_outputs(actual: Any, expected: Any, what: str, oracle: str = "parity") -> tuple[tuple, tuple]:
+    """Both results as tuples, after checking ``actual`` output by output against the contract's
+    ``expected`` (:func:`contract_problem`), before any comparison of values looks at them."""
+    actual, expected = as_outputs(actual), as_outputs(expected)
+    if len(actual) != len(expected):
+        raise OracleFailure(oracle, f"{what}: {len(actual)} outputs, expected {len(expected)}")
+    for position, (a, e) in enumerate(zip(actual, expected)):
+        problem = contract_problem(a, e)
+        if problem:
+            raise OracleFailure(oracle, f"{what}: output {position} {problem}")
+    return actual, expected
 
 
 def clone_keeping_layout(tensor: torch.Tensor) -> torch.Tensor:
