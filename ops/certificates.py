@@ -1,34 +1,127 @@
-"""Certificates: per architecture and per cell, what the oracle battery proved and on which source.
+"""Certificates: per architecture and per cell, what the oracle battery proved and on which code.
 
 A certificate is a JSON file beside its kernel (``ops/sampling/greedy_argmax.py`` ->
 ``ops/sampling/greedy_argmax.cert.json``; an op's CuTe DSL kernel ``ops/norm/rms_norm_gated_cute.py`` has
-its own, ``ops/norm/rms_norm_gated_cute.cert.json``), written only by ``tools/certify-cells``.  Each arch section
-records the sha256 of the kernel and reference sources it was earned on (with every module of ops/ and
-references/ they use: a kernel shared by sibling ops, number formats, launch helpers); when they change the
-section is *stale* and certified dispatch stops routing to the kernel.  A missing arch reads as unknown.
+its own, ``ops/norm/rms_norm_gated_cute.cert.json``), written only by ``tools/certify-cells``, atomically
+and under a lock.  Each arch section records:
+
+- ``source_sha256``, the *code digest*: the kernel and reference modules and every module of ``ops/``,
+  ``references/`` and ``oracles/`` they use (transitively), each as parsed code with comments, docstrings
+  and formatting removed; a comment edit keeps the section fresh, a change of meaning makes it *stale*;
+- ``versions``, the toolchain it was earned under (a section of another torch/triton/cutlass does not route);
+- ``report_sha256``, the sha256 of the run's JSON report for this kernel, committed beside the certificate
+  (``ops/sampling/greedy_argmax.sm90.report.json``; ``tools/gate`` checks that they agree).
+
+Certified dispatch routes an input only to a cell whose section meets :data:`POLICY`, the one statement of
+what "certified" requires.  A missing arch reads as unknown; a certificate that cannot be read (not JSON,
+truncated, empty, an unknown schema) reads as *not certified*: dispatch falls back to the stock op with one
+warning naming the file, and the tools exit 2 naming it.
 """
 from __future__ import annotations
 
+import ast
+import contextlib
+import dataclasses
+import fcntl
 import functools
 import hashlib
+import importlib.metadata
 import json
+import os
 import pathlib
 import sys
+import tempfile
 import types
+import warnings
 from typing import Callable
 
 from ops.catalog import Arch, Entry
+from oracles.battery import ORACLES
 
 CERTIFIED = "certified"
 FAILED = "failed"
+SCHEMA = 2
+KNOWN_SCHEMAS = (1, SCHEMA)  # 1: written before the schema was recorded (no "schema" key)
+TOOLCHAIN_PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl")
+
+
+class CertificateError(ValueError):
+    """A certificate that cannot be read: not JSON, truncated, empty, or of an unknown schema."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CertificationPolicy:
+    """What a certificate section must hold before dispatch routes to its kernel (the gate and the report
+    judge by it too).
+
+    - ``min_examples``: examples per cell, and Hypothesis draws the run asked for per cell; a run of the
+      corners alone proves only the corners.
+    - ``oracles``: each must have run on the cell, or be recorded as not applicable with a reason.
+    - the code digest must match the code now, the toolchain this machine's, and the section must name
+      the digest of the report of the run that earned it.
+    """
+
+    min_examples: int
+    oracles: tuple[str, ...]
+
+    def section_problem(self, section: dict, digest: str, toolchain: dict | None = None) -> str | None:
+        """None when the section as a whole may route; else why not, in words.  ``toolchain`` None: not
+        compared (``tools/gate`` judges on a CPU machine whatever the section's toolchain)."""
+        if section.get("source_sha256") != digest:
+            return "stale (its code digest is not the code's now)"
+        if toolchain is not None:
+            earned = section.get("versions") or {}
+            for package in TOOLCHAIN_PACKAGES:
+                if earned.get(package) != toolchain.get(package):
+                    return f"earned under {package} {earned.get(package)}, this machine has {toolchain.get(package)}"
+        if not isinstance(section.get("max_examples"), int) or section["max_examples"] < self.min_examples:
+            return f"drew {section.get('max_examples')} examples per cell, the policy asks {self.min_examples}"
+        if not isinstance(section.get("report_sha256"), str):
+            return "records no digest of the report of the run that earned it"
+        return None
+
+    def cell_problem(self, record: dict | None) -> str | None:
+        """None when a cell's record is certified by the policy's standard; else why not."""
+        if record is None or record.get("status") != CERTIFIED:
+            return "not certified"
+        if not isinstance(record.get("examples"), int) or record["examples"] < self.min_examples:
+            return f"certified on {record.get('examples')} examples, the policy asks {self.min_examples}"
+        ran, skipped = set(record.get("oracles") or ()), record.get("skipped") or {}
+        missing = [oracle for oracle in self.oracles if oracle not in ran and not str(skipped.get(oracle, "")).strip()]
+        if missing:
+            return f"oracle {missing[0]} neither ran nor was declared not applicable"
+        return None
+
+
+POLICY = CertificationPolicy(min_examples=6, oracles=ORACLES)
+
+
+def toolchain() -> dict:
+    """This machine's versions of the packages a kernel's behaviour depends on (None: not installed)."""
+    versions = {}
+    for package in TOOLCHAIN_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
 
 
 def certificate_path(entry: Entry) -> pathlib.Path:
     return pathlib.Path(entry.kernel_file).with_suffix(".cert.json")
 
 
+def report_path(entry: Entry, arch: Arch) -> pathlib.Path:
+    """Where the report of the run that earned ``arch``'s section is committed, beside the certificate."""
+    kernel = pathlib.Path(entry.kernel_file)
+    return kernel.with_name(f"{kernel.stem}.{arch.value}.report.json")
+
+
 # The catalog and the certificates themselves describe kernels; they are not part of one.
-_NOT_KERNEL_SOURCES = {"ops", "ops.catalog", "ops.certificates", "references"}
+_NOT_KERNEL_SOURCES = {"ops", "ops.catalog", "ops.certificates", "references", "oracles"}
+# What a kernel or reference can use of this project and so change the meaning of (number formats,
+# launch helpers, a sibling's kernel, the bit-pattern helpers of the oracles).
+_CODE_PREFIXES = ("ops.", "references.", "oracles.")
 
 
 def modules_used(roots, prefixes: tuple[str, ...], excluded=frozenset()) -> set[str]:
@@ -48,37 +141,76 @@ def modules_used(roots, prefixes: tuple[str, ...], excluded=frozenset()) -> set[
 
 
 def used_sources(entry: Entry) -> list[pathlib.Path]:
-    """Modules of ``ops/`` and ``references/`` that the kernel or reference module uses, transitively:
-    a kernel shared by sibling ops (``rollback_restore`` runs ``rollback_save``'s), contract helpers,
-    number formats (``references/formats``), launch helpers (``ops/triton_backend``)."""
-    used = modules_used({entry.kernel.__module__, entry.reference.__module__}, ("ops.", "references."),
-                        _NOT_KERNEL_SOURCES)
+    """Modules of ``ops/``, ``references/`` and ``oracles/`` that the kernel or reference module uses,
+    transitively: a kernel shared by sibling ops (``rollback_restore`` runs ``rollback_save``'s), contract
+    helpers, number formats (``references/formats``), launch helpers (``ops/triton_backend``)."""
+    used = modules_used({entry.kernel.__module__, entry.reference.__module__}, _CODE_PREFIXES, _NOT_KERNEL_SOURCES)
     return sorted(pathlib.Path(sys.modules[name].__file__) for name in used)
 
 
+def code_of(source: bytes | str) -> str:
+    """A module's meaning: its syntax tree without docstrings (nor any other bare string statement) and
+    without positions, so that comments, docstrings and formatting do not count."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            kept = [statement for statement in body if not (
+                isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+                and isinstance(statement.value.value, str))]
+            node.body = kept or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False)
+
+
 def source_digest(entry: Entry, read_bytes: Callable[[pathlib.Path], bytes] = pathlib.Path.read_bytes) -> str:
-    """sha256 of the kernel module (kernel + launch plan + entry and its cells), the reference, and the
-    modules they use (``used_sources``).  ``read_bytes`` reads a source (``tools/gate`` reads them at
-    another git revision)."""
+    """The code digest: sha256 of the kernel module (kernel + launch plan + entry and its cells), the
+    reference, and the modules they use (``used_sources``), each as :func:`code_of`.  ``read_bytes`` reads a
+    source (``tools/gate`` reads them at another git revision)."""
     digest = hashlib.sha256()
     for role, path in (("kernel", entry.kernel_file), ("reference", entry.reference_file)):
-        digest.update(role.encode() + b"\0" + read_bytes(pathlib.Path(path)) + b"\0")
+        digest.update(role.encode() + b"\0" + code_of(read_bytes(pathlib.Path(path))).encode() + b"\0")
     for path in used_sources(entry):
-        digest.update(b"uses\0" + path.name.encode() + b"\0" + read_bytes(path) + b"\0")
+        digest.update(b"uses\0" + path.name.encode() + b"\0" + code_of(read_bytes(path)).encode() + b"\0")
     return digest.hexdigest()
 
 
+def read_certificate(path: pathlib.Path, text: str | None = None) -> dict:
+    """The certificate in ``path`` (or ``text``, its contents) as written; CertificateError naming the file
+    when it is not one this code can read."""
+    try:
+        text = path.read_text(encoding="utf-8") if text is None else text
+        certificate = json.loads(text)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        reason = "empty" if text == "" else f"{type(error).__name__}: {error}"
+        raise CertificateError(f"{path}: unreadable certificate ({reason})") from None
+    schema = certificate.get("schema", 1) if isinstance(certificate, dict) else None
+    if schema not in KNOWN_SCHEMAS:
+        raise CertificateError(f"{path}: unknown certificate schema {schema!r} (this code reads {KNOWN_SCHEMAS})")
+    archs = certificate.get("archs")
+    if not isinstance(archs, dict) or not all(
+            isinstance(section, dict) and isinstance(section.get("cells"), dict) for section in archs.values()):
+        raise CertificateError(f"{path}: not a certificate (expected archs -> sections with cells)")
+    return certificate
+
+
 def load(entry: Entry) -> dict:
-    """The certificate as written, or an empty one."""
+    """The certificate as written, or an empty one; CertificateError when it cannot be read."""
     path = certificate_path(entry)
     if not path.exists():
         return {"op": entry.name, "archs": {}}
-    return json.loads(path.read_text())
+    return read_certificate(path)
 
 
 @functools.lru_cache(maxsize=None)
-def _dispatch_view(entry: Entry) -> tuple[str, dict]:
-    return source_digest(entry), load(entry)
+def _dispatch_view(entry: Entry) -> tuple[str, dict | CertificateError, dict]:
+    try:
+        certificate = load(entry)
+    except CertificateError as error:
+        certificate = error
+    return source_digest(entry), certificate, toolchain()
+
+
+_WARNED: set[str] = set()
 
 
 def forget_cached() -> None:
@@ -87,24 +219,35 @@ def forget_cached() -> None:
 
 
 def arch_status(entry: Entry, arch: Arch, certificate: dict | None = None, digest: str | None = None) -> str:
-    """``fresh``, ``stale`` or ``unknown`` for this entry's certificate section of ``arch``."""
+    """``fresh``, ``stale`` or ``unknown`` for this entry's certificate section of ``arch`` (the code digest
+    alone: :data:`POLICY` says whether it may route)."""
     certificate = load(entry) if certificate is None else certificate
     section = certificate["archs"].get(arch.value)
     if section is None:
         return "unknown"
     digest = source_digest(entry) if digest is None else digest
-    return "fresh" if section["source_sha256"] == digest else "stale"
+    return "fresh" if section.get("source_sha256") == digest else "stale"
 
 
 def why_not_certified(entry: Entry, arch: Arch, cell_id: str) -> str | None:
-    """None when ``cell_id`` holds a fresh certificate for ``arch``; else the reason, in words."""
-    digest, certificate = _dispatch_view(entry)
+    """None when ``cell_id`` holds a section for ``arch`` that meets :data:`POLICY` here; else the reason.
+    An unreadable certificate is not certified: one warning per file, then the stock op."""
+    digest, certificate, versions = _dispatch_view(entry)
+    if isinstance(certificate, CertificateError):
+        if str(certificate) not in _WARNED:
+            _WARNED.add(str(certificate))
+            warnings.warn(f"{certificate}; running the stock op", RuntimeWarning, stacklevel=4)
+        return f"certificate unreadable: {certificate}"
     status = arch_status(entry, arch, certificate, digest)
     if status != "fresh":
         return f"certificate for {arch.value} is {status}"
-    cell = certificate["archs"][arch.value]["cells"].get(cell_id)
-    if cell is None or cell["status"] != CERTIFIED:
-        return f"cell {cell_id} is not certified on {arch.value}"
+    section = certificate["archs"][arch.value]
+    problem = POLICY.section_problem(section, digest, versions)
+    if problem:
+        return f"certificate for {arch.value} is below the policy: {problem}"
+    problem = POLICY.cell_problem(section["cells"].get(cell_id))
+    if problem:
+        return f"cell {cell_id} is not certified on {arch.value}" + ("" if problem == "not certified" else f": {problem}")
     return None
 
 
@@ -126,18 +269,79 @@ def unjudged_kernels() -> list[dict]:
     for module, why in sorted(catalog.UNAVAILABLE.items()):
         source = pathlib.Path(*module.split(".")).with_suffix(".py")
         certificate = root / source.with_suffix(".cert.json")
-        archs = list(json.loads(certificate.read_text())["archs"]) if certificate.exists() else []
+        archs = list(read_certificate(certificate)["archs"]) if certificate.exists() else []
         found.append({"module": module, "kernel_file": source.as_posix(), "why": why, "certificate_archs": archs})
     return found
 
 
-def write_section(entry: Entry, arch: Arch, section: dict) -> pathlib.Path:
-    """Replace ``arch``'s section of the entry's certificate (other archs are kept as they are)."""
-    certificate = load(entry)
-    certificate["op"] = entry.name
-    certificate["archs"][arch.value] = section
-    certificate["archs"] = dict(sorted(certificate["archs"].items()))
+@contextlib.contextmanager
+def locked(path: pathlib.Path):
+    """An exclusive lock on ``path``'s lock file (``NAME.lock`` beside it) for a read-modify-write."""
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write_atomically(path: pathlib.Path, text: str) -> None:
+    """Replace ``path`` by ``text`` all at once: a temporary file in the same folder, flushed to disk, renamed
+    over it, and the folder flushed, so a kill at any point leaves the old file or the new one, never a part."""
+    folder = path.parent
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    directory = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def report_digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_section(entry: Entry, arch: Arch, section: dict, report: dict | None = None) -> pathlib.Path:
+    """Replace ``arch``'s section of the entry's certificate (other archs are kept as they are), atomically
+    and under the certificate's lock.  ``report``: the JSON report of the run that earned it, written beside
+    the certificate (:func:`report_path`) with its sha256 in the section."""
     path = certificate_path(entry)
-    path.write_text(json.dumps(certificate, indent=2, sort_keys=False) + "\n")
+    if report is not None:
+        text = json.dumps(report, indent=2) + "\n"
+        write_atomically(report_path(entry, arch), text)
+        section = {**section, "report_sha256": report_digest(text)}
+    with locked(path):
+        certificate = load(entry)
+        certificate["schema"] = SCHEMA
+        certificate["op"] = entry.name
+        certificate["archs"][arch.value] = section
+        certificate["archs"] = dict(sorted(certificate["archs"].items()))
+        write_atomically(path, json.dumps(certificate, indent=2, sort_keys=False) + "\n")
     forget_cached()
     return path
+
+
+def report_problem(entry: Entry, arch: Arch, section: dict) -> str | None:
+    """None when the report committed beside the certificate is the one ``arch``'s section names; else why."""
+    recorded = section.get("report_sha256")
+    if not isinstance(recorded, str):
+        return "the section records no report digest (re-certify to keep the run's report)"
+    path = report_path(entry, arch)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        return f"its report {path} cannot be read ({type(error).__name__})"
+    if report_digest(text) != recorded:
+        return f"its report {path} is not the one the section names (sha256 differs)"
+    return None

@@ -186,6 +186,8 @@ class Battery:
         if entry.batch_invariant:
             check_batch_invariance(fn, kwargs, entry.batch_args, full=actual[:len(actual) - len(in_place)])
             ran.add("batch_invariance")
+        else:
+            result.oracles_skipped["batch_invariance"] = "the contract does not declare the op batch-invariant"
         # 4. graph parity
         self._enter("graph_parity")
         if self.graph_parity_skipped:
@@ -205,6 +207,8 @@ class Battery:
         if entry.properties:
             check_properties(entry.properties, self.impl, kwargs)
             ran.add("stateful")
+        else:
+            result.oracles_skipped["stateful"] = "the contract declares no stateful properties"
         result.oracles_run = sorted(set(result.oracles_run) | ran)
         result.examples += 1
 

@@ -50,12 +50,15 @@ def entry_findings(entry) -> list[str]:
 
 
 def certificate_findings(entry) -> list[str]:
-    """Every certificate section present must be fresh (its sources unchanged since it was earned)."""
-    certificate = certificates.load(entry)
+    """Every certificate section present must be fresh (its code unchanged since it was earned)."""
+    try:
+        certificate = certificates.load(entry)
+    except certificates.CertificateError as error:
+        return [f"{entry.name}: {error}"]
     findings = []
     for arch_name in certificate["archs"]:
         arch = Arch(arch_name)
         if certificates.arch_status(entry, arch, certificate) == "stale":
-            findings.append(f"{entry.name}: the {arch.value} certificate is stale (kernel or reference changed "
-                            f"since it was earned); re-certify: {certificates.recertify_command(entry, arch)}")
+            findings.append(f"{entry.name}: the {arch.value} certificate is stale (the code of its kernel, reference or "
+                            f"a module they use changed since it was earned); re-certify: {certificates.recertify_command(entry, arch)}")
     return findings

@@ -39,7 +39,7 @@ def test_a_changed_kernel_makes_its_certificate_stale(tmp_path):
     copy.__class__ = type("CopiedEntry", (type(entry),), {"kernel_file": property(lambda self: str(kernel_copy))})
     certificates.write_section(copy, Arch.CPU_INTERP, {"source_sha256": certificates.source_digest(copy), "cells": {}})
     assert certificate_findings(copy) == []
-    kernel_copy.write_text(kernel_copy.read_text() + "\n# an edit\n")
+    kernel_copy.write_text(kernel_copy.read_text() + "\nAN_EDIT = 1\n")  # a comment would not do (code digest)
     findings = certificate_findings(copy)
     assert len(findings) == 1 and "stale" in findings[0] and "tools/certify-cells --op greedy_argmax" in findings[0]
 

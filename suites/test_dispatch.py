@@ -12,6 +12,7 @@ import sys
 
 from ops import catalog, certificates
 from ops.catalog import BACKEND_ORDER, FALLBACKS, Arch, FallbackRefused, kernels, op
+from suites.certification import routable_section
 
 pytestmark = pytest.mark.cpu
 ENTRY = op("greedy_argmax")
@@ -27,10 +28,7 @@ def certificate(tmp_path, monkeypatch):
     FALLBACKS.clear()
 
     def write(status="certified", digest=None):
-        certificates.write_section(ENTRY, Arch.CPU_INTERP, {
-            "source_sha256": digest or certificates.source_digest(ENTRY),
-            "cells": {CELL: {"status": status}},
-        })
+        certificates.write_section(ENTRY, Arch.CPU_INTERP, routable_section(ENTRY, {CELL: {"status": status}}, digest))
 
     yield write
     certificates.forget_cached()
@@ -139,8 +137,7 @@ def twin(certificate, monkeypatch):
 
     def certify(backend, status="certified", digest=None, cell=CELL, arch=Arch.CPU_INTERP):
         entry = twins[backend]
-        certificates.write_section(entry, arch, {"source_sha256": digest or certificates.source_digest(entry),
-                                                 "cells": {cell: {"status": status}}})
+        certificates.write_section(entry, arch, routable_section(entry, {cell: {"status": status}}, digest))
 
     return twins, calls, certify
 
@@ -222,8 +219,7 @@ def test_rms_norm_gated_has_a_cute_and_a_triton_kernel_and_the_cpu_takes_triton(
     assert Arch.CPU_INTERP not in norm[0].archs and norm[1] is triton_kernel.ENTRY
     x = torch.randn(2, 256).to(torch.bfloat16)
     call = {"x": x, "z": None, "weight": torch.ones(256, dtype=torch.bfloat16), "eps": 1e-6, "group_size": 256}
-    certificates.write_section(norm[1], Arch.CPU_INTERP, {"source_sha256": certificates.source_digest(norm[1]),
-                                                          "cells": {"plain_rms_norm": {"status": "certified"}}})
+    certificates.write_section(norm[1], Arch.CPU_INTERP, routable_section(norm[1], {"plain_rms_norm": {}}))
     FALLBACKS.clear()
     assert torch.equal(op("rms_norm_gated")(**call), triton_kernel.rms_norm_gated(**call))
     assert FALLBACKS == {}

@@ -23,7 +23,9 @@ import argparse
 import datetime
 import importlib
 import json
+import math
 import os
+import pathlib
 import platform
 import shlex
 import sys
@@ -79,10 +81,15 @@ def parse_args(argv):
                            help="run only the ledger's cells for this arch, isolated; exit 1 if one now passes")
     isolation.add_argument("--list", action="store_true", help="print the (op, cell) ids this run would run, and exit")
     args = parser.parse_args(argv)
+    if args.impl is not None and not args.impl.strip():
+        raise UsageError("--impl: empty; name an implementation as MODULE[:ATTR]")
     if args.max_examples is not None and args.max_examples < 0:
         raise UsageError(f"--max-examples: {args.max_examples} is negative")
-    if args.cell_timeout is not None and args.cell_timeout <= 0:
-        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not positive")
+    if args.cell_timeout is not None and not (math.isfinite(args.cell_timeout) and args.cell_timeout > 0):
+        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not a positive finite number of seconds")
+    for flag, path in (("--report", args.report), ("--junit", args.junit)):
+        if path is not None:
+            check_writable(flag, path)
     if args.gpus is not None:
         if args.device != "cuda":
             raise UsageError("--gpus needs --device cuda")
@@ -109,7 +116,63 @@ def parse_args(argv):
             raise UsageError(f"--replay: not JSON ({error.msg})") from None
         if not isinstance(args.replay, dict) or "seed" not in args.replay:
             raise UsageError("--replay: expected a JSON object with a 'seed', as printed by a failure")
+    if writes_certificates(args) and not args.list:
+        from ops.certificates import POLICY
+
+        max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
+        if max_examples < POLICY.min_examples:
+            raise UsageError(f"--max-examples {max_examples}: a certifying run draws at least {POLICY.min_examples} "
+                             f"examples per cell (ops/certificates.py POLICY); pass --cell to explore without "
+                             f"certifying")
     return args
+
+
+def writes_certificates(args) -> bool:
+    """Whether this run judges the catalog kernels on every cell, the only run that writes certificates."""
+    return not (args.impl or args.cell or args.replay or args.shard or args.check_quarantine or args.sanitize)
+
+
+def check_writable(flag: str, path: str) -> None:
+    """A file this run will write must be writable before any work starts (a failure to write it at the
+    end would hide the run's verdict)."""
+    target = pathlib.Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f"{flag}: {path} is a folder")
+    if not folder.is_dir():
+        raise UsageError(f"{flag}: cannot write {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UsageError(f"{flag}: cannot write {path}: permission denied")
+
+
+def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
+    """A ``--replay`` recipe must be one the cell's strategy could draw: exactly its keys (those of the
+    cell's corner recipes), sizes inside the cell's bounds, and inputs that build and lie in the cell;
+    else a usage error naming the key (a malformed recipe is not a finding about the kernel)."""
+    from oracles.battery import strategy_module
+
+    strategy = strategy_module(entry)
+    corner_keys = [set(corner) for corner in strategy.corners(cell, device)]
+    allowed, required = set().union(*corner_keys), set.intersection(*corner_keys)
+    unknown, missing = sorted(set(recipe) - allowed), sorted(required - set(recipe))
+    if unknown:
+        raise UsageError(f"--replay: unknown key {unknown[0]!r} for {entry.name}; keys: {', '.join(sorted(allowed))}")
+    if missing:
+        raise UsageError(f"--replay: missing key {missing[0]!r} for {entry.name}; keys: {', '.join(sorted(allowed))}")
+    if type(recipe["seed"]) is not int:
+        raise UsageError(f"--replay: key 'seed' is {recipe['seed']!r}, not an integer")
+    for key, bound in cell.bounds.items():  # checked before building: a huge size must not allocate first
+        if key in recipe and isinstance(recipe[key], (int, float)) and recipe[key] not in bound:
+            raise UsageError(f"--replay: key {key!r} = {recipe[key]!r} is outside cell {cell.id}'s bound {bound}")
+    try:
+        params = entry.params_of(**entry.bind(**strategy.build(recipe, device)))
+    except Exception as error:  # noqa: BLE001 - a recipe that does not build is malformed, in one line
+        raise UsageError(f"--replay: the recipe does not build inputs: {type(error).__name__}: {error}") from None
+    outside = [name for name, bound in cell.bounds.items() if params.get(name) not in bound]
+    if outside:
+        name = outside[0]
+        raise UsageError(f"--replay: its input has {name} = {params.get(name)!r}, outside cell {cell.id}'s "
+                         f"bound {cell.bounds[name]}")
 
 
 def load_implementation(spec: str, entries):
@@ -152,18 +215,14 @@ def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, i
 
 
 def machine_facts(device) -> dict:
+    """The device's name and the toolchain (as dispatch compares it: ``ops.certificates.toolchain``)."""
     import torch
-    import triton
 
-    try:
-        cutlass_version = importlib.import_module("cutlass").__version__
-    except Exception:  # noqa: BLE001 - not installed is a fact, not an error
-        cutlass_version = None
+    from ops.certificates import toolchain
+
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else \
         f"{platform.machine()} CPU (Triton interpreter)"
-    return {"device": name,
-            "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                         "triton": triton.__version__, "nvidia-cutlass-dsl": cutlass_version}}
+    return {"device": name, "versions": {"python": platform.python_version(), **toolchain()}}
 
 
 def _progress_line(line: str) -> None:
@@ -323,6 +382,11 @@ def main(argv=None) -> int:
                     runs.setdefault(entry.backend, []).append(entry)
         if not runs:
             raise UsageError(f"--backend: no {args.backend} kernel of {', '.join(args.op or registry)}")
+    check_certificates_readable(args, runs)
+    if args.replay is not None:
+        replayed = next(iter(runs.values()))[0]
+        if args.cell[0] in {cell.id for cell in replayed.cells}:  # an unknown cell is plan()'s usage error
+            check_replay_recipe(replayed, replayed.cell(args.cell[0]), args.replay, device)
     max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
     facts = machine_facts(device)
     isolation = {"isolated": args.isolate, "gpus": args.gpus, "cell_timeout": args.cell_timeout,
@@ -371,8 +435,6 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
                   + (f"  (quarantined: {held.where})" if held and not args.check_quarantine else ""))
         return False, len(planned)
     max_examples = report["max_examples"]
-    writes_certificates = not (args.impl or args.cell or args.replay or args.shard or args.check_quarantine
-                               or args.sanitize)
     command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     facts = {"device": report["device"], "versions": report["versions"]}
     flags = isolation_flags(report["isolation"], args.device) + (["--backend", backend] if backend else [])
@@ -408,17 +470,35 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
             failed |= result.status not in (certificates.CERTIFIED, QUARANTINED)
         report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id,
                                   "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
-    if writes_certificates:
+    if writes_certificates(args):
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         for entry in entries:
             if any(planned_entry is entry for planned_entry, _, _ in planned):
                 section = certificate_section(entry, results, facts, command=command, max_examples=max_examples,
                                               seed=args.seed, date=date)
-                path = certificates.write_section(entry, arch, section)
+                earned = {**{key: value for key, value in report.items() if key != "results"},
+                          "results": [row for row in report["results"]
+                                      if row["op"] == entry.name and row["backend"] == backend]}
+                path = certificates.write_section(entry, arch, section, report=earned)
                 if not args.json:
                     where = f"{entry.name}[{entry.backend}]" if shown(entry.name) else entry.name
                     print(f"{where}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
     return failed, len(planned)
+
+
+def check_certificates_readable(args, runs: dict) -> None:
+    """The certificates this run will update, and those an HTML report shows, must be readable before any
+    work starts (a corrupt one is named, never silently replaced)."""
+    from ops import catalog, certificates
+
+    read = [entry for entries in runs.values() for entry in entries] if writes_certificates(args) else []
+    if args.report and args.report.endswith(".html"):
+        read = catalog.every_kernel()
+    for entry in read:
+        try:
+            certificates.load(entry)
+        except certificates.CertificateError as error:
+            raise UsageError(str(error)) from None
 
 
 def check_gpus(gpus: str) -> None:

@@ -190,9 +190,10 @@ def stale_certificates(entry, base: Base) -> list[dict]:
     now = certificates.load(entry)
     digest_now = certificates.source_digest(entry)
     try:
-        then = json.loads(read_at(base, certificates.certificate_path(entry)))
+        path = certificates.certificate_path(entry)
+        then = certificates.read_certificate(path, read_at(base, path).decode("utf-8", errors="replace"))
         digest_then = certificates.source_digest(entry, read_bytes=lambda path: read_at(base, path))
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (FileNotFoundError, SyntaxError, certificates.CertificateError):  # unreadable at the base: unknown there
         then, digest_then = {"archs": {}}, None
     found = []
     for arch_name in now["archs"]:
@@ -204,6 +205,54 @@ def stale_certificates(entry, base: Base) -> list[dict]:
                       "made_stale_by_this_change": status_then == "fresh",
                       "command": certificates.recertify_command(entry, arch)})
     return found
+
+
+def readable_certificates(kernels) -> list[dict]:
+    """Every certificate read once before any work (a corrupt one is a usage error naming the file, exit 2);
+    returns the kernels the catalog left out here (``certificates.unjudged_kernels``)."""
+    if not kernels:
+        return []
+    from ops import certificates
+
+    try:
+        for entry in kernels:
+            certificates.load(entry)
+        return certificates.unjudged_kernels()
+    except certificates.CertificateError as error:
+        raise UsageError(str(error)) from None
+
+
+def policy_problems(entry) -> list[str]:
+    """Findings on ``entry``'s fresh sections: below ``ops.certificates.POLICY`` (the toolchain is not compared
+    here, a CPU machine judges sections of every GPU), or a committed report that is not the one they name."""
+    from ops import certificates
+    from ops.catalog import Arch, kernel_label
+
+    digest, found = certificates.source_digest(entry), []
+    for arch_name, section in certificates.load(entry)["archs"].items():
+        arch = Arch(arch_name)
+        if certificates.arch_status(entry, arch, digest=digest) != "fresh":
+            continue  # a stale section is a finding of its own
+        problem = certificates.POLICY.section_problem(section, digest) or \
+            certificates.report_problem(entry, arch, section)
+        if problem:
+            found.append(f"{kernel_label(entry)}: the {arch_name} certificate: {problem}; re-certify on that "
+                         f"device: {certificates.recertify_command(entry, arch)}")
+    return found
+
+
+def toolchain_lines(kernels) -> list[str]:
+    """The toolchains the certificate sections were earned under, each with the sections earned under it."""
+    from ops import certificates
+    from ops.catalog import kernel_label
+
+    earned = {}
+    for entry in kernels:
+        for arch_name, section in certificates.load(entry)["archs"].items():
+            versions = section.get("versions") or {}
+            key = ", ".join(f"{package} {versions.get(package)}" for package in certificates.TOOLCHAIN_PACKAGES)
+            earned.setdefault(key, []).append(f"{kernel_label(entry)}[{arch_name}]")
+    return [f"sections earned under {key}: {', '.join(labels)}" for key, labels in sorted(earned.items())]
 
 
 def certificate_cases(kernels, stale: list[dict], unjudged: list[dict]) -> list:
@@ -257,10 +306,10 @@ def main(argv=None) -> int:
         from ops import catalog, certificates
 
         kernels = catalog.every_kernel()
-        unjudged = certificates.unjudged_kernels()
     except Exception as error:  # noqa: BLE001 - a catalog that does not import is this change's finding
         findings.append(f"the catalog does not import: {type(error).__name__}: {error}")
-        kernels, unjudged = (), []
+        kernels = ()
+    unjudged = readable_certificates(kernels)
     ops, suites = {}, {}  # by kernel: "op", or "op [backend]" for an op of several kernels
     for entry in kernels:
         touched = {path: role for path, role in op_files(entry).items() if path in changed}
@@ -272,6 +321,7 @@ def main(argv=None) -> int:
     if changed:
         ids.append(CLAIMS_GATES)
     stale = [found for entry in kernels for found in stale_certificates(entry, base)]
+    findings += [problem for entry in kernels for problem in policy_problems(entry)]
     for left_out in unjudged:
         if left_out["kernel_file"] in changed:
             findings.append(f"{left_out['kernel_file']} changed, but this machine cannot judge it: {left_out['why']}")
@@ -287,6 +337,8 @@ def main(argv=None) -> int:
                   f"{', '.join(left_out['certificate_archs']) or 'none'}): {left_out['why']}")
         if not changed:
             print("gate: no change against the base: no test to run")
+        for line in toolchain_lines(kernels):
+            print(f"gate: {line}")
 
     tests = {"ids": ids, "ran": False}
     with tempfile.TemporaryDirectory() as scratch:
@@ -316,7 +368,7 @@ def main(argv=None) -> int:
     verdict = "fail" if findings else "pass"
     if args.json:
         print(json.dumps({"base": dataclasses.asdict(base), "changed_files": changed, "ops": ops,
-                          "tests": tests,
+                          "tests": tests, "toolchains": toolchain_lines(kernels),
                           "stale_certificates": stale, "unavailable_kernels": unjudged, "findings": findings, "verdict": verdict}, indent=2))
     else:
         for finding in findings:

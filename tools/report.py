@@ -36,6 +36,7 @@ STATUS_COLOURS = {  # solid fills: the rendering test finds the grid by these pi
     "stale": "#f0a000",
     "failing": "#c62828",
     "quarantined": "#6a1b9a",   # a known-bad cell the ledger keeps from running (ops/quarantine.yml)
+    "below policy": "#e6a8a8",  # certified by a run that falls short of ops/certificates.py POLICY: not routed
     "unknown": "#8c8c8c",
     "not claimed": "#f4f4f4",
 }
@@ -67,7 +68,10 @@ def collect_grid(kernels=None) -> list[GridCell]:
     ledger = quarantine.load()
     grid = []
     for entry in kernels:
-        certificate = certificates.load(entry)
+        try:
+            certificate = certificates.load(entry)
+        except certificates.CertificateError as error:
+            raise UsageError(str(error)) from None
         digest = certificates.source_digest(entry)
         for cell in entry.cells:
             for arch in catalog.Arch:
@@ -81,6 +85,10 @@ def collect_grid(kernels=None) -> list[GridCell]:
                     status = "unknown"
                 elif certificates.arch_status(entry, arch, certificate, digest) == "stale":
                     status = "stale"
+                elif record["status"] == certificates.CERTIFIED and (
+                        certificates.POLICY.section_problem(section, digest) or
+                        certificates.POLICY.cell_problem(record)):
+                    status = "below policy"
                 else:
                     status = record["status"] if record["status"] in (certificates.CERTIFIED, QUARANTINED) \
                         else "failing"
@@ -151,7 +159,7 @@ def _grid_html(grid: list[GridCell]) -> str:
     for (op, cell), squares in seen.items():
         tds = []
         for square in squares:
-            examples = f"<br><small>{square.record['examples']} examples</small>" if square.record else ""
+            examples = f"<br><small>{_escape(square.record['examples'])} examples</small>" if square.record else ""
             tip = "" if square.section is None else \
                 f"{square.section.get('device', '')}, {square.section.get('date', '')}: {square.section.get('command', '')}"
             if square.status == "stale" and square.record:
@@ -238,10 +246,10 @@ def _errors_html(grid: list[GridCell]) -> str:
             numbers = f"<td>{_fmt(kernel)}</td><td>{_fmt(stock)}</td><td>{_fmt(allowed)}</td>"
         else:
             plot = (f'<span class="note">bitwise: exact bits required; the stock op broke the contract on '
-                    f'{record["stock_disagreements"]} of {record["examples"]} examples</span>')
+                    f'{_escape(record["stock_disagreements"])} of {_escape(record["examples"])} examples</span>')
             numbers = "<td>0</td><td>—</td><td>0 (bitwise)</td>"
         rows.append(f'<tr><td class="op">{_escape(square.op)}</td><td>{_escape(square.cell)}</td><td>{_escape(square.arch)}</td>'
-                    f'<td>{_escape(square.status)}</td><td>{record["examples"]}</td>{numbers}<td class="wrap">{plot}</td></tr>')
+                    f'<td>{_escape(square.status)}</td><td>{_escape(record["examples"])}</td>{numbers}<td class="wrap">{plot}</td></tr>')
     if not rows:
         return '<p class="note">No certificate records a cell yet.</p>'
     return ('<table class="list"><tr><th>op</th><th>cell</th><th>arch</th><th>status</th><th>examples</th>'
@@ -279,11 +287,11 @@ def _run_html(run: dict | None) -> str:
         failure = "" if "failure" not in result else "<pre>" + _escape("\n".join(failure_lines(run, result))) + "</pre>"
         status = result["status"] if result["status"] in ("certified", QUARANTINED) else "failing"
         rows.append(f'<tr><td class="op">{_escape(result["op"])}</td><td>{_escape(result["cell"])}</td>'
-                    f'<td class="status s-{status}">{_escape(result["status"])}</td><td>{result["examples"]}</td>'
+                    f'<td class="status s-{status}">{_escape(result["status"])}</td><td>{_escape(result["examples"])}</td>'
                     f'<td>{_escape(result.get("seconds", ""))}</td><td class="wrap">{failure}</td></tr>')
     judged = run.get("impl") or "the catalog kernels"
-    return (f'<p class="meta">{_escape(judged)} on {_escape(run["device"])} ({_escape(run["arch"])}), {run["max_examples"]} drawn '
-            f'examples per cell besides the corners, seed {run["seed"]}</p>'
+    return (f'<p class="meta">{_escape(judged)} on {_escape(run["device"])} ({_escape(run["arch"])}), {_escape(run["max_examples"])} drawn '
+            f'examples per cell besides the corners, seed {_escape(run["seed"])}</p>'
             '<table class="list"><tr><th>op</th><th>cell</th><th>verdict</th><th>examples</th><th>seconds</th>'
             "<th>failure</th></tr>" + "".join(rows) + "</table>")
 

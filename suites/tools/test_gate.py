@@ -50,7 +50,8 @@ def verdict(run: subprocess.CompletedProcess) -> dict:
 
 
 def edit(path: pathlib.Path) -> None:
-    path.write_text(path.read_text() + "\n# an edit\n")
+    """A change of meaning (a comment alone would leave the code digest as it was)."""
+    path.write_text(path.read_text() + "\nAN_EDIT = 1\n")
 
 
 def certify_fresh(root: pathlib.Path, entry, arch: Arch = Arch.SM90) -> None:
@@ -207,3 +208,32 @@ def test_outside_a_git_checkout_is_a_usage_error(repo):
     shutil.rmtree(repo / ".git")
     run = gate(repo)
     assert run.returncode == 2 and "is not a git checkout" in run.stderr and len(run.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("text", ["", "{not json", '{"schema": 99, "archs": {}}'])
+def test_a_corrupt_certificate_stops_the_gate_in_one_line(repo, text):
+    """An empty file is what a kill mid-write left before writes were atomic."""
+    (repo / "ops" / "sampling" / "greedy_argmax.cert.json").write_text(text)
+    run = gate(repo, "--dry-run")
+    assert run.returncode == 2 and "greedy_argmax.cert.json" in run.stderr, run.stdout + run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+
+
+def test_a_report_that_is_not_the_one_a_section_names_is_a_finding(repo):
+    entry = entries()["greedy_argmax"]
+    certificate = repo / pathlib.Path(certificates.certificate_path(entry)).relative_to(REPO)
+    report = repo / pathlib.Path(certificates.report_path(entry, Arch.SM90)).relative_to(REPO)
+    text = json.dumps({"results": []}) + "\n"
+    report.write_text(text)
+    section = {"source_sha256": certificates.source_digest(entry), "versions": {}, "cells": {},
+               "max_examples": certificates.POLICY.min_examples, "report_sha256": certificates.report_digest(text)}
+    certificate.write_text(json.dumps({"schema": 2, "op": entry.name, "archs": {"sm90": section}}))
+    found = verdict(gate(repo, "--base", "HEAD", "--dry-run", "--json"))
+    assert not any("greedy_argmax: the sm90 certificate" in f for f in found["findings"]), found["findings"]
+    assert any("sections earned under torch None" in line and "greedy_argmax[sm90]" in line
+               for line in found["toolchains"]), found["toolchains"]
+    report.write_text(text.replace("[]", "[1]"))
+    found = verdict(gate(repo, "--base", "HEAD", "--dry-run", "--json"))
+    assert any("greedy_argmax: the sm90 certificate: its report" in f and "sha256 differs" in f
+               for f in found["findings"]), found["findings"]
+

@@ -1,0 +1,209 @@
+"""Certificates (issue 16.4, 17.3): atomic and locked writes, corrupt files read as "not certified", one
+certification policy, the run's report beside the certificate, and a code digest keyed to meaning."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import tokenize
+import warnings
+
+import pytest
+import torch
+
+from ops import certificates
+from ops.catalog import FALLBACKS, Arch, op
+from suites.certification import routable_section
+from suites.claims import REPO
+
+pytestmark = pytest.mark.cpu
+ENTRY = op("greedy_argmax")
+CELL = "decode_small_batch"
+
+
+@pytest.fixture
+def certificate(tmp_path, monkeypatch) -> pathlib.Path:
+    """The entry's certificate and reports, moved to a temporary folder for the test."""
+    path = tmp_path / "greedy_argmax.cert.json"
+    monkeypatch.setattr(certificates, "certificate_path", lambda entry: path)
+    monkeypatch.setattr(certificates, "report_path", lambda entry, arch: tmp_path / f"greedy_argmax.{arch.value}.report.json")
+    certificates.forget_cached()
+    FALLBACKS.clear()
+    yield path
+    certificates.forget_cached()
+
+
+def _routes() -> bool:
+    FALLBACKS.clear()
+    ENTRY(torch.randn(2, 300).to(torch.bfloat16))
+    return not FALLBACKS
+
+
+# -- atomic, locked writes -------------------------------------------------------------------------
+def test_a_write_killed_before_the_rename_leaves_the_old_certificate_whole(certificate):
+    certificates.write_section(ENTRY, Arch.SM90, routable_section(ENTRY, {CELL: {}}))
+    before = certificate.read_bytes()
+    # a child process writes another section and is killed (SIGKILL) while its new file is not yet renamed
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys, time
+        from ops import certificates
+        from ops.catalog import Arch, op
+        certificates.certificate_path = lambda entry: __import__("pathlib").Path({str(certificate)!r})
+        def stalled(*args):
+            print("writing", flush=True)
+            time.sleep(60)
+        os.replace = stalled
+        certificates.write_section(op("greedy_argmax"), Arch.CPU_INTERP, {{"source_sha256": "x", "cells": {{}}}})
+        """)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "writing"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert certificate.read_bytes() == before
+    assert list(certificates.read_certificate(certificate)["archs"]) == ["sm90"]
+
+
+def test_an_interrupted_write_leaves_no_temporary_file(certificate, monkeypatch):
+    certificates.write_section(ENTRY, Arch.SM90, routable_section(ENTRY, {CELL: {}}))
+
+    def interrupted(handle):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        certificates.write_section(ENTRY, Arch.CPU_INTERP, routable_section(ENTRY, {CELL: {}}))
+    assert sorted(p.name for p in certificate.parent.iterdir() if not p.name.endswith(".lock")) == [certificate.name]
+    assert list(certificates.read_certificate(certificate)["archs"]) == ["sm90"]
+
+
+def test_concurrent_writers_lose_no_update(certificate):
+    archs = list(Arch)
+    errors = []
+
+    def writer(arch):
+        try:
+            for round_ in range(5):
+                certificates.write_section(ENTRY, arch, {**routable_section(ENTRY, {CELL: {}}), "round": round_})
+        except Exception as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=writer, args=(arch,)) for arch in archs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    written = certificates.read_certificate(certificate)["archs"]
+    assert sorted(written) == sorted(arch.value for arch in archs)
+    assert all(section["round"] == 4 for section in written.values())
+
+
+def test_the_report_of_the_run_is_written_beside_with_its_digest_in_the_section(certificate):
+    certificates.write_section(ENTRY, Arch.SM90, routable_section(ENTRY, {CELL: {}}), report={"results": []})
+    section = certificates.load(ENTRY)["archs"]["sm90"]
+    assert certificates.report_problem(ENTRY, Arch.SM90, section) is None
+    report = certificates.report_path(ENTRY, Arch.SM90)
+    report.write_text(report.read_text().replace("[]", '[{"status": "certified"}]'))
+    assert "sha256 differs" in certificates.report_problem(ENTRY, Arch.SM90, section)
+    report.unlink()
+    assert "cannot be read" in certificates.report_problem(ENTRY, Arch.SM90, section)
+
+
+# -- corrupt certificates ---------------------------------------------------------------------------
+@pytest.mark.parametrize("text", ["", '{"op": "greedy_argmax", "archs": {"sm90": {"cells"', "not json",
+                                  '{"schema": 99, "archs": {}}', "[1, 2]"])
+def test_a_corrupt_certificate_falls_back_to_the_stock_op_with_one_warning(certificate, text):
+    certificate.write_text(text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not _routes() and not _routes()
+    assert len(caught) == 1 and str(certificate) in str(caught[0].message), [str(w.message) for w in caught]
+    assert any("certificate unreadable" in reason for _, reason in FALLBACKS)
+
+
+# -- one policy -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("change, says", [
+    ({}, None),
+    ({"max_examples": 0}, "drew 0 examples"),
+    ({"versions": {"torch": "0.0.1"}}, "earned under torch 0.0.1"),
+    ({"report_sha256": None}, "no digest of the report"),
+    ({"cells": {CELL: {"status": "certified", "examples": 2, "oracles": ["parity"], "skipped": {}}}}, "examples"),
+    ({"cells": {CELL: {"status": "certified", "examples": 9, "oracles": ["parity"], "skipped": {}}}}, "oracle"),
+])
+def test_dispatch_routes_only_to_sections_that_meet_the_policy(certificate, change, says):
+    section = {**routable_section(ENTRY, {CELL: {}}), **change}
+    certificates.write_section(ENTRY, Arch.CPU_INTERP, section)
+    assert _routes() == (says is None), FALLBACKS
+    if says:
+        assert any(says in reason for _, reason in FALLBACKS), FALLBACKS
+
+
+def test_an_oracle_declared_not_applicable_with_a_reason_meets_the_policy(certificate):
+    oracles = [o for o in certificates.POLICY.oracles if o != "graph_parity"]
+    cell = {"oracles": oracles, "skipped": {"graph_parity": "no CUDA graphs on cpu"}}
+    certificates.write_section(ENTRY, Arch.CPU_INTERP, routable_section(ENTRY, {CELL: cell}))
+    assert _routes()
+    cell = {"oracles": oracles, "skipped": {"graph_parity": " "}}
+    certificates.write_section(ENTRY, Arch.CPU_INTERP, routable_section(ENTRY, {CELL: cell}))
+    assert not _routes()
+
+
+# -- a digest keyed to meaning ----------------------------------------------------------------------
+def _first_number_plus_one(text: str) -> str:
+    """One token changed: the first number literal of the module, plus one."""
+    lines = text.splitlines(keepends=True)
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.NUMBER:
+            (row, start), (_, end) = token.start, token.end
+            line = lines[row - 1]
+            lines[row - 1] = line[:start] + str(int(eval(token.string)) + 1) + line[end:]
+            return "".join(lines)
+    raise AssertionError("no number literal")
+
+
+def _cosmetic(text: str) -> str:
+    """Comments, a docstring and formatting changed; nothing else."""
+    edited = text.replace('"""', '"""Edited docstring. ', 1).replace("\n\n\n", "\n\n\n\n")
+    edited = edited.replace("):\n", "):  # a new comment\n", 1)
+    return "# a comment at the top\n" + edited + "\n# and one at the end\n"
+
+
+def _digest_with(path: pathlib.Path, text: str) -> str:
+    return certificates.source_digest(
+        ENTRY, read_bytes=lambda p: text.encode() if p.resolve() == path.resolve() else p.read_bytes())
+
+
+def _roles():
+    helper = next(p for p in certificates.used_sources(ENTRY) if p.name == "validation.py")
+    return {"kernel": pathlib.Path(ENTRY.kernel_file), "reference": pathlib.Path(ENTRY.reference_file),
+            "shared helper": helper}
+
+
+@pytest.mark.parametrize("role", ["kernel", "reference", "shared helper"])
+def test_comments_docstrings_and_formatting_keep_a_certificate_fresh(role):
+    path = _roles()[role]
+    assert _cosmetic(path.read_text()) != path.read_text()
+    assert _digest_with(path, _cosmetic(path.read_text())) == certificates.source_digest(ENTRY)
+
+
+@pytest.mark.parametrize("role", ["kernel", "reference", "shared helper"])
+def test_a_one_token_change_of_meaning_stales_a_certificate(role):
+    path = _roles()[role]
+    assert _digest_with(path, _first_number_plus_one(path.read_text())) != certificates.source_digest(ENTRY)
+
+
+def test_a_section_of_another_toolchain_does_not_route(certificate, monkeypatch):
+    certificates.write_section(ENTRY, Arch.CPU_INTERP, routable_section(ENTRY, {CELL: {}}))
+    assert _routes()
+    elsewhere = {**certificates.toolchain(), "triton": "0.0.0"}
+    monkeypatch.setattr(certificates, "toolchain", lambda: elsewhere)
+    certificates.forget_cached()
+    assert not _routes()
+    assert any("earned under triton" in reason for _, reason in FALLBACKS)
