@@ -16,6 +16,7 @@ import pytest
 
 from ops import certificates
 from ops.catalog import Arch, entries, kernels
+from suites.certification import routable_section
 from tools import bench, certify, report
 
 pytestmark = pytest.mark.cpu
@@ -25,16 +26,20 @@ IMPLS = "suites.sampling.greedy_argmax_impls"
 
 def record(status="certified", examples=7, kernel=0.0, stock=0.0, **extra) -> dict:
     return {"status": status, "examples": examples, "worst_kernel_error_ulp": kernel, "worst_stock_error_ulp": stock,
-            "stock_disagreements": 0, "oracles": [], "skipped": {}, **extra}
+            "stock_disagreements": 0, "oracles": list(certificates.POLICY.oracles), "skipped": {}, **extra}
+
+
+def section(entry, cells: dict, digest: str | None = None) -> dict:
+    """A section meeting the certification policy, holding ``cells``."""
+    return {**routable_section(entry, {}, digest), "cells": cells}
 
 
 def test_the_grid_reads_every_certificate_section_as_it_is_now(tmp_path, monkeypatch):
     entry = entries()["greedy_argmax"]
     monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}.cert.json")
     cells = {"empty_batch": record(), "decode_small_batch": record("failed"), "decode_mid_batch": record()}
-    certificates.write_section(entry, Arch.CPU_INTERP, {"source_sha256": certificates.source_digest(entry),
-                                                        "cells": cells})
-    certificates.write_section(entry, Arch.SM90, {"source_sha256": "0" * 64, "cells": cells})
+    certificates.write_section(entry, Arch.CPU_INTERP, section(entry, cells))
+    certificates.write_section(entry, Arch.SM90, section(entry, cells, "0" * 64))
     only_two_archs = dataclasses.replace(entry, archs=frozenset({Arch.CPU_INTERP, Arch.SM90}))
     status = {(square.cell, square.arch): square.status for square in report.collect_grid([only_two_archs])}
     assert status[("empty_batch", "cpu-interp")] == "certified"
@@ -50,9 +55,8 @@ def test_a_cell_in_the_quarantine_ledger_reads_quarantined_whatever_its_certific
 
     entry = entries()["greedy_argmax"]
     monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}.cert.json")
-    certificates.write_section(entry, Arch.SM90, {"source_sha256": certificates.source_digest(entry),
-                                                  "cells": {"empty_batch": record("failed"),
-                                                            "decode_small_batch": record("failed")}})
+    certificates.write_section(entry, Arch.SM90, section(entry, {"empty_batch": record("failed"),
+                                                                 "decode_small_batch": record("failed")}))
     ledger = tmp_path / "quarantine.yml"
     ledger.write_text("version: 1\nquarantine:\n  - {op: greedy_argmax, cell: empty_batch, arch: sm90, issue: 10}\n")
     load = quarantine.load
@@ -65,10 +69,9 @@ def test_a_cell_in_the_quarantine_ledger_reads_quarantined_whatever_its_certific
 def test_each_kernel_of_an_op_has_its_own_rows_read_from_its_own_certificate(tmp_path, monkeypatch):
     monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}_{entry.backend}.json")
     cute, triton = kernels("rms_norm_gated")
-    certificates.write_section(triton, Arch.SM90, {"source_sha256": certificates.source_digest(triton),
-                                                   "cells": {"empty_batch": record()}})
+    certificates.write_section(triton, Arch.SM90, section(triton, {"empty_batch": record()}))
     # the cute section was earned on other sources: it, and not the triton one, must read stale
-    certificates.write_section(cute, Arch.SM90, {"source_sha256": "0" * 64, "cells": {"empty_batch": record()}})
+    certificates.write_section(cute, Arch.SM90, section(cute, {"empty_batch": record()}, "0" * 64))
     status = {(square.op, square.arch): square.status for square in report.collect_grid([cute, triton])
               if square.cell == "empty_batch"}
     assert status[("rms_norm_gated [triton]", "sm90")] == "certified"
@@ -91,18 +94,32 @@ def synthetic_grid() -> list[report.GridCell]:
     section = {"device": "NVIDIA H200", "date": "2026-11-29", "command": "tools/certify-cells --device cuda",
                "versions": {"torch": "2.11.0"}}
     layout = {("band_op", "decode"): ["certified", "stale", "failing", "unknown"],
-              ("band_op", "prefill"): ["certified", "certified", "quarantined", "not claimed"],
+              ("band_op", "prefill"): ["certified", "certified", "quarantined", "below policy"],
               ("exact_op", "small"): ["failing", "stale", "unknown", "not claimed"],
               ("exact_op", "large"): ["certified", "unknown", "stale", "not claimed"]}
     grid = []
     for (op, cell), statuses in layout.items():
         for arch, status in zip(("cpu-interp", "sm90", "sm100", "sm103"), statuses):
-            has_record = status in ("certified", "stale", "failing", "quarantined")
+            has_record = status in ("certified", "stale", "failing", "quarantined", "below policy")
             kernel = float("inf") if status == "failing" else 1.5
             grid.append(report.GridCell(op, cell, "a regime", arch, "band" if op == "band_op" else "bitwise", status,
                                         record(status, kernel=kernel, stock=2.0) if has_record else None,
                                         section if has_record else None))
     return grid
+
+
+def test_every_certificate_string_on_the_page_is_escaped():
+    hostile = "<script>alert(1)</script>"
+    grid = [dataclasses.replace(square, why=hostile, record={**square.record, "examples": hostile}
+                                if square.record else None,
+                                section={**square.section, "command": hostile, "device": hostile,
+                                         "versions": {"torch": hostile}} if square.section else None)
+            for square in synthetic_grid()]
+    run = {"arch": "sm90", "device": hostile, "impl": hostile, "max_examples": hostile, "seed": hostile,
+           "results": [{"op": "band_op", "cell": hostile, "status": hostile, "examples": hostile}]}
+    page = report.render_html(grid, run, [], [hostile])
+    assert "<script" not in page
+    assert html.escape(hostile) in page
 
 
 def test_the_page_is_self_contained_and_plots_errors_against_the_band():
