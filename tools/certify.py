@@ -86,7 +86,7 @@ def parse_args(argv):
     if args.max_examples is not None and args.max_examples < 0:
         raise UsageError(f"--max-examples: {args.max_examples} is negative")
     if args.cell_timeout is not None and not (math.isfinite(args.cell_timeout) and args.cell_timeout > 0):
-        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not a positive finite number of seconds")
+        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not positive and finite (seconds)")
     for flag, path in (("--report", args.report), ("--junit", args.junit)):
         if path is not None:
             check_writable(flag, path)

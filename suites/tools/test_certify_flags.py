@@ -1,0 +1,76 @@
+"""tools/certify-cells fails closed on bad flags and recipes (issue 16.3): exit 2 in one line, before any
+work, never a certificate, never a parity failure of the kernel."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ops.catalog import op
+from oracles.battery import strategy_module
+from suites.claims import REPO
+from tools import certify
+from tools.cli import UsageError
+
+pytestmark = pytest.mark.cpu
+ENTRY = op("greedy_argmax")
+CELL = "decode_small_batch"
+
+
+def _corner() -> dict:
+    return strategy_module(ENTRY).corners(ENTRY.cell(CELL), torch.device("cpu"))[0]
+
+
+def _refused(*words: str) -> str:
+    with pytest.raises(UsageError) as refused:
+        certify.main(["--device", "cpu", *words])
+    return str(refused.value)
+
+
+@pytest.mark.parametrize("words, says", [
+    (("--impl", ""), "--impl: empty"),
+    (("--impl", "   "), "--impl: empty"),
+    (("--cell-timeout", "nan"), "--cell-timeout: nan"),
+    (("--cell-timeout", "inf"), "--cell-timeout: inf"),
+    (("--cell-timeout", "-1"), "--cell-timeout: -1"),
+    (("--op", "greedy_argmax", "--max-examples", "0"), "a certifying run draws at least"),
+    (("--op", "greedy_argmax", "--report", "/no/such/folder/report.json"), "folder /no/such/folder does not exist"),
+    (("--op", "greedy_argmax", "--junit", "."), "--junit: . is a folder"),
+])
+def test_bad_flags_are_usage_errors(words, says):
+    assert says in _refused(*words)
+
+
+def test_zero_draws_are_allowed_where_no_certificate_is_written():
+    args = certify.parse_args(["--op", "greedy_argmax", "--cell", CELL, "--max-examples", "0"])
+    assert args.max_examples == 0 and not certify.writes_certificates(args)
+
+
+def test_an_unwritable_report_is_refused_before_any_work(tmp_path):
+    run = subprocess.run([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu",
+                          "--cell", CELL, "--max-examples", "0", "--report", str(tmp_path / "missing" / "r.json")],
+                         cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 2 and run.stdout == "", run.stdout + run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and "does not exist" in run.stderr
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"colour": "red"}, "unknown key 'colour'"),
+    ({"V": None}, "missing key 'V'"),
+    ({"seed": "7"}, "key 'seed'"),
+    ({"R": 10 ** 9}, "key 'R' = 1000000000 is outside cell decode_small_batch"),
+    ({"R": 2.5}, "key 'R' = 2.5"),
+    ({"dtype": "complex64"}, "--replay"),
+])
+def test_a_malformed_replay_recipe_is_a_usage_error_naming_the_key(change, says):
+    recipe = {key: value for key, value in {**_corner(), **change}.items() if value is not None}
+    refusal = _refused("--op", "greedy_argmax", "--cell", CELL, "--replay", json.dumps(recipe))
+    assert says in refusal, refusal
+
+
+def test_a_corner_recipe_replays():
+    assert certify.main(["--device", "cpu", "--op", "greedy_argmax", "--cell", CELL, "--replay",
+                         json.dumps(_corner())]) == 0
