@@ -207,3 +207,19 @@ def test_a_section_of_another_toolchain_does_not_route(certificate, monkeypatch)
     certificates.forget_cached()
     assert not _routes()
     assert any("earned under triton" in reason for _, reason in FALLBACKS)
+
+
+def test_a_certifying_run_writes_a_section_that_meets_the_policy_and_its_report(certificate, monkeypatch):
+    from tools import certify
+
+    monkeypatch.setattr(certify, "DEFAULT_MAX_EXAMPLES", {"cpu": certificates.POLICY.min_examples, "cuda": 100})
+    monkeypatch.setattr(ENTRY, "cells", (ENTRY.cell("empty_batch"),))  # the quickest cell stands for all
+    assert certify.main(["--op", "greedy_argmax", "--device", "cpu", "--no-shrink", "--json"]) == 0
+    section = certificates.load(ENTRY)["archs"]["cpu-interp"]
+    assert certificates.POLICY.section_problem(section, certificates.source_digest(ENTRY),
+                                               certificates.toolchain()) is None
+    assert certificates.report_problem(ENTRY, Arch.CPU_INTERP, section) is None
+    assert all(certificates.POLICY.cell_problem(record) is None for record in section["cells"].values()), section
+    FALLBACKS.clear()
+    ENTRY(torch.randn(0, 300).to(torch.bfloat16))
+    assert not FALLBACKS, FALLBACKS
