@@ -16,7 +16,7 @@ certified (its certificate entry says ``"status": "quarantined"`` with the reaso
 routes to it), and a suite's ``test_cell`` skips it with the reason.  ``tools/certify-cells
 --check-quarantine`` runs exactly these cells, each in an isolated worker, and fails when one passes:
 the ledger must shrink when a bug is fixed.  Every problem in the file is a ``QuarantineError`` with
-``file:line``.
+``file:line`` (duplicate or non-scalar keys and non-UTF-8 text included: ``ops/strict_yaml.py``).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import pathlib
 import yaml
 
 from ops.catalog import Arch, entries
+from ops.strict_yaml import YamlFileError, compose_file
 
 LEDGER = pathlib.Path(__file__).resolve().parent / "quarantine.yml"
 QUARANTINED = "quarantined"
@@ -69,9 +70,9 @@ def load(path: pathlib.Path | str = LEDGER) -> list[Quarantined]:
     path = pathlib.Path(path)
     name = _shown(path)
     try:
-        root = yaml.compose(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise QuarantineError(f"{name}: not readable YAML: {str(error).splitlines()[0]}") from None
+        root = compose_file(path, name)
+    except YamlFileError as error:
+        raise QuarantineError(str(error)) from None
     if not isinstance(root, yaml.MappingNode):
         raise QuarantineError(f"{name}:1: expected a mapping with 'version' and 'quarantine'")
     top = {key.value: value for key, value in root.value}

@@ -6,7 +6,8 @@ Both directions, with ``file:line``:
 - stale ids: a listed id that selects no collected test;
 - wrong arch: a listed id whose tests do not carry the list's arch marker;
 - unlisted: a collected test that no list of an arch it claims selects.
-Exit 0 clean, 1 findings, 2 usage error.
+Exit 0 clean, 1 findings, 2 usage error or a list that does not parse (schema, duplicate keys, bad ranges,
+not UTF-8: one line with file:line).
 """
 from __future__ import annotations
 
@@ -58,8 +59,7 @@ def check(paths) -> list[str]:
         try:
             tests = load_list(path)
         except ListFormatError as error:
-            findings.append(f"schema: {error}")
-            continue
+            raise UsageError(f"schema: {error}") from None
         seen = {}
         for test in tests:
             if test.test_id in seen:

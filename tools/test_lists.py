@@ -12,7 +12,9 @@ A list ``test_lists/l0_h200.yml``::
       - suites/sampling/test_greedy_argmax.py::test_cell[decode_small_batch]
 
 An id is a pytest node id relative to the repo root, or a prefix of one (a file, or a test function
-covering all its parameters).  Errors carry ``file:line``.
+covering all its parameters).  Errors carry ``file:line``: duplicate keys, non-scalar keys, files that are not
+UTF-8 (``ops/strict_yaml.py``) and ranges that are not ``{gte|gt: number, lte|lt: number}`` with the lower
+bound at most the upper one.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import dataclasses
 import pathlib
 
 import yaml
+
+from ops.strict_yaml import YamlFileError, compose_file
 
 ARCH_MARKERS = ("cpu", "sm90", "sm100", "sm103", "sm107")
 LISTS_DIR = pathlib.Path(__file__).resolve().parent.parent / "test_lists"
@@ -62,9 +66,9 @@ def load_list(path: pathlib.Path) -> list[ListedTest]:
     path = pathlib.Path(path)
     name = path.name
     try:
-        root = yaml.compose(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ListFormatError(f"{name}: not readable YAML: {str(error).splitlines()[0]}") from None
+        root = compose_file(path, name)
+    except YamlFileError as error:
+        raise ListFormatError(str(error)) from None
     if root is None:
         raise ListFormatError(f"{name}:1: empty file")
     top = _mapping(root, f"{name}:1")
@@ -94,6 +98,8 @@ def load_list(path: pathlib.Path) -> list[ListedTest]:
         for key in ("ranges", "wildcards"):
             if key in condition and not isinstance(_node_value(condition[key]), dict):
                 raise ListFormatError(f"{where}: condition.{key} must be a mapping")
+        if "ranges" in condition:
+            check_ranges(condition["ranges"], name)
         tests = fields["tests"]
         if not isinstance(tests, yaml.SequenceNode):
             raise ListFormatError(f"{where}: 'tests' must be a list of test ids")
@@ -103,6 +109,26 @@ def load_list(path: pathlib.Path) -> list[ListedTest]:
             listed.append(ListedTest(test.value.strip(), name, test.start_mark.line + 1,
                                      terms["stage"], terms["arch"]))
     return listed
+
+
+_LOWER, _UPPER = ("gte", "gt"), ("lte", "lt")
+
+
+def check_ranges(node, name: str) -> None:
+    """Each range of ``condition.ranges`` bounds a number: ``{gte|gt: lo, lte|lt: hi}``, lo <= hi."""
+    for key, bounds in node.value:
+        where = f"{name}:{key.start_mark.line + 1}"
+        value = _node_value(bounds)
+        if not isinstance(value, dict) or not value or set(value) - {*_LOWER, *_UPPER}:
+            raise ListFormatError(f"{where}: range {key.value!r} must map some of gte, gt, lte, lt to numbers")
+        for bound, number in value.items():
+            if isinstance(number, bool) or not isinstance(number, (int, float)) or number != number:
+                raise ListFormatError(f"{where}: range {key.value!r}: {bound} is {number!r}, not a number")
+        lower = [value[b] for b in _LOWER if b in value]
+        upper = [value[b] for b in _UPPER if b in value]
+        if lower and upper and max(lower) > min(upper):
+            raise ListFormatError(f"{where}: range {key.value!r}: lower bound {max(lower)} is above upper bound "
+                                  f"{min(upper)}")
 
 
 def load_lists(paths) -> list[ListedTest]:

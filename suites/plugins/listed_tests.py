@@ -23,15 +23,24 @@ def pytest_addoption(parser):
                     help="only shard I of N (1-based) of the selected tests, split by a stable digest of node ids")
 
 
+def pytest_configure(config):
+    """A list that does not parse is a usage error before collection starts (never an INTERNALERROR)."""
+    _listed(config)
+
+
+def _listed(config) -> list:
+    try:
+        return load_lists(config.getoption("test_list"))
+    except ListFormatError as error:
+        raise pytest.UsageError(f"--test-list: {error}") from None
+
+
 def listed_items(config, items) -> list:
     """The collected items the --test-list files select (all of them without a list)."""
     paths = config.getoption("test_list")
     if not paths:
         return list(items)
-    try:
-        listed = load_lists(paths)
-    except ListFormatError as error:
-        raise pytest.UsageError(f"--test-list: {error}") from None
+    listed = _listed(config)
     stage = config.getoption("test_stage")
     listed = [test for test in listed if stage is None or test.stage == stage]
     unmatched = [test for test in listed if not any(matches(item.nodeid, test.test_id) for item in items)]
