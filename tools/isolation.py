@@ -20,6 +20,7 @@ Results come back keyed by task, so their order never depends on which worker fi
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -29,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Callable
@@ -238,7 +240,7 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
     def retire(worker: _Worker) -> None:
         workers[worker.slot.label] = None
 
-    with tempfile.TemporaryDirectory(prefix="kparity-workers-") as folder:
+    with tempfile.TemporaryDirectory(prefix="kparity-workers-") as folder, _terminate_raises():
         try:
             while pending or any(w is not None and w.task is not None for w in workers.values()):
                 for slot in slots:
@@ -262,6 +264,25 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
                 if worker is not None:
                     worker.kill()
     return results
+
+
+@contextlib.contextmanager
+def _terminate_raises():
+    """SIGTERM ends this process as an exception does (exit 128 + 15), so that the ``finally`` that kills the
+    workers' process groups runs: a worker runs in a session of its own, and would outlive its judge.
+    (SIGINT is a KeyboardInterrupt already.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _drain(worker: _Worker, finish, retire, on_note, sanitizer) -> None:

@@ -1,0 +1,61 @@
+"""SIGTERM or SIGINT to tools/certify-cells ends its isolation workers (issue 16.5): a worker runs in a
+process group of its own, so nothing else would stop it outliving the judge."""
+from __future__ import annotations
+
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from suites.claims import REPO
+
+pytestmark = pytest.mark.cpu
+
+
+def _workers_of(parent: int) -> list[int]:
+    """Pids of the live tools.certify_worker processes whose parent is ``parent``."""
+    found = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == parent and fields[0] != "Z" and b"tools.certify_worker" in command:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_certify_cells_leaves_no_worker_running(signum):
+    # the worker spins in a kernel that never returns: it says nothing more, so only its judge can end it
+    run = subprocess.Popen([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu",
+                            "--cell", "decode_mid_batch", "--cell-timeout", "600", "--max-examples", "0",
+                            "--impl", "suites.faults.faulty_kernels:spins_on_mid_batches"],
+                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, workers = time.monotonic() + 120, []
+        while not workers and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
+            workers = _workers_of(run.pid)
+        assert workers, "no worker started"
+        time.sleep(5)  # into the spinning call
+        run.send_signal(signum)
+        run.wait(timeout=60)
+        assert run.returncode != 0
+        time.sleep(0.5)
+        assert not [pid for pid in workers if _alive(pid)], f"workers {workers} outlived certify-cells"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
