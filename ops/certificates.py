@@ -36,7 +36,7 @@ import warnings
 from typing import Callable
 
 from ops.catalog import Arch, Entry
-from oracles.battery import ORACLES
+from oracles.failures import ORACLES
 
 CERTIFIED = "certified"
 FAILED = "failed"

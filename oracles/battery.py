@@ -39,7 +39,6 @@ from oracles.stateful import check_properties
 from oracles.tensors import as_outputs, clone_inputs
 from oracles.write_guards import check_write_guards
 
-ORACLES = ("parity", "determinism", "batch_invariance", "graph_parity", "write_guards", "stateful", "refusals")
 REFUSALS_RECIPE = {"refusals": "the contract's table"}
 
 Watch = Callable[[str, dict], None]

@@ -1,5 +1,8 @@
-"""What an oracle raises when the implementation under judgement breaks its contract."""
+"""The oracles' names, and what an oracle raises when the implementation under judgement breaks its contract."""
 from __future__ import annotations
+
+ORACLES = ("parity", "determinism", "batch_invariance", "graph_parity", "write_guards", "stateful", "refusals")
+"""Every oracle of the battery (``oracles/battery.py``), which the certification policy asks of every cell."""
 
 
 class OracleFailure(AssertionError):
