@@ -14,6 +14,7 @@ import re
 import pytest
 import torch
 
+from oracles.failures import OracleFailure
 from oracles.refusals import check_refusals
 from ops.catalog import entries
 from references.validation import Refusal
@@ -164,3 +165,28 @@ def test_a_shared_line_needs_each_item_from_one_of_its_ops(contracts_text):
     commit_alone = {"gdn_commit": entries()["gdn_commit"].refusals}
     assert mismatches(commit_alone, contracts_text) == [
         "gdn_commit: the Refuse-line item 'HV not a multiple of H' is enforced by no row"]
+
+
+# -- a row may name several acceptable arguments (two that disagree: either is right) ------------------
+PAIR = (Refusal("K of x 3, of w 4", lambda device: {"x": torch.ones(2, 3), "w": torch.ones(5, 4)}, ("x", "w"),
+                clause="K mismatch"),)
+
+
+def _k_mismatch_naming(name):
+    def fn(x, w):
+        if x.shape[1] != w.shape[1]:
+            raise ValueError(f"{name}: K disagrees")
+        return x @ w.T
+    return fn
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("named", ["x", "w"])
+def test_naming_either_argument_of_a_disagreeing_pair_passes(named):
+    assert check_refusals(_k_mismatch_naming(named), PAIR, DEVICE) == 1
+
+
+@pytest.mark.cpu
+def test_naming_neither_fails():
+    with pytest.raises(OracleFailure, match="does not name 'x' or 'w'"):
+        check_refusals(_k_mismatch_naming("weights"), PAIR, DEVICE)
