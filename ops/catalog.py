@@ -179,6 +179,10 @@ class Entry:
       implementation under judgement provides them too, or the reference stands in.
     - ``backend``: what the kernel is written in (a name in :data:`BACKEND_ORDER`); an op has at
       most one kernel per backend.
+    - ``limits``: the kernel's own limits, narrower than the contract (strides, sizes, a host scalar):
+      call arguments -> None, or the reason, naming the argument, why the kernel refuses them.  The
+      kernel refuses such inputs clearly (``references.validation.require_within_limits``); dispatch
+      routes them to the stock op, counted as a fallback.  Never demanded of another implementation.
     """
 
     name: str
@@ -200,6 +204,7 @@ class Entry:
     properties: tuple[Callable, ...] = ()
     bench: tuple[BenchCase, ...] = ()
     backend: str = "triton"
+    limits: Callable[..., str | None] | None = None
 
     @classmethod
     def of_contract(cls, contract, **declared) -> "Entry":
@@ -247,6 +252,10 @@ class Entry:
         return inspect.getsourcefile(self.reference)
 
     # -- certified dispatch ---------------------------------------------------------------------
+    def beyond_limits(self, bound: Mapping[str, Any]) -> str | None:
+        """Why the bound call arguments are beyond this kernel's own limits, or None."""
+        return None if self.limits is None else self.limits(**bound)
+
     def why_not_routed(self, arch: Arch | None, device: torch.device, cell: Cell | None) -> str | None:
         """None when this kernel may run an input of ``cell`` on ``arch``; else the reason, in words."""
         from ops import certificates  # late: certificates import the catalog types
@@ -260,14 +269,17 @@ class Entry:
         return certificates.why_not_certified(self, arch, cell.id)
 
     def __call__(self, *args, **kwargs):
-        self.validate(**self.bind(*args, **kwargs))
+        bound = self.bind(*args, **kwargs)
+        self.validate(**bound)
         device = _device_of(args, kwargs)
         arch = arch_of(device)
         # an entry made outside the catalog (a test's copy) dispatches to its own kernel alone
         candidates = kernels(self.name) if any(k is self for k in kernels(self.name)) else (self,)
         reasons = []
         for entry in candidates:
-            reason = entry.why_not_routed(arch, device, entry.cell_of(*args, **kwargs))
+            beyond = entry.beyond_limits(bound)
+            reason = (f"beyond the kernel's limits ({beyond})" if beyond is not None
+                      else entry.why_not_routed(arch, device, entry.cell_of(*args, **kwargs)))
             if reason is None:
                 return entry.kernel(*args, **kwargs)
             reasons.append(f"{entry.backend}: {reason}")

@@ -34,7 +34,7 @@ from oracles.bitwise import check_bitwise, first_difference
 from oracles.determinism import check_determinism, run_on_copy
 from oracles.failures import OracleFailure
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
-from oracles.refusals import check_refusals
+from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
 from oracles.tensors import as_outputs, clone_inputs
 from oracles.write_guards import check_write_guards
@@ -86,6 +86,7 @@ class CellResult:
     oracles_skipped: dict = dataclasses.field(default_factory=dict)
     failure: OracleFailure | None = None
     annotations: dict = dataclasses.field(default_factory=dict)  # what the runner adds: faults, quarantine
+    refused_examples: int = 0         # drawn inputs the implementation refused clearly (its own limits)
 
     def record(self) -> dict:
         """The certificate's entry for this cell."""
@@ -95,6 +96,7 @@ class CellResult:
             "worst_kernel_error_ulp": _json_number(self.worst_kernel_error_ulp),
             "worst_stock_error_ulp": _json_number(self.worst_stock_error_ulp),
             "stock_disagreements": self.stock_disagreements,
+            "refused_examples": self.refused_examples,
             "oracles": sorted(self.oracles_run),
             "skipped": self.oracles_skipped,
         }
@@ -107,14 +109,15 @@ class CellResult:
     def from_record(cls, op: str, cell_id: str, record: dict) -> "CellResult":
         """The inverse of :meth:`record` (how a result crosses from a worker process)."""
         known = {"status", "examples", "worst_kernel_error_ulp", "worst_stock_error_ulp", "stock_disagreements",
-                 "oracles", "skipped", "failure"}
+                 "refused_examples", "oracles", "skipped", "failure"}
         failure = None
         if "failure" in record:
             failure = OracleFailure(record["failure"]["oracle"], record["failure"]["message"])
             failure.recipe = record["failure"]["recipe"]
         return cls(op, cell_id, record["status"], record["examples"], float(record["worst_kernel_error_ulp"]),
                    float(record["worst_stock_error_ulp"]), record["stock_disagreements"], list(record["oracles"]),
-                   dict(record["skipped"]), failure, {k: v for k, v in record.items() if k not in known})
+                   dict(record["skipped"]), failure, {k: v for k, v in record.items() if k not in known},
+                   refused_examples=record.get("refused_examples", 0))
 
 
 def _json_number(value: float):
@@ -161,7 +164,15 @@ class Battery:
 
         # 1. parity
         expected = run_on_copy(entry.reference, kwargs, in_place)
-        actual = run_on_copy(fn, kwargs, in_place)
+        try:
+            actual = run_on_copy(fn, kwargs, in_place)
+        except Exception as error:  # noqa: BLE001 - classified: a clear refusal passes, anything else is the finding
+            if not is_clear_refusal(error, kwargs):
+                raise
+            # an input the contract answers, beyond the implementation's own limits: refusing it clearly is
+            # allowed (CONTRACTS.md); counted, and nothing else is judged on it
+            result.refused_examples += 1
+            return
         stock = self._stock(kwargs, in_place)
         if entry.parity.value == "bitwise":
             check_bitwise(actual, expected, "vs the contract's reference")

@@ -19,13 +19,22 @@ class Refusal:
     """One row of a contract's table of refused inputs.
 
     ``make(device)`` returns the keyword arguments of the refused call; the implementation must raise
-    ``error`` whose message names ``argument``, and mutate nothing.
+    ``error`` whose message names ``argument`` (or, for two arguments that disagree, any one of the
+    tuple's names), and mutate nothing.  ``clause`` quotes the item of the contract's Refuse line the
+    row enforces (``"non-tensor"`` for a non-tensor where a tensor is expected);
+    ``suites/test_contract_refusals.py`` checks the rows against ``CONTRACTS.md`` both ways.
     """
 
     what: str
     make: Callable[[torch.device], dict]
-    argument: str
+    argument: str | tuple[str, ...]
     error: type[Exception] = ValueError
+    clause: str = ""
+
+    @property
+    def arguments(self) -> tuple[str, ...]:
+        """The argument names any one of which the refusal's message may name."""
+        return (self.argument,) if isinstance(self.argument, str) else tuple(self.argument)
 
 
 def _describe(dtypes: Iterable[torch.dtype]) -> str:
@@ -74,6 +83,12 @@ def require_number(argument: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{argument}: expected a real number, got {type(value).__name__} — pass a Python float")
     return float(value)
+
+
+def require_within_limits(reason: str | None) -> None:
+    """A kernel's own limits (``Entry.limits``), refused clearly: ``reason`` names the argument."""
+    if reason is not None:
+        raise ValueError(f"{reason} — beyond this kernel's limits; certified dispatch runs the stock op")
 
 
 def require_same_device(tensors: dict[str, torch.Tensor]) -> None:

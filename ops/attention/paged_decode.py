@@ -57,6 +57,7 @@ import triton.language as tl
 from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import interpreting
 from references.attention import paged_decode as contract
+from references.validation import require_within_limits
 
 
 # -- launch plan ----------------------------------------------------------------------------------
@@ -631,8 +632,18 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     return o, lse
 
 
+def kernel_limits(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> str | None:
+    """This kernel's own limits: a host ``sm_scale`` (a launch argument) and pages of at least one slot."""
+    if isinstance(sm_scale, torch.Tensor):
+        return "sm_scale: a tensor; this kernel takes a host number (reading a tensor would sync)"
+    if k_cache.shape[1] == 0:
+        return "k_cache: pages of S = 0 slots; this kernel divides token positions by S"
+    return None
+
+
 def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
     contract.validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    require_within_limits(kernel_limits(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select))
     plan = launch_plan(q.shape[2], k_cache.dtype)
     return run_plan(plan, q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
 
@@ -759,6 +770,7 @@ ENTRY = Entry.of_contract(
     archs=frozenset({Arch.CPU_INTERP, Arch.SM90}),
     batch_invariant=True,
     batch_args=("q", "page_table", "seq_lens", "page_select"),
+    limits=kernel_limits,
     bench=(
         BenchCase(f"bf16 KV, {_BENCH_SHAPE}", _bench_call(torch.bfloat16), bytes_moved,
                   ">= 70% of copy bandwidth (stock gather + SDPA: 30%, 1656 us)"),

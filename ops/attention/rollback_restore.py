@@ -16,15 +16,17 @@ import math
 
 import torch
 
-from ops.attention.rollback_save import CELLS, copy_live_slots, launch_plan, params_of
+from ops.attention.rollback_save import CELLS, copy_live_slots, kernel_limits, launch_plan, params_of
 from ops.catalog import ALL_ARCHS, BenchCase, Entry, Parity
 from references.attention import paged_slots
 from references.attention import rollback_restore as contract
+from references.validation import require_within_limits
 
 
 def rollback_restore(plane: torch.Tensor, page_table: torch.Tensor, positions: torch.Tensor, saved: torch.Tensor,
                      rejected: torch.Tensor) -> None:
     contract.validate(plane, page_table, positions, saved, rejected)
+    require_within_limits(kernel_limits(plane, page_table, positions, saved, rejected))
     copy_live_slots(plane, page_table, positions, saved, rejected)
 
 
@@ -84,6 +86,7 @@ ENTRY = Entry.of_contract(
     in_place=("plane",),
     siblings=("rollback_save",),
     properties=(paged_slots.rollback_restoration,),
+    limits=kernel_limits,
     bench=(
         BenchCase("B=512 T=16 [P, 64, 8, 128] bf16", _bench_step(512, 16, 64, 8, 128), bytes_moved,
                   "GB/s of the bytes moved (rejected slots only) near copy bandwidth; >= 5x stock indexing"),

@@ -29,6 +29,7 @@ import triton.language as tl
 from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, OneOf, Parity, Span
 from references.attention import paged_slots
 from references.attention import rollback_save as contract
+from references.validation import require_within_limits
 
 SWEEP_BYTES = 4096     # one sweep covers up to 4 KB of a slot (a [8, 128] bf16 KV slot is 2 KB)
 TILE_BYTES = 8192      # bytes a program moves per sweep: 16 B per lane of 4 warps, 4 vectors each
@@ -166,8 +167,21 @@ def copy_live_slots(plane: torch.Tensor, page_table: torch.Tensor, positions: to
     )
 
 
+def kernel_limits(plane, page_table, positions, saved=None, rejected=None) -> str | None:
+    """This kernel's own limits (either direction), narrower than the contract's ``[P, S, *E]`` of any dtype:
+    it addresses at most two trailing dims, copies 1- to 8-byte integers and divides by S."""
+    if plane.dim() > 4:
+        return f"plane: {plane.dim() - 2} trailing dims (shape {tuple(plane.shape)}); this kernel takes at most 2"
+    if plane.element_size() not in _SAME_WIDTH_INTS:
+        return f"plane: {plane.element_size()}-byte {plane.dtype} elements; this kernel copies 1, 2, 4 or 8 bytes"
+    if plane.shape[1] == 0:
+        return "plane: pages of S = 0 slots; this kernel divides positions by S"
+    return None
+
+
 def rollback_save(plane: torch.Tensor, page_table: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     contract.validate(plane, page_table, positions)
+    require_within_limits(kernel_limits(plane, page_table, positions))
     saved = torch.empty((*positions.shape, *plane.shape[2:]), dtype=plane.dtype, device=plane.device)
     copy_live_slots(plane, page_table, positions, saved, rejected=None)
     return saved
@@ -204,4 +218,5 @@ ENTRY = Entry.of_contract(
     batch_args=("page_table", "positions"),
     siblings=("rollback_restore",),
     properties=(paged_slots.rollback_restoration,),
+    limits=kernel_limits,
 )

@@ -21,6 +21,7 @@ import triton.language as tl
 from ops.catalog import ALL_ARCHS, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import interpreting
 from references.ssm import gdn_commit as contract
+from references.validation import require_within_limits
 
 _BITS = {2: torch.int16, 4: torch.int32}
 
@@ -67,8 +68,19 @@ def _commit_rows(
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
+def kernel_limits(state, slots, checkpoints, num_accepted) -> str | None:
+    """This kernel's own limits: it copies each slot, and each checkpoint, as one contiguous block."""
+    if not state[:1].is_contiguous():
+        return f"state: strides {state.stride()}; this kernel writes each slot as one contiguous [HV, Dk, Dv] block"
+    if not checkpoints[:1, :1].is_contiguous():
+        return (f"checkpoints: strides {checkpoints.stride()}; this kernel reads each checkpoint as one contiguous "
+                "[HV, Dk, Dv] block")
+    return None
+
+
 def gdn_commit(state, slots, checkpoints, num_accepted) -> None:
     contract.validate(state, slots, checkpoints, num_accepted)
+    require_within_limits(kernel_limits(state, slots, checkpoints, num_accepted))
     batch, tokens = checkpoints.shape[:2]
     if batch == 0:
         return
@@ -108,4 +120,5 @@ ENTRY = Entry.of_contract(
     archs=ALL_ARCHS,
     in_place=("state",),
     siblings=("gdn_decode", "gdn_verify"),
+    limits=kernel_limits,
 )

@@ -30,6 +30,7 @@ from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, interpreting
 from references.ssm import gdn_decode as contract
 from references.ssm import gdn_verify as verify_contract
+from references.validation import require_within_limits
 
 MAX_HEAD_DIM = 256   # a program keeps a [Dk, BV] fp32 block and Dk-long q, k in registers
 
@@ -154,11 +155,21 @@ def _gdn_tokens(
 
 
 # -- host wrappers ----------------------------------------------------------------------------------
-def require_kernel_limits(dk: int, dv: int) -> None:
-    if dk > MAX_HEAD_DIM:
-        raise ValueError(f"q: Dk = {dk} is above this kernel's {MAX_HEAD_DIM} — use the stock op")
-    if dv > MAX_HEAD_DIM:
-        raise ValueError(f"v: Dv = {dv} is above this kernel's {MAX_HEAD_DIM} — use the stock op")
+def kernel_limits(q, k, v, g, beta, state, slots, scale, qk_l2norm=False, num_tokens=None) -> str | None:
+    """This kernel's own limits (gdn_decode and gdn_verify), narrower than the contract's: it reads unit-stride
+    head dims, whole contiguous slots, a host ``scale``, and keeps head dims up to ``MAX_HEAD_DIM`` in registers."""
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
+            return f"{name}: stride(-1) = {tensor.stride(-1)}; this kernel reads unit-stride head dims"
+    if not state[:1].is_contiguous():
+        return f"state: strides {state.stride()}; this kernel reads each slot as one contiguous [HV, Dk, Dv] block"
+    if isinstance(scale, torch.Tensor):
+        return "scale: a tensor; this kernel takes a host number (reading a tensor would sync)"
+    if q.shape[-1] > MAX_HEAD_DIM:
+        return f"q: Dk = {q.shape[-1]} is above this kernel's {MAX_HEAD_DIM}"
+    if v.shape[-1] > MAX_HEAD_DIM:
+        return f"v: Dv = {v.shape[-1]} is above this kernel's {MAX_HEAD_DIM}"
+    return None
 
 
 def plan_for(q: torch.Tensor, v: torch.Tensor) -> LaunchPlan:
@@ -201,7 +212,7 @@ def run_plan(plan: LaunchPlan, q, k, v, g, beta, state, slots, scale, qk_l2norm=
 
 def gdn_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm=False) -> torch.Tensor:
     contract.validate(q, k, v, g, beta, state, slots, scale, qk_l2norm)
-    require_kernel_limits(q.shape[-1], v.shape[-1])
+    require_within_limits(kernel_limits(q, k, v, g, beta, state, slots, scale, qk_l2norm))
     return run_plan(plan_for(q, v), q, k, v, g, beta, state, slots, scale, qk_l2norm)
 
 
@@ -289,6 +300,7 @@ ENTRY = Entry.of_contract(
     in_place=("state",),
     siblings=("gdn_verify", "gdn_commit"),
     properties=(contract.writes_only_live_slots, verify_contract.replay_equivalence_of_decode_inputs),
+    limits=kernel_limits,
     bench=(
         BenchCase("B=64 H=16 HV=32 Dk=Dv=128 fp32 state, one decode step",
                   lambda device: serving_inputs(device, (64,), 16, 32, 128, 128, torch.float32),

@@ -21,12 +21,13 @@ from ops.catalog import ALL_ARCHS, BenchCase, Entry, Parity, Span
 from ops.ssm import gdn_decode as decode
 from ops.ssm.gdn_commit import gdn_commit
 from references.ssm import gdn_verify as contract
+from references.validation import require_within_limits
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
 def gdn_verify(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False):
     contract.validate(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm)
-    decode.require_kernel_limits(q.shape[-1], v.shape[-1])
+    require_within_limits(decode.kernel_limits(q, k, v, g, beta, state, slots, scale, qk_l2norm, num_tokens))
     batch, tokens, heads_v, dv = v.shape
     o = torch.empty(batch, tokens, heads_v, dv, dtype=torch.bfloat16, device=q.device)
     checkpoints = torch.empty(batch, tokens, *state.shape[1:], dtype=state.dtype, device=q.device)
@@ -84,6 +85,7 @@ ENTRY = Entry.of_contract(
     batch_args=("q", "k", "v", "g", "beta", "slots", "num_tokens"),
     siblings=("gdn_decode", "gdn_commit"),
     properties=(contract.replay_equivalence,),
+    limits=decode.kernel_limits,
     bench=(
         BenchCase(f"B=64 H=16 HV=32 Dk=Dv=128 fp32 state, T={BENCH_TOKENS}: verify; verify + commit; "
                   f"{BENCH_TOKENS} decode steps",

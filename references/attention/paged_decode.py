@@ -17,6 +17,15 @@
 The truth is computed in float64 over exactly the attended tokens (gathered, never masked, so NaN
 garbage cannot reach it); the reference is that truth rounded once to the contract's output dtypes.
 
+Refused: the contract's Refuse line (shape/dtype mismatch, unsupported D, Hq not a multiple of Hkv;
+Hkv = 0 is such a case) and non-tensors.  Everything else the signature allows is answered, among it:
+
+- ``sm_scale`` a Python number or a one-element floating tensor.  The contract types ``kv_scale`` (a
+  Python float) but not ``sm_scale``, whose only use is ``s_t = sm_scale * (q . k_t)``: a tensor there
+  is an input the signature allows.  The kernel takes a Python number only (its own limit: dispatch
+  runs the stock op for a tensor; a judged implementation may refuse it clearly).
+- pages of S = 0 slots: no token has a slot, so every attended set is empty (o = 0, lse = -inf).
+
 Decisions where the contract is silent (every implementation is judged by them):
 
 - ``kv_scale`` multiplies every cache element whatever the cache dtype: an element's value is
@@ -76,8 +85,6 @@ def validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, 
     if cache_head_dim != head_dim:
         raise refuse("k_cache", f"head dim {cache_head_dim} differs from q's D = {head_dim}",
                      "pass caches of q's head dim")
-    if page_size == 0:
-        raise refuse("k_cache", "page size S = 0 (dim 1)", "pages must hold at least one token slot")
     if kv_heads == 0:
         raise refuse("k_cache", "Hkv = 0 KV heads (dim 2)", "pass at least one KV head")
     if query_heads % kv_heads:
@@ -95,7 +102,12 @@ def validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, 
         if page_select.shape[0] != batch:
             raise refuse("page_select", f"{page_select.shape[0]} rows for a batch of B = {batch}",
                          "pass one row of selected logical pages per query")
-    require_number("sm_scale", sm_scale)
+    if isinstance(sm_scale, torch.Tensor):
+        require_dtype("sm_scale", sm_scale, (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+        if sm_scale.numel() != 1:
+            raise refuse("sm_scale", f"a tensor of {sm_scale.numel()} elements", "pass one number")
+    else:
+        require_number("sm_scale", sm_scale)
     require_number("kv_scale", kv_scale)
     require_same_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "page_table": page_table,
                          "seq_lens": seq_lens, "page_select": page_select})
@@ -116,9 +128,15 @@ def attended_tokens(page_table: torch.Tensor, seq_lens: torch.Tensor, page_size:
     return attended
 
 
+def scale_value(sm_scale) -> float:
+    """``sm_scale`` as a Python float (a one-element tensor is read: a sync, which the reference may make)."""
+    return float(sm_scale)
+
+
 def truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
     """(o, lse) in float64 over exactly the attended tokens of each row."""
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    sm_scale = scale_value(sm_scale)
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     group = query_heads // kv_heads
@@ -178,11 +196,12 @@ def stock(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, pag
     captures in a CUDA graph.
     """
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    sm_scale = scale_value(sm_scale)
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     logical, counted = _pages_read(page_table, page_select)
     pages = logical.shape[1]
-    if batch == 0 or pages == 0 or page_table.shape[1] == 0:
+    if batch == 0 or pages == 0 or page_table.shape[1] == 0 or page_size == 0:
         return (torch.zeros(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device),
                 torch.full((batch, query_heads), -torch.inf, device=q.device))
     physical = page_table.gather(1, logical.clamp(0, page_table.shape[1] - 1))
@@ -229,38 +248,45 @@ def _int32(*shape, device):
     return torch.zeros(shape, dtype=torch.int32, device=device)
 
 
+# the Refuse-line items of CONTRACTS.md the rows enforce
+MISMATCH, HEAD_DIM, GQA = "shape/dtype mismatch", "unsupported D", "Hq not a multiple of Hkv"
+
 REFUSALS = (
-    Refusal("2-D q", lambda d: _call(d, q=torch.zeros(2, 64, dtype=torch.bfloat16, device=d)), "q"),
-    Refusal("fp16 q", lambda d: _call(d, q=torch.zeros(2, 8, 64, dtype=torch.float16, device=d)), "q", TypeError),
-    Refusal("head dim 96", lambda d: _call(d, head_dim=96), "q"),
-    Refusal("Hq not a multiple of Hkv", lambda d: _call(d, query_heads=6, kv_heads=4), "q"),
+    Refusal("2-D q", lambda d: _call(d, q=torch.zeros(2, 64, dtype=torch.bfloat16, device=d)), "q", clause=MISMATCH),
+    Refusal("fp16 q", lambda d: _call(d, q=torch.zeros(2, 8, 64, dtype=torch.float16, device=d)), "q", TypeError,
+            clause=MISMATCH),
+    Refusal("head dim 96", lambda d: _call(d, head_dim=96), ("q", "k_cache"), clause=HEAD_DIM),
+    Refusal("Hq not a multiple of Hkv", lambda d: _call(d, query_heads=6, kv_heads=4), ("q", "k_cache"), clause=GQA),
+    Refusal("zero KV heads", lambda d: _call(d, kv_heads=0), ("k_cache", "q"), clause=GQA),
     Refusal("3-D k_cache", lambda d: _call(d, k_cache=torch.zeros(4, 16, 64, dtype=torch.bfloat16, device=d)),
-            "k_cache"),
-    Refusal("fp32 caches", lambda d: _call(d, cache_dtype=torch.float32), "k_cache", TypeError),
-    Refusal("e5m2 caches", lambda d: _call(d, cache_dtype=torch.float8_e5m2), "k_cache", TypeError),
+            "k_cache", clause=MISMATCH),
+    Refusal("fp32 caches", lambda d: _call(d, cache_dtype=torch.float32), ("k_cache", "v_cache"), TypeError,
+            clause=MISMATCH),
+    Refusal("e5m2 caches", lambda d: _call(d, cache_dtype=torch.float8_e5m2), ("k_cache", "v_cache"), TypeError,
+            clause=MISMATCH),
     Refusal("v_cache dtype differs", lambda d: _call(d, v_cache=torch.zeros(4, 16, 2, 64, device=d).to(
-        torch.float8_e4m3fn)), "v_cache", TypeError),
+        torch.float8_e4m3fn)), ("v_cache", "k_cache"), TypeError, clause=MISMATCH),
     Refusal("v_cache shape differs", lambda d: _call(d, v_cache=torch.zeros(4, 32, 2, 64, dtype=torch.bfloat16,
-                                                                            device=d)), "v_cache"),
+                                                                            device=d)), ("v_cache", "k_cache"),
+            clause=MISMATCH),
     Refusal("caches of another head dim", lambda d: _call(d, k_cache=torch.zeros(4, 16, 2, 128, dtype=torch.bfloat16,
                                                                                  device=d),
                                                           v_cache=torch.zeros(4, 16, 2, 128, dtype=torch.bfloat16,
-                                                                              device=d)), "k_cache"),
-    Refusal("zero-slot pages", lambda d: _call(d, page_size=0), "k_cache"),
-    Refusal("zero KV heads", lambda d: _call(d, kv_heads=0), "k_cache"),
+                                                                              device=d)),
+            ("k_cache", "v_cache", "q"), clause=MISMATCH),
     Refusal("int64 page_table", lambda d: _call(d, page_table=torch.zeros(2, 2, dtype=torch.int64, device=d)),
-            "page_table", TypeError),
-    Refusal("1-D page_table", lambda d: _call(d, page_table=_int32(2, device=d)), "page_table"),
-    Refusal("page_table of another batch", lambda d: _call(d, page_table=_int32(3, 2, device=d)), "page_table"),
+            "page_table", TypeError, clause=MISMATCH),
+    Refusal("1-D page_table", lambda d: _call(d, page_table=_int32(2, device=d)), "page_table", clause=MISMATCH),
+    Refusal("page_table of another batch", lambda d: _call(d, page_table=_int32(3, 2, device=d)), ("page_table", "q"),
+            clause=MISMATCH),
     Refusal("int64 seq_lens", lambda d: _call(d, seq_lens=torch.ones(2, dtype=torch.int64, device=d)),
-            "seq_lens", TypeError),
-    Refusal("seq_lens of another batch", lambda d: _call(d, seq_lens=_int32(3, device=d)), "seq_lens"),
-    Refusal("1-D page_select", lambda d: _call(d, page_select=_int32(4, device=d)), "page_select"),
+            "seq_lens", TypeError, clause=MISMATCH),
+    Refusal("seq_lens of another batch", lambda d: _call(d, seq_lens=_int32(3, device=d)), ("seq_lens", "q"),
+            clause=MISMATCH),
+    Refusal("1-D page_select", lambda d: _call(d, page_select=_int32(4, device=d)), "page_select", clause=MISMATCH),
     Refusal("int64 page_select", lambda d: _call(d, page_select=torch.zeros(2, 4, dtype=torch.int64, device=d)),
-            "page_select", TypeError),
-    Refusal("page_select of another batch", lambda d: _call(d, page_select=_int32(1, 4, device=d)), "page_select"),
-    Refusal("sm_scale as a tensor", lambda d: _call(d, sm_scale=torch.tensor(0.125, device=d)), "sm_scale",
-            TypeError),
-    Refusal("kv_scale as a string", lambda d: _call(d, kv_scale="1.0"), "kv_scale", TypeError),
-    Refusal("q not a tensor", lambda d: _call(d, q=[[0.0] * 64]), "q", TypeError),
+            "page_select", TypeError, clause=MISMATCH),
+    Refusal("page_select of another batch", lambda d: _call(d, page_select=_int32(1, 4, device=d)),
+            ("page_select", "q"), clause=MISMATCH),
+    Refusal("q not a tensor", lambda d: _call(d, q=[[0.0] * 64]), "q", TypeError, clause="non-tensor"),
 )

@@ -7,6 +7,13 @@ lives at ``plane[page_table[b, t // S], t % S]``; entry ``(b, j)`` of ``position
 unallocated page).  Before the step the positions it will write are saved; after verification the
 rejected ones are restored.
 
+Refused (the contract's Refuse line, nothing more): page_table/positions not int32 2-D, B of positions
+not B of page_table, rejected not bool [B, T], saved not [B, T, *E] of plane's dtype, a plane with
+fewer than 2 dims.  Everything else the signature allows is answered: any number of trailing dims,
+any dtype (16-byte complex elements included), any strides, and S = 0 (pages without slots: no entry
+is live).  The kernels' narrower limits (at most 2 trailing dims, 1- to 8-byte elements, S >= 1) are
+theirs: ``ops/attention/rollback_save.kernel_limits``.
+
 Preconditions the contract leaves to the caller (values on the device, never checked by a sync):
 allocated page ids are below P, and the live entries of one call name distinct slots (a step writes
 each new token once; shared prefix pages are never written by it).
@@ -28,14 +35,11 @@ from references.validation import (
     refuse,
     require_dtype,
     require_ndim,
-    require_range,
     require_same_device,
     require_shape,
     require_tensor,
 )
 
-MAX_TRAILING_DIMS = 2
-ELEMENT_SIZES = (1, 2, 4, 8)   # the ops copy bits: a plane of any dtype of these widths
 _SAME_WIDTH_INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -44,13 +48,8 @@ def validate_plane_step(plane, page_table, positions) -> None:
     """The checks both rollback ops make on the plane, its page table and the step's positions."""
     for name, value in (("plane", plane), ("page_table", page_table), ("positions", positions)):
         require_tensor(name, value)
-    if not 2 <= plane.dim() <= 2 + MAX_TRAILING_DIMS:
-        raise refuse("plane", f"expected [P, S, *E] with at most {MAX_TRAILING_DIMS} trailing dims, got shape "
-                              f"{tuple(plane.shape)}", "pass [P, S], [P, S, E] or [P, S, E0, E1]")
-    if plane.element_size() not in ELEMENT_SIZES:
-        raise TypeError(f"plane: dtype {str(plane.dtype).replace('torch.', '')} has {plane.element_size()}-byte "
-                        f"elements — pass a plane of 1-, 2-, 4- or 8-byte elements (view it as such)")
-    require_range("plane", plane.shape[1], 1, None, "S (slots per page)")
+    if plane.dim() < 2:
+        raise refuse("plane", f"expected [P, S, *E], got shape {tuple(plane.shape)}", "pass P pages of S slots")
     require_ndim("page_table", page_table, 2, "[B, M]")
     require_dtype("page_table", page_table, (torch.int32,))
     require_ndim("positions", positions, 2, "[B, T]")
@@ -72,14 +71,19 @@ def validate_saved(plane, positions, saved) -> None:
 
 # -- slots ----------------------------------------------------------------------------------------
 def bits(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's elements as same-width integers, in place (a view): the ops copy bits, not values."""
-    return tensor.view(_SAME_WIDTH_INTS[tensor.element_size()])
+    """The tensor's elements as same-width integers, in place (a view): the ops copy bits, not values.
+    A dtype of another width (16-byte complex) is returned as it is: its indexed copies move bytes."""
+    width = _SAME_WIDTH_INTS.get(tensor.element_size())
+    return tensor if width is None else tensor.view(width)
 
 
 def live_slots(page_table: torch.Tensor, positions: torch.Tensor, slots_per_page: int):
     """``(live, page, slot)``, each ``[B, T]``: which entries are live, and their slot (0 where not live)."""
     pages_per_row = page_table.shape[1]
     position = positions.to(torch.int64)
+    if slots_per_page == 0:   # pages without slots: no position lives anywhere
+        dead = torch.zeros_like(position)
+        return dead.bool(), dead, dead
     logical = torch.div(position, slots_per_page, rounding_mode="floor")
     in_table = (position >= 0) & (logical < pages_per_row)
     if pages_per_row == 0:
@@ -108,6 +112,14 @@ def refusal_positions(device, rows=2, steps=4, dtype=torch.int32):
     return torch.zeros(rows, steps, dtype=dtype, device=device)
 
 
+# the Refuse-line items of CONTRACTS.md that the rows below enforce (both ops share them)
+INT32_2D = "`page_table`/`positions` not int32 2-D"
+SAME_B = "B of `positions` not B of `page_table`"
+PLANE_DIMS = "plane with fewer than 2 dims"
+REJECTED = "`rejected` not bool `[B, T]`"
+SAVED = "`saved` not `[B, T, *E]` of plane's dtype"
+
+
 def plane_step_refusals(call) -> tuple[Refusal, ...]:
     """Refusals of the plane, page table and positions, for either op (``call(device, **override)``)."""
     def plane(**options):
@@ -120,18 +132,16 @@ def plane_step_refusals(call) -> tuple[Refusal, ...]:
         return lambda device: call(device, positions=refusal_positions(device, **options))
 
     return (
-        Refusal("1-D plane", plane(shape=(64,)), "plane"),
-        Refusal("plane with 3 trailing dims", plane(shape=(4, 16, 2, 2, 2)), "plane"),
-        Refusal("plane of 0 slots per page", plane(shape=(4, 0, 8)), "plane"),
-        Refusal("complex128 plane (16-byte elements)", plane(dtype=torch.complex128), "plane", TypeError),
-        Refusal("1-D page_table", lambda device: call(device, page_table=refusal_table(device)[0]), "page_table"),
-        Refusal("int64 page_table", table(dtype=torch.int64), "page_table", TypeError),
-        Refusal("positions of another batch", positions(rows=3), "positions"),
-        Refusal("int64 positions", positions(dtype=torch.int64), "positions", TypeError),
+        Refusal("1-D plane", plane(shape=(64,)), "plane", clause=PLANE_DIMS),
+        Refusal("1-D page_table", lambda device: call(device, page_table=refusal_table(device)[0]), "page_table",
+                clause=INT32_2D),
+        Refusal("int64 page_table", table(dtype=torch.int64), "page_table", TypeError, clause=INT32_2D),
+        Refusal("positions of another batch", positions(rows=3), ("positions", "page_table"), clause=SAME_B),
+        Refusal("int64 positions", positions(dtype=torch.int64), "positions", TypeError, clause=INT32_2D),
         Refusal("3-D positions", lambda device: call(device, positions=refusal_positions(device).view(2, 2, 2)),
-                "positions"),
+                "positions", clause=INT32_2D),
         Refusal("positions not a tensor", lambda device: call(device, positions=[[0, 1], [2, 3]]), "positions",
-                TypeError),
+                TypeError, clause="non-tensor"),
     )
 
 

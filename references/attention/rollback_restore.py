@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from references.attention.paged_slots import bits, live_slots, plane_step_refusals, refusal_plane, \
-    refusal_positions, refusal_table, validate_plane_step, validate_saved
+from references.attention.paged_slots import REJECTED, SAVED, bits, live_slots, plane_step_refusals, \
+    refusal_plane, refusal_positions, refusal_table, validate_plane_step, validate_saved
 from references.validation import Refusal, require_dtype, require_shape, require_tensor
 
 
@@ -35,7 +35,7 @@ def stock(plane, page_table, positions, saved, rejected) -> None:
     """What a serving engine runs today: the rejected live entries' indices (a device sync), then a
     scatter through advanced indexing."""
     slots_per_page, pages_per_row = plane.shape[1], page_table.shape[1]
-    if pages_per_row == 0:   # no table: nothing is live
+    if pages_per_row == 0 or slots_per_page == 0:   # no table, or pages without slots: nothing is live
         return
     logical = positions // slots_per_page
     page = page_table.gather(1, logical.clamp(0, pages_per_row - 1).long())
@@ -56,15 +56,18 @@ def _call(device, **override):
 
 
 REFUSALS = plane_step_refusals(_call) + (
-    Refusal("saved of another shape", lambda device: _call(device, saved=_saved(device, (2, 4, 9))), "saved"),
-    Refusal("saved without its step axis", lambda device: _call(device, saved=_saved(device, (2, 8))), "saved"),
+    Refusal("saved of another shape", lambda device: _call(device, saved=_saved(device, (2, 4, 9))),
+            ("saved", "plane"), clause=SAVED),
+    Refusal("saved without its step axis", lambda device: _call(device, saved=_saved(device, (2, 8))),
+            ("saved", "positions"), clause=SAVED),
     Refusal("saved of another dtype", lambda device: _call(device, saved=_saved(device, dtype=torch.float32)),
-            "saved", TypeError),
+            ("saved", "plane"), TypeError, clause=SAVED),
     Refusal("uint8 rejected", lambda device: _call(device, rejected=torch.zeros(2, 4, dtype=torch.uint8,
                                                                                 device=device)),
-            "rejected", TypeError),
+            "rejected", TypeError, clause=REJECTED),
     Refusal("rejected of another shape", lambda device: _call(device, rejected=torch.zeros(2, 5, dtype=torch.bool,
                                                                                            device=device)),
-            "rejected"),
-    Refusal("rejected not a tensor", lambda device: _call(device, rejected=None), "rejected", TypeError),
+            ("rejected", "positions"), clause=REJECTED),
+    Refusal("rejected not a tensor", lambda device: _call(device, rejected=None), "rejected", TypeError,
+            clause="non-tensor"),
 )

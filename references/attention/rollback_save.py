@@ -28,7 +28,7 @@ def rollback_save(plane, page_table, positions):
 def stock(plane, page_table, positions):
     """What a serving engine runs today: flat slot ids into the cache seen as [P*S, *E], then a gather."""
     slots_per_page, pages_per_row = plane.shape[1], page_table.shape[1]
-    if pages_per_row == 0:   # no table: nothing is live
+    if pages_per_row == 0 or slots_per_page == 0:   # no table, or pages without slots: nothing is live
         return torch.zeros((*positions.shape, *plane.shape[2:]), dtype=plane.dtype, device=plane.device)
     logical = positions // slots_per_page
     page = page_table.gather(1, logical.clamp(0, pages_per_row - 1).long())

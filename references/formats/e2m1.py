@@ -11,10 +11,10 @@ Encoding is the PTX ``cvt.rn.satfinite.e2m1x2.f32`` semantics the contract asks 
 - the sign bit is the sign bit of the input, so ``-0.0`` and negatives that round to zero give
   code 8 (``-0``), as the hardware conversion does.
 
-NaN is outside the contract (``x`` is finite and ``global_scale`` positive and finite there); it
-can still arise from a ``global_scale`` of 0 or inf (``0 * inf``). Implementations disagree (XLA's
-emulation writes -0); the reference encodes any NaN as code 7 (+6), the saturated value, and the
-tests pin that choice so a kernel is judged against one fixed answer.
+A NaN ``x * out_scale`` arises on legal inputs (``out_scale`` overflows to inf when
+``float(sf) * (1 / global_scale)`` is subnormal, and a zero element gives ``0 * inf``); the contract
+pins it as code 7 (+6, sign bit clear), and the reference encodes any NaN so.  Implementations
+disagree elsewhere (XLA's emulation writes -0, code 8), which the contract's pin rejects.
 """
 from __future__ import annotations
 

@@ -10,6 +10,10 @@ one-element DECODE scale.
 - ``stock``: dequantize to bf16 (``(w.float() * w_scale).bfloat16()``, exact when ``w_scale`` is a
   power of two) and ``torch.matmul`` in bf16: the issue's baseline, 391 us at N = K = 8192 on an H200.
 
+Refused: the contract's Refuse line ("as above": M outside 1..16, K mismatch, wrong dtypes) and
+non-tensors; a K mismatch may name ``x`` or ``w``.  A ``w`` that is not 2-D and a ``w_scale`` of
+several elements are outside the signature: refused here, demanded of no implementation.
+
 E4M3 NaN codes (0x7F, 0xFF) are not weights any quantizer writes; an input holding them is outside the
 contract (NaN truth cannot be matched). ``N == 0`` gives ``[M, 0]``.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from references.gemm.nvfp4_gemv import validate_activations
+from references.gemm.nvfp4_gemv import DTYPES, K_MISMATCH, ROWS, validate_activations
 from references.validation import (
     Refusal,
     refuse,
@@ -70,21 +74,21 @@ def _scale(device, count=1, dtype=torch.float32):
 
 
 REFUSALS = (
-    Refusal("M = 0", lambda device: {"x": _x(device, (0, 64)), "w": _w(device), "w_scale": _scale(device)}, "x"),
-    Refusal("M = 17", lambda device: {"x": _x(device, (17, 64)), "w": _w(device), "w_scale": _scale(device)}, "x"),
+    Refusal("M = 0", lambda device: {"x": _x(device, (0, 64)), "w": _w(device), "w_scale": _scale(device)}, "x",
+            clause=ROWS),
+    Refusal("M = 17", lambda device: {"x": _x(device, (17, 64)), "w": _w(device), "w_scale": _scale(device)}, "x",
+            clause=ROWS),
     Refusal("float32 x", lambda device: {"x": _x(device, dtype=torch.float32), "w": _w(device),
-                                         "w_scale": _scale(device)}, "x", TypeError),
+                                         "w_scale": _scale(device)}, "x", TypeError, clause=DTYPES),
     Refusal("K of x 65, of w 64", lambda device: {"x": _x(device, (2, 65)), "w": _w(device), "w_scale": _scale(device)},
-            "x"),
+            ("x", "w"), clause=K_MISMATCH),
     Refusal("e5m2 w", lambda device: {"x": _x(device), "w": _w(device, dtype=torch.float8_e5m2),
-                                      "w_scale": _scale(device)}, "w", TypeError),
+                                      "w_scale": _scale(device)}, "w", TypeError, clause=DTYPES),
     Refusal("bf16 w", lambda device: {"x": _x(device), "w": _w(device, dtype=torch.bfloat16),
-                                      "w_scale": _scale(device)}, "w", TypeError),
-    Refusal("3-D w", lambda device: {"x": _x(device), "w": _w(device, (2, 8, 64)), "w_scale": _scale(device)}, "w"),
-    Refusal("two-element w_scale", lambda device: {"x": _x(device), "w": _w(device), "w_scale": _scale(device, 2)},
-            "w_scale"),
+                                      "w_scale": _scale(device)}, "w", TypeError, clause=DTYPES),
     Refusal("bf16 w_scale", lambda device: {"x": _x(device), "w": _w(device),
-                                            "w_scale": _scale(device, dtype=torch.bfloat16)}, "w_scale", TypeError),
+                                            "w_scale": _scale(device, dtype=torch.bfloat16)}, "w_scale", TypeError,
+            clause=DTYPES),
     Refusal("w_scale a Python float", lambda device: {"x": _x(device), "w": _w(device), "w_scale": 1.0},
-            "w_scale", TypeError),
+            "w_scale", TypeError, clause="non-tensor"),
 )

@@ -13,9 +13,13 @@
   bf16 costs up to 2**-9 relative per weight unless ``1 / global_scale`` is a power of two; that error,
   measured per input, sets the band.
 
-Decided where the contract leaves room: ``M`` must be 1..16 (refused otherwise, the contract's bound
-of a GEMV); ``N == 0`` gives an empty ``[M, 0]``; strides of ``x`` are free (rows of a larger buffer
-are legal), the weight tensors are read through PyTorch indexing here, so any strides work.
+Refused: the contract's Refuse line (M outside 1..16, K mismatch, wrong dtypes) and non-tensors; a
+K mismatch may name either side (``x`` or the weight's tensors).  Shapes outside the signature (a
+1-D ``x``, a ``global_scale`` of several elements, packed and scales of different N) are refused here
+too, but demanded of no implementation.
+
+Decided where the contract leaves room: ``N == 0`` gives an empty ``[M, 0]``; strides of ``x`` are
+free (rows of a larger buffer are legal), the weight tensors are read through PyTorch indexing here, so any strides work.
 """
 from __future__ import annotations
 
@@ -83,28 +87,31 @@ def _x(device, shape=(2, 64), dtype=torch.bfloat16):
     return torch.ones(shape, dtype=dtype, device=device)
 
 
+# the Refuse-line items of CONTRACTS.md the rows enforce (fp8_gemv's line is "as above": the same)
+ROWS, K_MISMATCH, DTYPES = "M outside 1..16", "K mismatch", "wrong dtypes"
+
 REFUSALS = (
-    Refusal("M = 0", lambda device: {"x": _x(device, (0, 64)), **_weights(device)}, "x"),
-    Refusal("M = 17", lambda device: {"x": _x(device, (17, 64)), **_weights(device)}, "x"),
-    Refusal("1-D x", lambda device: {"x": _x(device, (64,)), **_weights(device)}, "x"),
-    Refusal("float16 x", lambda device: {"x": _x(device, dtype=torch.float16), **_weights(device)}, "x", TypeError),
-    Refusal("K of x 80, of the weight 64", lambda device: {"x": _x(device, (2, 80)), **_weights(device)}, "x"),
+    Refusal("M = 0", lambda device: {"x": _x(device, (0, 64)), **_weights(device)}, "x", clause=ROWS),
+    Refusal("M = 17", lambda device: {"x": _x(device, (17, 64)), **_weights(device)}, "x", clause=ROWS),
+    Refusal("float16 x", lambda device: {"x": _x(device, dtype=torch.float16), **_weights(device)}, "x", TypeError,
+            clause=DTYPES),
+    Refusal("K of x 80, of the weight 64", lambda device: {"x": _x(device, (2, 80)), **_weights(device)},
+            ("x", "packed", "block_scales"), clause=K_MISMATCH),
     Refusal("int8 packed", lambda device: {"x": _x(device), **_weights(device),
                                            "packed": torch.zeros(8, 32, dtype=torch.int8, device=device)},
-            "packed", TypeError),
-    Refusal("packed K/2 = 12 bytes, not whole blocks", lambda device: {
+            "packed", TypeError, clause=DTYPES),
+    Refusal("packed of 12 bytes a row (K = 24) beside block_scales for K = 64", lambda device: {
         "x": _x(device, (2, 24)), **_weights(device), "packed": torch.zeros(8, 12, dtype=torch.uint8, device=device)},
-        "packed"),
+        ("packed", "block_scales"), clause=K_MISMATCH),
     Refusal("float32 block_scales", lambda device: {"x": _x(device), **_weights(device),
                                                     "block_scales": torch.ones(8, 4, device=device)},
-            "block_scales", TypeError),
+            "block_scales", TypeError, clause=DTYPES),
     Refusal("block_scales of 3 columns for K = 64", lambda device: {
         "x": _x(device), **_weights(device), "block_scales": torch.ones(8, 3, device=device).to(torch.float8_e4m3fn)},
-        "block_scales"),
-    Refusal("two-element global_scale", lambda device: {"x": _x(device), **_weights(device),
-                                                         "global_scale": torch.ones(2, device=device)},
-            "global_scale"),
+        ("block_scales", "packed"), clause=K_MISMATCH),
     Refusal("float64 global_scale", lambda device: {"x": _x(device), **_weights(device),
                                                      "global_scale": torch.ones(1, dtype=torch.float64, device=device)},
-            "global_scale", TypeError),
+            "global_scale", TypeError, clause=DTYPES),
+    Refusal("x not a tensor", lambda device: {"x": [[1.0] * 64] * 2, **_weights(device)}, "x", TypeError,
+            clause="non-tensor"),
 )

@@ -11,6 +11,10 @@ maximum an FP8 quantizer of ``y`` keeps.
 ``truth`` is the same arithmetic in float64 from the same bf16 inputs; ``amax`` is not judged against
 it (an fp32 copy of a bf16 maximum is one bf16 rounding away from any float64 truth): the stateful
 property ``amax_is_max_of_returned_values`` judges it exactly, against the implementation's own ``y``.
+
+Refused: the contract's Refuse line (shape/dtype mismatch, ``H % group_size != 0``), non-tensors, and
+the wrong types the signature pins (``eps``/``group_size`` a tensor, ``group_size`` a float).
+``norm_before_gate`` is read for its truth value: an int flag is answered like the bool it stands for.
 """
 from __future__ import annotations
 
@@ -50,7 +54,7 @@ def validate(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) ->
     if group_size < 1 or width % group_size != 0:
         raise refuse("group_size", f"group_size = {group_size} with H = {width}",
                      "group_size must be a positive divisor of H (H itself for one group per row)")
-    if not isinstance(norm_before_gate, bool):
+    if not isinstance(norm_before_gate, numbers.Integral):   # a bool, or an int read as one
         raise TypeError(f"norm_before_gate: expected a bool, got {type(norm_before_gate).__name__}")
     if amax is not None:
         require_tensor("amax", amax)
@@ -69,7 +73,7 @@ def normalize(x, z, weight, eps, group_size, norm_before_gate, dtype) -> torch.T
     tokens, width = x.shape
     gate = None if z is None else silu(z.to(dtype))
     u = x.to(dtype)
-    if gate is not None and not norm_before_gate:
+    if gate is not None and not norm_before_gate:   # truthiness: an int flag reads as a bool
         u = u * gate
     groups = u.reshape(tokens, width // group_size, group_size)
     mean_square = (groups * groups).mean(dim=-1, keepdim=True)
@@ -147,23 +151,34 @@ def _call(device, **override):
     return {**kwargs, **override}
 
 
+# the Refuse-line items of CONTRACTS.md the rows enforce, and the signature's pinned wrong types
+MISMATCH, GROUPS = "shape/dtype mismatch", "`H % group_size != 0`"
+WRONG_TYPE = "a tensor or a float for either is a wrong type"
+
 REFUSALS = (
-    Refusal("1-D x", lambda device: _call(device, x=_bf16(device, 64), z=None), "x"),
-    Refusal("3-D x", lambda device: _call(device, x=_bf16(device, 2, 4, 64), z=None), "x"),
-    Refusal("fp32 x", lambda device: _call(device, x=torch.randn(4, 64, device=device)), "x", TypeError),
-    Refusal("x not a tensor", lambda device: _call(device, x=[[1.0] * 64] * 4), "x", TypeError),
-    Refusal("z of another shape", lambda device: _call(device, z=_bf16(device, 4, 63)), "z"),
-    Refusal("fp16 z", lambda device: _call(device, z=torch.randn(4, 64, device=device).half()), "z", TypeError),
-    Refusal("weight of another length", lambda device: _call(device, weight=_bf16(device, 65)), "weight"),
-    Refusal("2-D weight", lambda device: _call(device, weight=_bf16(device, 1, 64)), "weight"),
-    Refusal("fp32 weight", lambda device: _call(device, weight=torch.randn(64, device=device)), "weight", TypeError),
-    Refusal("group_size not dividing H", lambda device: _call(device, group_size=48), "group_size"),
-    Refusal("group_size 0", lambda device: _call(device, group_size=0), "group_size"),
-    Refusal("float group_size", lambda device: _call(device, group_size=32.0), "group_size", TypeError),
-    Refusal("eps as a tensor", lambda device: _call(device, eps=torch.tensor(1e-6)), "eps", TypeError),
-    Refusal("norm_before_gate as an int", lambda device: _call(device, norm_before_gate=1), "norm_before_gate",
-            TypeError),
+    Refusal("1-D x", lambda device: _call(device, x=_bf16(device, 64), z=None), "x", clause=MISMATCH),
+    Refusal("3-D x", lambda device: _call(device, x=_bf16(device, 2, 4, 64), z=None), "x", clause=MISMATCH),
+    Refusal("fp32 x", lambda device: _call(device, x=torch.randn(4, 64, device=device)), "x", TypeError,
+            clause=MISMATCH),
+    Refusal("x not a tensor", lambda device: _call(device, x=[[1.0] * 64] * 4), "x", TypeError, clause="non-tensor"),
+    Refusal("z of another shape", lambda device: _call(device, z=_bf16(device, 4, 63)), ("z", "x"), clause=MISMATCH),
+    Refusal("fp16 z", lambda device: _call(device, z=torch.randn(4, 64, device=device).half()), "z", TypeError,
+            clause=MISMATCH),
+    Refusal("weight of another length", lambda device: _call(device, weight=_bf16(device, 65)), ("weight", "x"),
+            clause=MISMATCH),
+    Refusal("2-D weight", lambda device: _call(device, weight=_bf16(device, 1, 64)), "weight", clause=MISMATCH),
+    Refusal("fp32 weight", lambda device: _call(device, weight=torch.randn(64, device=device)), "weight", TypeError,
+            clause=MISMATCH),
+    Refusal("group_size not dividing H", lambda device: _call(device, group_size=48), "group_size", clause=GROUPS),
+    Refusal("group_size 0", lambda device: _call(device, group_size=0), "group_size", clause=GROUPS),
+    Refusal("float group_size", lambda device: _call(device, group_size=32.0), "group_size", TypeError,
+            clause=WRONG_TYPE),
+    Refusal("group_size as a tensor", lambda device: _call(device, group_size=torch.tensor(32)), "group_size",
+            TypeError, clause=WRONG_TYPE),
+    Refusal("eps as a tensor", lambda device: _call(device, eps=torch.tensor(1e-6)), "eps", TypeError,
+            clause=WRONG_TYPE),
     Refusal("bf16 amax", lambda device: _call(device, amax=torch.zeros(1, device=device).to(torch.bfloat16)),
-            "amax", TypeError),
-    Refusal("amax of two elements", lambda device: _call(device, amax=torch.zeros(2, device=device)), "amax"),
+            "amax", TypeError, clause=MISMATCH),
+    Refusal("amax of two elements", lambda device: _call(device, amax=torch.zeros(2, device=device)), "amax",
+            clause=MISMATCH),
 )

@@ -12,6 +12,10 @@ The reference computes on the CPU, whose float32 arithmetic is IEEE round-to-nea
 the same torch ops on CUDA tensors disagreed with it on 1981 of 8192 block scales of one input
 (2026-11-29, ``torch 2.11``), while the Triton kernel, with ``div_rn``, agreed on every byte.  So the
 stock op on a GPU is not exact, and each certificate's ``stock_disagreements`` counts where.
+
+Refused: the contract's Refuse line (K not a multiple of 16, non-bf16 x, global_scale not one fp32
+element) and non-tensors.  An ``x`` that is not 2-D is outside the signature: refused here, demanded
+of no implementation.  A NaN ``x * out_scale`` is code 7 (``references/formats/e2m1.py``).
 """
 from __future__ import annotations
 
@@ -46,26 +50,29 @@ def _scale(device, values=(1.0,), dtype=torch.float32):
     return torch.tensor(values, dtype=dtype, device=device)
 
 
+# the Refuse-line items of CONTRACTS.md the rows enforce
+K_BLOCKS, X_DTYPE, SCALE = "K not a multiple of 16", "non-bf16 x", "global_scale not one fp32 element"
+
 REFUSALS = (
-    Refusal("x not a tensor", lambda device: {"x": [[1.0] * 16], "global_scale": _scale(device)}, "x", TypeError),
-    Refusal("1-D x", lambda device: {"x": _x(device, (32,)), "global_scale": _scale(device)}, "x"),
-    Refusal("3-D x", lambda device: {"x": _x(device, (2, 4, 32)), "global_scale": _scale(device)}, "x"),
+    Refusal("x not a tensor", lambda device: {"x": [[1.0] * 16], "global_scale": _scale(device)}, "x", TypeError,
+            clause="non-tensor"),
     Refusal("float32 x", lambda device: {"x": _x(device, dtype=torch.float32), "global_scale": _scale(device)},
-            "x", TypeError),
+            "x", TypeError, clause=X_DTYPE),
     Refusal("float16 x", lambda device: {"x": _x(device, dtype=torch.float16), "global_scale": _scale(device)},
-            "x", TypeError),
+            "x", TypeError, clause=X_DTYPE),
     Refusal("K = 24, not a multiple of 16", lambda device: {"x": _x(device, (4, 24)), "global_scale": _scale(device)},
-            "x"),
-    Refusal("K = 8", lambda device: {"x": _x(device, (4, 8)), "global_scale": _scale(device)}, "x"),
+            "x", clause=K_BLOCKS),
+    Refusal("K = 8", lambda device: {"x": _x(device, (4, 8)), "global_scale": _scale(device)}, "x", clause=K_BLOCKS),
     Refusal("global_scale a Python float", lambda device: {"x": _x(device), "global_scale": 1.0}, "global_scale",
-            TypeError),
+            TypeError, clause=SCALE),
     Refusal("float64 global_scale",
             lambda device: {"x": _x(device), "global_scale": _scale(device, dtype=torch.float64)},
-            "global_scale", TypeError),
+            "global_scale", TypeError, clause=SCALE),
     Refusal("bf16 global_scale",
             lambda device: {"x": _x(device), "global_scale": _scale(device, dtype=torch.bfloat16)},
-            "global_scale", TypeError),
+            "global_scale", TypeError, clause=SCALE),
     Refusal("two-element global_scale", lambda device: {"x": _x(device), "global_scale": _scale(device, (1.0, 2.0))},
-            "global_scale"),
-    Refusal("empty global_scale", lambda device: {"x": _x(device), "global_scale": _scale(device, ())}, "global_scale"),
+            "global_scale", clause=SCALE),
+    Refusal("empty global_scale", lambda device: {"x": _x(device), "global_scale": _scale(device, ())}, "global_scale",
+            clause=SCALE),
 )

@@ -4,6 +4,10 @@
 otherwise the smallest index holding the row maximum; ``-0.0 == +0.0`` (a tie); a row of all ``-inf``
 gives 0.  This is CPU ``torch.argmax(logits, dim=-1)``, written here without calling it so the oracle
 does not trust the op it is meant to judge.
+
+Refused: the contract's Refuse line (not 2-D, other dtypes, ``stride(1) != 1``, ``V == 0``) and
+non-tensors.  ``V > 2**20`` and overlapping rows (``stride(0) < V``) are outside the signature: refused
+here too, but demanded of no implementation (no row in ``REFUSALS``).
 """
 from __future__ import annotations
 
@@ -54,13 +58,17 @@ def _buffer(device, dtype=torch.bfloat16, shape=(4, 64)):
 
 
 REFUSALS = (
-    Refusal("1-D logits", lambda device: {"logits": _buffer(device, shape=(64,))}, "logits"),
-    Refusal("3-D logits", lambda device: {"logits": _buffer(device, shape=(2, 4, 64))}, "logits"),
+    Refusal("1-D logits", lambda device: {"logits": _buffer(device, shape=(64,))}, "logits", clause="not 2-D"),
+    Refusal("3-D logits", lambda device: {"logits": _buffer(device, shape=(2, 4, 64))}, "logits", clause="not 2-D"),
     Refusal("int32 logits", lambda device: {"logits": torch.zeros(4, 64, dtype=torch.int32, device=device)},
-            "logits", TypeError),
-    Refusal("float64 logits", lambda device: {"logits": _buffer(device, torch.float64)}, "logits", TypeError),
-    Refusal("column-strided logits", lambda device: {"logits": _buffer(device, shape=(4, 128))[:, ::2]}, "logits"),
-    Refusal("transposed logits", lambda device: {"logits": _buffer(device, shape=(64, 4)).t()}, "logits"),
-    Refusal("empty vocabulary", lambda device: {"logits": _buffer(device, shape=(4, 0))}, "logits"),
-    Refusal("not a tensor", lambda device: {"logits": [[1.0, 2.0]]}, "logits", TypeError),
+            "logits", TypeError, clause="other dtypes"),
+    Refusal("float64 logits", lambda device: {"logits": _buffer(device, torch.float64)}, "logits", TypeError,
+            clause="other dtypes"),
+    Refusal("column-strided logits", lambda device: {"logits": _buffer(device, shape=(4, 128))[:, ::2]}, "logits",
+            clause="`stride(1) != 1`"),
+    Refusal("transposed logits", lambda device: {"logits": _buffer(device, shape=(64, 4)).t()}, "logits",
+            clause="`stride(1) != 1`"),
+    Refusal("empty vocabulary", lambda device: {"logits": _buffer(device, shape=(4, 0))}, "logits",
+            clause="`V == 0`"),
+    Refusal("not a tensor", lambda device: {"logits": [[1.0, 2.0]]}, "logits", TypeError, clause="non-tensor"),
 )

@@ -88,25 +88,30 @@ def _call(device, **override):
     return {**kwargs, **override}
 
 
+MISMATCH = "shape or dtype mismatch"   # an item of the contract's Refuse line
+
 REFUSALS = (
     Refusal("K = 17 drafts", lambda device: _call(device, draft_tokens=_tokens(device, columns=17),
-                                                  target_tokens=_tokens(device, columns=18)), "draft_tokens"),
+                                                  target_tokens=_tokens(device, columns=18)), "draft_tokens",
+            clause="`K > 16`"),
     Refusal("target without the bonus column", lambda device: _call(device, target_tokens=_tokens(device)),
-            "target_tokens"),
+            ("target_tokens", "draft_tokens"), clause=MISMATCH),
     Refusal("target of another batch", lambda device: _call(device, target_tokens=_tokens(device, 3, 6)),
-            "target_tokens"),
-    Refusal("num_drafts of another batch", lambda device: _call(device, num_drafts=_counts(device, 5)), "num_drafts"),
+            ("target_tokens", "draft_tokens"), clause=MISMATCH),
+    Refusal("num_drafts of another batch", lambda device: _call(device, num_drafts=_counts(device, 5)),
+            ("num_drafts", "draft_tokens"), clause=MISMATCH),
     Refusal("1-D draft_tokens", lambda device: _call(device, draft_tokens=torch.zeros(4, dtype=torch.int64,
                                                                                        device=device)),
-            "draft_tokens"),
-    Refusal("2-D num_drafts", lambda device: _call(device, num_drafts=_counts(device).view(4, 1)), "num_drafts"),
+            "draft_tokens", clause=MISMATCH),
+    Refusal("2-D num_drafts", lambda device: _call(device, num_drafts=_counts(device).view(4, 1)), "num_drafts",
+            clause=MISMATCH),
     Refusal("int32 draft_tokens", lambda device: _call(device, draft_tokens=_tokens(device, dtype=torch.int32)),
-            "draft_tokens", TypeError),
+            "draft_tokens", TypeError, clause=MISMATCH),
     Refusal("int32 target_tokens", lambda device: _call(device, target_tokens=_tokens(device, columns=6,
                                                                                        dtype=torch.int32)),
-            "target_tokens", TypeError),
+            "target_tokens", TypeError, clause=MISMATCH),
     Refusal("int64 num_drafts", lambda device: _call(device, num_drafts=_counts(device, dtype=torch.int64)),
-            "num_drafts", TypeError),
+            "num_drafts", TypeError, clause=MISMATCH),
     Refusal("num_drafts not a tensor", lambda device: _call(device, num_drafts=[2, 2, 2, 2]), "num_drafts",
-            TypeError),
+            TypeError, clause="non-tensor"),
 )

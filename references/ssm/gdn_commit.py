@@ -7,13 +7,15 @@ the pool changes (the parity oracle compares the whole pool bit for bit).
 ``state[S, HV, Dk, Dv]`` fp32 or bf16; ``checkpoints[B, T, HV, Dk, Dv]`` of state's dtype (as
 ``gdn_verify`` returns them); ``slots``, ``num_accepted`` int32 ``[B]``.
 Where the contract is silent: a slot outside ``0..S-1`` is a padding row, and ``num_accepted`` above T
-commits the last checkpoint (clamped, as ``gdn_verify`` clamps ``num_tokens``).
+commits the last checkpoint (clamped, as ``gdn_verify`` clamps ``num_tokens``), so T = 0 commits nothing.
+Refused: the contract's Refuse line (shape/dtype mismatch) and non-tensors; any strides of the pool and
+of the checkpoints are answered (the kernel's own limits: ``ops/ssm/gdn_commit.kernel_limits``).
 """
 from __future__ import annotations
 
 import torch
 
-from references.ssm.gdn_decode import STATE_DTYPES, live_rows, make_inputs, validate_pool, validate_row_ints
+from references.ssm.gdn_decode import MISMATCH, STATE_DTYPES, live_rows, make_inputs, validate_pool, validate_row_ints
 from references.validation import (Refusal, refuse, require_dtype, require_ndim, require_same_device,
                                    require_tensor)
 
@@ -25,19 +27,13 @@ def validate(state, slots, checkpoints, num_accepted) -> None:
     require_tensor("checkpoints", checkpoints)
     require_ndim("checkpoints", checkpoints, 5, "[B, T, HV, Dk, Dv]")
     require_dtype("checkpoints", checkpoints, STATE_DTYPES)
-    batch, tokens = checkpoints.shape[:2]
+    batch = checkpoints.shape[0]
     if checkpoints.shape[2:] != state.shape[1:]:
         raise refuse("checkpoints", f"checkpoint shape {tuple(checkpoints.shape[2:])} is not the pool's slot "
                      f"shape {tuple(state.shape[1:])}", "pass the checkpoints gdn_verify returned for this pool")
     if checkpoints.dtype != state.dtype:
         raise TypeError(f"checkpoints: dtype {checkpoints.dtype} is not state's {state.dtype} — "
                         "pass the checkpoints gdn_verify returned for this pool")
-    if tokens == 0:
-        raise refuse("checkpoints", "T = 0 tokens", "pass at least one checkpoint per row")
-    heads_v, dk, dv = state.shape[1:]
-    if checkpoints.stride()[2:] != (dk * dv, dv, 1):
-        raise refuse("checkpoints", f"strides {checkpoints.stride()}",
-                     "each checkpoint must be a contiguous [HV, Dk, Dv] block (rows and tokens may be strided)")
     validate_row_ints("slots", slots, batch)
     validate_row_ints("num_accepted", num_accepted, batch)
     require_same_device({"state": state, "slots": slots, "checkpoints": checkpoints, "num_accepted": num_accepted})
@@ -75,14 +71,15 @@ def _with(**changes):
 
 
 REFUSALS = (
-    Refusal("checkpoints without the token axis", _with(checkpoints=lambda c, d: c[:, 0]), "checkpoints"),
-    Refusal("bf16 checkpoints for an fp32 pool", _with(checkpoints=lambda c, d: c.bfloat16()), "checkpoints",
-            TypeError),
-    Refusal("checkpoints of another Dk", _with(checkpoints=lambda c, d: c[:, :, :, :32]), "checkpoints"),
-    Refusal("no checkpoints", _with(checkpoints=lambda c, d: c[:, :0]), "checkpoints"),
-    Refusal("transposed checkpoints", _with(checkpoints=lambda c, d: c.transpose(3, 4)), "checkpoints"),
-    Refusal("fp16 state", _with(state=lambda s, d: s.half()), "state", TypeError),
-    Refusal("int64 num_accepted", _with(num_accepted=lambda n, d: n.long()), "num_accepted", TypeError),
-    Refusal("slots of another batch", _with(slots=lambda s, d: s[:1]), "slots"),
-    Refusal("not a tensor", _with(state=lambda s, d: s.tolist()), "state", TypeError),
+    Refusal("checkpoints without the token axis", _with(checkpoints=lambda c, d: c[:, 0]), "checkpoints",
+            clause=MISMATCH),
+    Refusal("bf16 checkpoints for an fp32 pool", _with(checkpoints=lambda c, d: c.bfloat16()),
+            ("checkpoints", "state"), TypeError, clause=MISMATCH),
+    Refusal("checkpoints of another Dk", _with(checkpoints=lambda c, d: c[:, :, :, :32]), ("checkpoints", "state"),
+            clause=MISMATCH),
+    Refusal("fp16 state", _with(state=lambda s, d: s.half()), "state", TypeError, clause=MISMATCH),
+    Refusal("int64 num_accepted", _with(num_accepted=lambda n, d: n.long()), "num_accepted", TypeError,
+            clause=MISMATCH),
+    Refusal("slots of another batch", _with(slots=lambda s, d: s[:1]), ("slots", "checkpoints"), clause=MISMATCH),
+    Refusal("not a tensor", _with(state=lambda s, d: s.tolist()), "state", TypeError, clause="non-tensor"),
 )

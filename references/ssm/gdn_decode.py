@@ -11,6 +11,13 @@ and then rounds h to the state dtype; that rounded value is the state from then 
 first replaces q and k by ``x / sqrt(sum(x^2) + 1e-6)``.  ``gdn_decode`` runs one token per row, in
 place on ``state[slots[b]]``; a padding row gives o = 0 and reads and writes no state.
 
+Refused: the contract's Refuse line (shape/dtype mismatch, HV not a multiple of H) and non-tensors.
+Everything else the signature allows is answered: any strides of q, k, v, g, beta and of the pool and
+its slots (column-strided q included), ``scale`` a number or a one-element tensor, an int
+``qk_l2norm`` read as a bool.  The kernels' narrower limits (unit-stride head dims, contiguous
+slots, a host ``scale``) are theirs: ``ops/ssm/gdn_decode.kernel_limits``.  Sizes outside the signature
+(no heads, empty head dims, a verify step of T = 0 tokens) are refused here, demanded of no one.
+
 Where the contract is silent (values only the device sees are never checked by a sync):
 - any slot outside ``0..S-1``, not only -1, is a padding row;
 - ``scale`` enters the arithmetic as an fp32 number (a Python float is rounded to fp32 first).
@@ -24,6 +31,8 @@ it.  Outputs o are returned unrounded (the band measures their rounding); the st
 rounded value.  The stock op is the same step in float32 torch, as a serving engine's fallback runs it.
 """
 from __future__ import annotations
+
+import numbers
 
 import torch
 
@@ -65,26 +74,19 @@ def validate_tokens(q, k, v, g, beta, token_axis: bool) -> tuple[int, int, int, 
     if heads_v % heads:
         raise refuse("v", f"HV = {heads_v} heads is not a multiple of q/k's H = {heads}",
                      "grouped value heads need HV % H == 0")
-    for name, tensor in (("q", q), ("k", k), ("v", v)):
-        if tensor.stride(-1) != 1:
-            raise refuse(name, f"stride(-1) = {tensor.stride(-1)}", "make the head dimension unit-stride "
-                         "(rows, tokens and heads may be strided)")
     for name, tensor in (("g", g), ("beta", beta)):
         require_shape(name, tensor, v.shape[:-1], f"[B{t}, HV] like v")
     return batch, tokens, heads, heads_v, dk, dv
 
 
 def validate_pool(state, heads_v: int, dk: int, dv: int) -> None:
-    """``state[S, HV, Dk, Dv]`` fp32 or bf16; slots may be strided, each slot contiguous."""
+    """``state[S, HV, Dk, Dv]`` fp32 or bf16, any strides."""
     require_tensor("state", state)
     require_ndim("state", state, 4, "[S, HV, Dk, Dv]")
     require_dtype("state", state, STATE_DTYPES)
     if tuple(state.shape[1:]) != (heads_v, dk, dv):
         raise refuse("state", f"slot shape {tuple(state.shape[1:])} is not (HV, Dk, Dv) = {(heads_v, dk, dv)}",
                      "pass a pool [S, HV, Dk, Dv] matching v's heads and q/v's head sizes")
-    if state.stride()[1:] != (dk * dv, dv, 1):
-        raise refuse("state", f"strides {state.stride()}", "each slot must be a contiguous [HV, Dk, Dv] block "
-                     "(slots themselves may be strided)")
 
 
 def validate_row_ints(name: str, tensor, batch: int) -> None:
@@ -95,9 +97,15 @@ def validate_row_ints(name: str, tensor, batch: int) -> None:
 
 
 def validate_scalars(scale, qk_l2norm) -> None:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+    """``scale``: a Python number or a one-element floating tensor (the contract does not type it);
+    ``qk_l2norm``: a bool, or an int read as one."""
+    if isinstance(scale, torch.Tensor):
+        require_dtype("scale", scale, (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+        if scale.numel() != 1:
+            raise refuse("scale", f"a tensor of {scale.numel()} elements", "pass one number, e.g. Dk ** -0.5")
+    elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         raise TypeError(f"scale: expected a Python number, got {type(scale).__name__} — pass e.g. Dk ** -0.5")
-    if not isinstance(qk_l2norm, bool):
+    if not isinstance(qk_l2norm, numbers.Integral):
         raise TypeError(f"qk_l2norm: expected a bool, got {type(qk_l2norm).__name__} — pass True or False")
 
 
@@ -154,7 +162,7 @@ def recurrence(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm, com
     counts = torch.where(live, num_tokens.clamp(0, tokens), 0)
     rows = live.nonzero()[:, 0]
     h = state[slots[rows].long()].to(compute_dtype)
-    scale = float(torch.tensor(scale, dtype=torch.float32))
+    scale = float(torch.tensor(float(scale), dtype=torch.float32))   # a tensor scale is read (a sync)
     for t in range(tokens):
         q_t, k_t = q[rows, t].to(compute_dtype), k[rows, t].to(compute_dtype)
         if qk_l2norm:
@@ -248,23 +256,26 @@ def _with(**changes):
     return make
 
 
+# the Refuse-line items of CONTRACTS.md the rows of all three ops enforce
+MISMATCH, GROUPED_HEADS = "shape/dtype mismatch", "HV not a multiple of H"
+
 REFUSALS = (
-    Refusal("q without its head axis", _with(q=lambda q, d: q[:, 0]), "q"),
-    Refusal("fp16 q", _with(q=lambda q, d: q.half()), "q", TypeError),
-    Refusal("fp32 k", _with(k=lambda k, d: k.float()), "k", TypeError),
-    Refusal("k with another head count", _with(k=lambda k, d: k[:, :1]), "k"),
+    Refusal("q without its head axis", _with(q=lambda q, d: q[:, 0]), "q", clause=MISMATCH),
+    Refusal("fp16 q", _with(q=lambda q, d: q.half()), "q", TypeError, clause=MISMATCH),
+    Refusal("fp32 k", _with(k=lambda k, d: k.float()), "k", TypeError, clause=MISMATCH),
+    Refusal("k with another head count", _with(k=lambda k, d: k[:, :1]), ("k", "q"), clause=MISMATCH),
     Refusal("HV not a multiple of H", _with(v=lambda v, d: v[:, :3], g=lambda g, d: g[:, :3],
                                             beta=lambda b, d: b[:, :3],
-                                            state=lambda s, d: s[:, :3].contiguous()), "v"),
-    Refusal("v of another batch", _with(v=lambda v, d: v[:1]), "v"),
-    Refusal("column-strided q", _with(q=lambda q, d: torch.cat([q, q], -1)[..., ::2]), "q"),
-    Refusal("bf16 g", _with(g=lambda g, d: g.bfloat16()), "g", TypeError),
-    Refusal("beta per q head instead of per v head", _with(beta=lambda b, d: b[:, :2]), "beta"),
-    Refusal("fp16 state", _with(state=lambda s, d: s.half()), "state", TypeError),
-    Refusal("state of another Dk", _with(state=lambda s, d: s[:, :, :32].contiguous()), "state"),
-    Refusal("state with transposed [Dv, Dk] slots", _with(state=lambda s, d: s.transpose(2, 3)), "state"),
-    Refusal("int64 slots", _with(slots=lambda s, d: s.long()), "slots", TypeError),
-    Refusal("slots of another batch", _with(slots=lambda s, d: s[:1]), "slots"),
-    Refusal("a tensor scale", _with(scale=lambda s, d: torch.tensor(s)), "scale", TypeError),
-    Refusal("not a tensor", _with(q=lambda q, d: q.tolist()), "q", TypeError),
+                                            state=lambda s, d: s[:, :3].contiguous()), ("v", "q", "k"),
+            clause=GROUPED_HEADS),
+    Refusal("v of another batch", _with(v=lambda v, d: v[:1]), ("v", "q"), clause=MISMATCH),
+    Refusal("bf16 g", _with(g=lambda g, d: g.bfloat16()), "g", TypeError, clause=MISMATCH),
+    Refusal("beta per q head instead of per v head", _with(beta=lambda b, d: b[:, :2]), ("beta", "v"),
+            clause=MISMATCH),
+    Refusal("fp16 state", _with(state=lambda s, d: s.half()), "state", TypeError, clause=MISMATCH),
+    Refusal("state of another Dk", _with(state=lambda s, d: s[:, :, :32].contiguous()), ("state", "q", "k"),
+            clause=MISMATCH),
+    Refusal("int64 slots", _with(slots=lambda s, d: s.long()), "slots", TypeError, clause=MISMATCH),
+    Refusal("slots of another batch", _with(slots=lambda s, d: s[:1]), ("slots", "q"), clause=MISMATCH),
+    Refusal("not a tensor", _with(q=lambda q, d: q.tolist()), "q", TypeError, clause="non-tensor"),
 )

@@ -22,8 +22,8 @@ from oracles.bitwise import check_bitwise
 from oracles.in_place import check_in_place_step
 from oracles.tensors import clone_inputs
 from references.formats.bf16 import round_float64_to_bf16
-from references.ssm.gdn_decode import (live_rows, make_inputs, recurrence, validate_pool, validate_row_ints,
-                                       validate_scalars, validate_tokens)
+from references.ssm.gdn_decode import (GROUPED_HEADS, MISMATCH, live_rows, make_inputs, recurrence, validate_pool,
+                                       validate_row_ints, validate_scalars, validate_tokens)
 from references.validation import Refusal, require_same_device
 
 REPLAY_TOKENS = 2   # drafted tokens per row when gdn_decode's own inputs are lifted into a replay
@@ -139,18 +139,20 @@ def _with(**changes):
 
 
 REFUSALS = (
-    Refusal("q without its token axis", _with(q=lambda q, d: q[:, 0]), "q"),
-    Refusal("no tokens", _with(q=lambda q, d: q[:, :0], k=lambda k, d: k[:, :0], v=lambda v, d: v[:, :0],
-                               g=lambda g, d: g[:, :0], beta=lambda b, d: b[:, :0]), "q"),
-    Refusal("v with fewer tokens than q", _with(v=lambda v, d: v[:, :2]), "v"),
+    Refusal("q without its token axis", _with(q=lambda q, d: q[:, 0]), "q", clause=MISMATCH),
+    Refusal("v with fewer tokens than q", _with(v=lambda v, d: v[:, :2]), ("v", "q"), clause=MISMATCH),
     Refusal("HV not a multiple of H", _with(v=lambda v, d: v[:, :, :3], g=lambda g, d: g[:, :, :3],
                                             beta=lambda b, d: b[:, :, :3],
-                                            state=lambda s, d: s[:, :3].contiguous()), "v"),
-    Refusal("fp16 v", _with(v=lambda v, d: v.half()), "v", TypeError),
-    Refusal("g without its token axis", _with(g=lambda g, d: g[:, 0]), "g"),
-    Refusal("fp64 beta", _with(beta=lambda b, d: b.double()), "beta", TypeError),
-    Refusal("state of another Dv", _with(state=lambda s, d: s[..., :32].contiguous()), "state"),
-    Refusal("int64 num_tokens", _with(num_tokens=lambda n, d: n.long()), "num_tokens", TypeError),
-    Refusal("num_tokens of another batch", _with(num_tokens=lambda n, d: n[:1]), "num_tokens"),
-    Refusal("a string qk_l2norm", _with(qk_l2norm=lambda _, d: "yes"), "qk_l2norm", TypeError),
+                                            state=lambda s, d: s[:, :3].contiguous()), ("v", "q", "k"),
+            clause=GROUPED_HEADS),
+    Refusal("fp16 v", _with(v=lambda v, d: v.half()), "v", TypeError, clause=MISMATCH),
+    Refusal("g without its token axis", _with(g=lambda g, d: g[:, 0]), "g", clause=MISMATCH),
+    Refusal("fp64 beta", _with(beta=lambda b, d: b.double()), "beta", TypeError, clause=MISMATCH),
+    Refusal("state of another Dv", _with(state=lambda s, d: s[..., :32].contiguous()), ("state", "v"),
+            clause=MISMATCH),
+    Refusal("int64 num_tokens", _with(num_tokens=lambda n, d: n.long()), "num_tokens", TypeError, clause=MISMATCH),
+    Refusal("num_tokens of another batch", _with(num_tokens=lambda n, d: n[:1]), ("num_tokens", "q"),
+            clause=MISMATCH),
+    Refusal("num_tokens not a tensor", _with(num_tokens=lambda n, d: n.tolist()), "num_tokens", TypeError,
+            clause="non-tensor"),
 )

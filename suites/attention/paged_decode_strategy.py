@@ -130,7 +130,8 @@ def _largest(cell, device, rows: int, kv_heads: int, page_size: int, head_dim: i
 def corners(cell, device) -> list[dict]:
     """Fixed examples: an empty batch and an empty table; long rows beside empty ones with holes and
     GQA; overflow-sized scores; the largest group, head dim and page; a non-power-of-two group on
-    ragged edges.  On the GPU the long rows reach the cell's full context (within the budget)."""
+    ragged edges; a tensor sm_scale.  On the GPU the long rows reach the cell's full context (within the
+    budget)."""
     device = torch.device(device)
     scales = KV_SCALES[_dtype_name(cell)]
     page_sizes, head_dims = _choices(cell, "S"), _choices(cell, "D")
@@ -152,6 +153,8 @@ def corners(cell, device) -> list[dict]:
     found.append({**no_table, "M": 0, "seed": cell.seed("corner", "no table")})
     if _sparse(cell):
         found.append({**found[1], "T": 0, "seed": cell.seed("corner", "no selection")})
+    # sm_scale as a one-element tensor: the contract answers it, the kernel refuses it (its own limit)
+    found.append({**found[1], "sm_scale_tensor": True, "seed": cell.seed("corner", "tensor sm_scale")})
     return found
 
 
@@ -273,7 +276,9 @@ def build(recipe: dict, device) -> dict:
     keys = torch.where(live[..., None, None], keys, nan).to(cache_dtype)
     values = torch.where(live[..., None, None], values, nan).to(cache_dtype)
     return {**_laid_out(recipe["layout"], keys, values, query.to(torch.bfloat16), as_int32, num_pages, generator),
-            "sm_scale": recipe["sm_scale"], "kv_scale": recipe["kv_scale"]}
+            "sm_scale": (torch.tensor(recipe["sm_scale"], device=device) if recipe.get("sm_scale_tensor")
+                         else recipe["sm_scale"]),
+            "kv_scale": recipe["kv_scale"]}
 
 
 def _laid_out(layout: str, keys, values, query, metadata: dict, num_pages: int, generator) -> dict:

@@ -9,7 +9,7 @@ import torch
 from hypothesis import strategies as st
 
 from references.ssm.gdn_verify import REPLAY_TOKENS
-from suites.ssm.gdn_inputs import Builder, draw_kinds, draw_shape, fits
+from suites.ssm.gdn_inputs import COLUMN_STRIDED, Builder, draw_kinds, draw_shape, fits
 
 
 def recipes(cell, device) -> st.SearchStrategy[dict]:
@@ -26,7 +26,8 @@ def corner_recipes(cell) -> list[dict]:
     """Bounds and serving shapes, each with another kind.  Small enough for the interpreter: the empty
     batch, one row of one head, all-padding over a free last slot, padded ends of a fused projection,
     a group of four v heads, two q/k heads of two v heads each (a wrong head mapping shows only there).
-    On a GPU besides: the widest batch, Qwen3-Next's heads (16 q/k, 32 v of 128), 32 q/k heads x 4."""
+    On a GPU besides: the widest batch, Qwen3-Next's heads (16 q/k, 32 v of 128), 32 q/k heads x 4.
+    Last, column-strided q, k, v (the refusal rule: beyond the kernel's limits, inside the contract)."""
     dtype = str(cell.bounds["state_dtype"].choices[0]).removeprefix("torch.")
     base = {"state_dtype": dtype, "free_slots": 1, "scale": "inv_sqrt_dk", "layout": "contiguous",
             "values": "typical", "padding": "none", "slots": "shuffled", "qk_l2norm": False}
@@ -43,6 +44,8 @@ def corner_recipes(cell) -> list[dict]:
         {**base, "B": 256, "H": 1, "group": 1, "Dk": 64, "Dv": 64, "padding": "some", "layout": "fused_projection"},
         {**base, "B": 64, "H": 16, "group": 2, "Dk": 128, "Dv": 128, "padding": "some", "slots": "last_slot_live"},
         {**base, "B": 2, "H": 32, "group": 4, "Dk": 128, "Dv": 128, "values": "edges", "qk_l2norm": True},
+        # column-strided q, k, v: the contract answers them, the kernel refuses them (its own limit)
+        {**base, "B": 2, "H": 1, "group": 2, "Dk": 64, "Dv": 64, "padding": "some", "layout": COLUMN_STRIDED},
     ]
 
 
