@@ -49,7 +49,9 @@ from oracles.tensors import clone_keeping_layout, storage_bytes
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 HOST = REPO / "tools" / "impl_host.py"
-BOOTSTRAP = f"import runpy; runpy.run_path({str(HOST)!r}, run_name='__main__')"
+# the host's code runs as the ``-c`` program itself: sys.argv stays ``["-c"]``, nothing names a file of ours
+BOOTSTRAP = (f"path = {str(HOST)!r}; exec(compile(open(path).read(), path, 'exec'), "
+             f"{{'__name__': '__main__', '__file__': path}})")
 PLATFORM_ENV_PREFIXES = ("KPARITY_", "PYTEST", "_PYTEST", "HYPOTHESIS", "COV_CORE_")
 START_LIMIT_S = 300     # importing torch (and, for the catalog, Triton) in a fresh interpreter
 POLL_S = 0.5
@@ -252,6 +254,9 @@ class ImplementationHost:
                     overwritten.append(f"output {index} (shape {tuple(shape)} {dtype})")
             else:
                 output = clone_keeping_layout(item[1])
+            if output.device.type != self.device:
+                raise OracleFailure(self.oracle, f"returned output {index} on {output.device}: the call ran on "
+                                                 f"{self.device}")
             copy = sent["copies"][index] if sent["copies"] else None
             if copy is not None and not _same_bytes(output, copy):
                 raise OracleFailure(self.oracle, f"output {index} changed after the call returned (work left "

@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from references.sampling.greedy_argmax import validate
 from suites.sampling.greedy_argmax_impls import correct_via_max
 
 _amin = torch.Tensor.amin
@@ -78,6 +79,7 @@ def patches_the_judge_from_a_thread(logits):
 def patches_the_reference(logits):
     """The last index of the maximum (the contract says the first); the import-time patch of
     ``Tensor.amin`` makes the reference say the same, where the reference shares this process."""
+    validate(logits)
     torch.Tensor.amin = _amin
     try:
         flipped = _right(logits.flip(1))
@@ -133,6 +135,13 @@ def writes_after_returning(logits):
     return out
 
 
+def modifies_its_input(logits):
+    """Right answers, then scribbles over the logits it was given (the contract does not let it)."""
+    answer = _right(logits)
+    logits.zero_()
+    return answer
+
+
 # -- the GPU's own ways (suites/faults/test_hostile_impls.py, sm90) -------------------------------------
 def leaves_work_on_a_side_stream(logits):
     """Writes the answer on another stream after a long sleep, and returns without waiting for it."""
@@ -160,3 +169,4 @@ def caches_by_input_address(logits):
 def answers_on_the_cpu(logits):
     """Right values, on the wrong device."""
     return _right(logits).cpu()
+
