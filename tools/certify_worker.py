@@ -60,23 +60,37 @@ def _entry(op_name: str, backend: str | None):
     return found[0] if backend is None else next(entry for entry in found if entry.backend == backend)
 
 
-_HOSTS: dict = {}   # (implementation, device) -> its live ImplementationHost
+_HOSTS: dict = {}   # (implementation, device, sanitized) -> its live ImplementationHost
+_SPARE: dict = {}   # device -> a host started ahead, serving nothing yet
 
 
-def implementation_host(impl: str | None, device: str, call_limit_s: float | None = None) -> "ImplementationHost":
-    """The live host of ``impl`` (None: the catalog's kernels) on ``device``, started when there is none."""
+def implementation_host(impl: str | None, device: str, call_limit_s: float | None = None,
+                        sanitized: bool = False) -> "ImplementationHost":
+    """The live host of ``impl`` (None: the catalog's kernels) on ``device``, started when there is none.
+    Under compute-sanitizer, device tensors cross through host memory (its allocator serves no CUDA IPC)."""
     from tools.impl_executor import ImplementationHost
 
-    host = _HOSTS.get((impl, device))
+    host = _HOSTS.get((impl, device, sanitized))
     if host is None or host.fault is not None:
-        retire_host(impl, device)
-        host = _HOSTS[impl, device] = ImplementationHost(device, call_limit_s)
-    host.call_limit_s = call_limit_s
+        retire_host(impl, device, sanitized)
+        host = _SPARE.pop(device, None) or ImplementationHost(device)
+        _HOSTS[impl, device, sanitized] = host
+    host.call_limit_s, host.via_host_memory = call_limit_s, sanitized
     return host
 
 
-def retire_host(impl: str | None, device: str) -> None:
-    host = _HOSTS.pop((impl, device), None)
+def start_spare_host(device: str) -> None:
+    """Start a host before any cell asks for one, and wait until it answers (torch imported there), so
+    that a cell's time limit never counts a host's start."""
+    from tools.impl_executor import START_LIMIT_S, ImplementationHost
+
+    if device not in _SPARE:
+        _SPARE[device] = ImplementationHost(device, START_LIMIT_S)
+        _SPARE[device].load([], {})
+
+
+def retire_host(impl: str | None, device: str, sanitized: bool = False) -> None:
+    host = _HOSTS.pop((impl, device, sanitized), None)
     if host is not None:
         host.close()
 
@@ -116,7 +130,7 @@ def execute(task: CellTask, *, progress=None, watch=None):
     from oracles.battery import replay, run_cell
 
     entry = _entry(task.op, task.backend)
-    host = implementation_host(task.impl, task.device, task.call_limit_s)
+    host = implementation_host(task.impl, task.device, task.call_limit_s, sanitized=task.sanitizer is not None)
     host.watch(NO_ORACLE, {})
     try:
         impl = hosted_implementation(task.impl, task.op, task.backend, host)
@@ -157,7 +171,7 @@ def _settled(task: CellTask, host: "ImplementationHost", result):
         result.annotations["fault"] = {"kind": fault.kind, "worker": exit_in_words(fault.exit_status),
                                        "stderr_tail": fault.log_tail}
     if result.status != "certified":
-        retire_host(task.impl, task.device)
+        retire_host(task.impl, task.device, sanitized=task.sanitizer is not None)
     return result
 
 
@@ -196,6 +210,7 @@ def serve(connection: Connection, device: str) -> None:
         where.update(oracle=oracle, recipe=recipe)
         connection.send(("oracle", oracle, recipe))
 
+    start_spare_host(device)
     connection.send(("ready",))
     while True:
         message = connection.recv()

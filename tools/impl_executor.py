@@ -93,10 +93,11 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"the host sent an object of {module}.{name}, which the judge does not rebuild")
 
 
-def _stage(kwargs: dict, pool) -> tuple[dict, list[tuple[torch.Tensor, torch.Tensor]]]:
+def _stage(kwargs: dict, pool, via_host_memory: bool = False) -> tuple[dict, list, dict]:
     """``kwargs`` with each tensor's whole storage copied into shareable memory (views of one storage stay
-    views of one copy); and (judge's storage bytes, shared copy) pairs to copy back after the call."""
-    copies, pairs, staged = {}, [], {}
+    views of one copy); (judge's storage bytes, shared copy) pairs to copy back after the call; and the
+    device tensors that crossed through host memory (``via_host_memory``), by name, with their devices."""
+    copies, pairs, staged, moved = {}, [], {}, {}
     for name, value in kwargs.items():
         if not isinstance(value, torch.Tensor):
             staged[name] = value
@@ -104,7 +105,7 @@ def _stage(kwargs: dict, pool) -> tuple[dict, list[tuple[torch.Tensor, torch.Ten
         key = (value.device, value.untyped_storage().data_ptr(), value.untyped_storage().nbytes())
         if key not in copies:
             original = storage_bytes(value)
-            if value.is_cuda:
+            if value.is_cuda and not via_host_memory:
                 with torch.cuda.use_mem_pool(pool):
                     copy = original.clone()
             else:
@@ -113,9 +114,11 @@ def _stage(kwargs: dict, pool) -> tuple[dict, list[tuple[torch.Tensor, torch.Ten
                 copy.copy_(original)
             copies[key] = copy
             pairs.append((original, copy))
-        staged[name] = torch.empty(0, dtype=value.dtype, device=value.device).set_(
+        if copies[key].device != value.device:
+            moved[name] = str(value.device)
+        staged[name] = torch.empty(0, dtype=value.dtype, device=copies[key].device).set_(
             copies[key].untyped_storage(), value.storage_offset(), value.shape, value.stride())
-    return staged, pairs
+    return staged, pairs, moved
 
 
 def _exception(facts: dict) -> Exception:
@@ -139,13 +142,17 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 class ImplementationHost:
     """One host process, serving one implementation's functions to the oracles of this process."""
 
-    def __init__(self, device: str, call_limit_s: float | None = None):
+    def __init__(self, device: str, call_limit_s: float | None = None, via_host_memory: bool = False):
+        """``via_host_memory``: device tensors cross through shared host memory instead of CUDA IPC (under
+        compute-sanitizer, whose stream-ordered allocations CUDA IPC does not serve); no graph capture.
+        It concerns this side only: a host started early may be given either way before its first call."""
         torch.multiprocessing.set_sharing_strategy("file_system")
         self.device = device
+        self.via_host_memory = via_host_memory
+        self._pool = None
         self.call_limit_s = call_limit_s
         self.oracle, self.recipe = NO_ORACLE, None   # told by the battery: what a finding names
         self.fault: HostFault | None = None
-        self.pool = torch.cuda.MemPool() if device == "cuda" else None
         self.log = tempfile.NamedTemporaryFile(prefix="kparity-host-", suffix=".log", delete=False)
         ours, theirs = socket.socketpair()
         self.process = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP], stdin=theirs, stdout=self.log,
@@ -153,6 +160,13 @@ class ImplementationHost:
         theirs.close()
         self.channel = Connection(ours.detach())
         _LIVE.add(self)
+
+    @property
+    def pool(self):
+        """The judge's own CUDA memory pool for what it shares with the host (made on first use)."""
+        if self._pool is None and self.device == "cuda":
+            self._pool = torch.cuda.MemPool()
+        return self._pool
 
     # -- the battery's side -------------------------------------------------------------------------
     def watch(self, oracle: str, recipe: dict) -> None:
@@ -184,6 +198,8 @@ class ImplementationHost:
     def _ask(self, message: tuple, expected: str, limit_s: float | None = None):
         if self.fault is not None:
             raise self._failure(self.fault)
+        if self.device == "cuda":
+            torch.cuda.synchronize()   # what the judge wrote into shared buffers is there before the host reads
         try:
             self.channel.send(message)
             reply = self._receive(limit_s or self.call_limit_s)
@@ -245,20 +261,19 @@ class ImplementationHost:
                                              f"(no subclass), several in a tuple")
         outputs, overwritten = [], list(sent["overwritten"])
         for index, item in enumerate(sent["tensors"]):
-            if item[0] == "margined":
-                _, buffer, margin, dtype, offset, shape, stride = item
-                own = buffer.clone()
-                output = torch.empty(0, dtype=dtype, device=own.device).set_(own.untyped_storage(), offset,
-                                                                              shape, stride)
-                if not margins_intact(own, margin):
-                    overwritten.append(f"output {index} (shape {tuple(shape)} {dtype})")
-            else:
+            if item[0] == "plain":
                 output = clone_keeping_layout(item[1])
+            else:
+                kind, shared, *margin, dtype, offset, shape, stride, device = item
+                own = shared.to(device, copy=True)
+                output = torch.empty(0, dtype=dtype, device=device).set_(own.untyped_storage(), offset, shape, stride)
+                if kind == "margined" and not margins_intact(own, margin[0]):
+                    overwritten.append(f"output {index} (shape {tuple(shape)} {dtype})")
             if output.device.type != self.device:
                 raise OracleFailure(self.oracle, f"returned output {index} on {output.device}: the call ran on "
                                                  f"{self.device}")
             copy = sent["copies"][index] if sent["copies"] else None
-            if copy is not None and not _same_bytes(output, copy):
+            if copy is not None and not _same_bytes(output, copy.to(output.device)):
                 raise OracleFailure(self.oracle, f"output {index} changed after the call returned (work left "
                                                  f"running on another stream, or a delayed write)")
             outputs.append(output)
@@ -267,9 +282,9 @@ class ImplementationHost:
         return tuple(outputs), overwritten
 
     def call(self, name: str, kwargs: dict, poison: int | None = None) -> tuple[tuple, list[str]]:
-        staged, pairs = _stage(kwargs, self.pool)
+        staged, pairs, moved = _stage(kwargs, self.pool, self.via_host_memory)
         try:
-            sent = self._ask(("call", name, staged, poison), "returned")
+            sent = self._ask(("call", name, staged, poison, moved if self.via_host_memory else None), "returned")
         finally:
             for original, copy in pairs:
                 original.copy_(copy)
@@ -294,7 +309,9 @@ class HostedFunction:
     def capture_graph(self, static: dict) -> tuple[tuple, Callable[[], None]]:
         """For graph parity: capture the call there on shared copies of ``static`` (which then holds them:
         what the oracle copies into it, the graph reads); the captured outputs, read live, and the replay."""
-        staged, _ = _stage(static, self.host.pool)
+        if self.host.via_host_memory:
+            raise ValueError("graph capture needs the judge's buffers shared by CUDA IPC, not through host memory")
+        staged, _, _ = _stage(static, self.host.pool)
         static.update(staged)
         try:
             sent = self.host._ask(("capture", self.name, staged), "captured")

@@ -9,13 +9,16 @@ files under names of their own (``oracles/allocations.py``, ``oracles/capture.py
 so that no package of the judge is ever in ``sys.modules`` here.
 
 Tensors cross by shared memory on the CPU (torch's ``file_system`` sharing) and by CUDA IPC on the GPU:
-the judge's (copied) inputs are written in place here, and outputs are sent back without a copy.  The
+the judge's (copied) inputs are written in place here, and outputs are sent back without a copy.
+Under compute-sanitizer (stream-ordered allocations, which CUDA IPC does not serve) device tensors cross
+through shared host memory instead, each copied to an allocation of its own here, which the sanitizer
+bounds tightly.  The
 host reports facts — the exact type of each returned object, each output's margined buffer under
 poisoned allocations, a copy of each output taken as the call returned — and decides nothing: the
 judge checks them from its own side.
 
 Messages, judge -> host: ``("load", {"paths": [...], "functions": {name: (module, attribute)}})``,
-``("call", name, kwargs, poison or None)``, ``("capture", name, kwargs)``, ``("replay",)``;
+``("call", name, kwargs, poison or None, moved)``, ``("capture", name, kwargs)``, ``("replay",)``;
 host -> judge: ``("loaded", {"missing": [...]})``, ``("returned", outputs)``, ``("captured", outputs)``,
 ``("replayed",)``, ``("raised", exception facts)``.  The host ends when its socket closes.
 """
@@ -71,21 +74,47 @@ def _items(returned) -> tuple[str, list]:
     return type_name(returned), list(returned) if isinstance(returned, (list, tuple)) else []
 
 
-def _sent(item, poisoned) -> tuple | None:
-    """How one output crosses: the tensor itself, or the whole margined buffer it lies in."""
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage())
+
+
+def _sent(item, poisoned, via_host_memory: bool) -> tuple | None:
+    """How one output crosses: the tensor itself, the whole margined buffer it lies in, or (through host
+    memory) a copy of its whole storage in shared memory with the device it came from."""
     if type(item) is not torch.Tensor:
         return None
     placed = poisoned.buffer_of(item) if poisoned is not None else None
-    if placed is None:
-        return ("plain", item)
-    buffer, margin = placed
-    return ("margined", buffer, margin, item.dtype, item.storage_offset(), tuple(item.shape), tuple(item.stride()))
+    geometry = (item.dtype, item.storage_offset(), tuple(item.shape), tuple(item.stride()), item.device)
+    if placed is not None:
+        buffer, margin = placed
+        return ("margined", buffer.cpu() if via_host_memory else buffer, margin, *geometry)
+    if via_host_memory and item.device.type != "cpu":
+        return ("moved", _bytes_of(item).cpu(), *geometry)
+    return ("plain", item)
 
 
-def outputs(returned, poisoned=None, copies=None) -> dict:
+def _to_devices(kwargs: dict, moved: dict) -> tuple[dict, list]:
+    """The arguments that came through host memory, on their devices (views of one storage stay views of
+    one copy); and (shared bytes, device bytes) pairs to copy back after the call."""
+    on_device, back, placed = {}, [], dict(kwargs)
+    for name, device in moved.items():
+        value = kwargs[name]
+        key = value.untyped_storage().data_ptr()
+        if key not in on_device:
+            shared = _bytes_of(value)
+            on_device[key] = shared.to(device)
+            back.append((shared, on_device[key]))
+        placed[name] = torch.empty(0, dtype=value.dtype, device=device).set_(
+            on_device[key].untyped_storage(), value.storage_offset(), value.shape, value.stride())
+    return placed, back
+
+
+def outputs(returned, poisoned=None, copies=None, via_host_memory: bool = False) -> dict:
     structure, items = _items(returned)
+    if via_host_memory and copies:
+        copies = [copy.cpu() if copy is not None else None for copy in copies]
     return {"structure": structure, "types": [type_name(item) for item in items],
-            "tensors": [_sent(item, poisoned) for item in items], "copies": copies,
+            "tensors": [_sent(item, poisoned, via_host_memory) for item in items], "copies": copies,
             "overwritten": poisoned.overwritten_margins() if poisoned is not None else []}
 
 
@@ -108,7 +137,10 @@ class Host:
                 missing.append(name)
         return ("loaded", {"missing": missing})
 
-    def call(self, name: str, kwargs: dict, poison: int | None) -> tuple:
+    def call(self, name: str, kwargs: dict, poison: int | None, moved: dict | None) -> tuple:
+        """``moved``: None when tensors cross by CUDA IPC; else the arguments that crossed through host
+        memory, by name, with their devices (and the outputs go back the same way)."""
+        kwargs, back = _to_devices(kwargs, moved) if moved else (kwargs, [])
         poisoned = allocations.PoisonedAllocations(poison) if poison is not None else None
         if poisoned is not None:
             with poisoned:
@@ -119,7 +151,9 @@ class Host:
         # stream, or a write from a thread, lands after this copy and shows as a difference to the judge
         copies = [item.clone() if type(item) is torch.Tensor else None for item in _items(returned)[1]]
         self._settle(kwargs)
-        return ("returned", outputs(returned, poisoned, copies))
+        for shared, on_device in back:
+            shared.copy_(on_device)
+        return ("returned", outputs(returned, poisoned, copies, via_host_memory=moved is not None))
 
     def capture(self, name: str, static: dict) -> tuple:
         graph, returned = capture.capture_call(self.functions[name], static)
