@@ -40,6 +40,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Callable
 
+import numpy
 import torch
 import torch.multiprocessing
 
@@ -93,34 +94,6 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"the host sent an object of {module}.{name}, which the judge does not rebuild")
 
 
-def _stage(kwargs: dict, pool, via_host_memory: bool = False) -> tuple[dict, list, dict]:
-    """``kwargs`` with each tensor's whole storage copied into shareable memory (views of one storage stay
-    views of one copy); (judge's storage bytes, shared copy) pairs to copy back after the call; and the
-    device tensors that crossed through host memory (``via_host_memory``), by name, with their devices."""
-    copies, pairs, staged, moved = {}, [], {}, {}
-    for name, value in kwargs.items():
-        if not isinstance(value, torch.Tensor):
-            staged[name] = value
-            continue
-        key = (value.device, value.untyped_storage().data_ptr(), value.untyped_storage().nbytes())
-        if key not in copies:
-            original = storage_bytes(value)
-            if value.is_cuda and not via_host_memory:
-                with torch.cuda.use_mem_pool(pool):
-                    copy = original.clone()
-            else:
-                copy = torch.empty(0, dtype=torch.uint8)
-                copy.set_(torch.UntypedStorage(original.numel()).share_memory_())
-                copy.copy_(original)
-            copies[key] = copy
-            pairs.append((original, copy))
-        if copies[key].device != value.device:
-            moved[name] = str(value.device)
-        staged[name] = torch.empty(0, dtype=value.dtype, device=copies[key].device).set_(
-            copies[key].untyped_storage(), value.storage_offset(), value.shape, value.stride())
-    return staged, pairs, moved
-
-
 def _exception(facts: dict) -> Exception:
     """The host's exception as one of the judge's classes: the first of its bases that the judge already
     has loaded (a builtin, or the contract's own error), with the host's message."""
@@ -133,6 +106,26 @@ def _exception(facts: dict) -> Exception:
             except TypeError:
                 continue
     return RuntimeError(f"{facts['type']}: {facts['message']}")
+
+
+def _copy_bytes(destination: torch.Tensor, source: torch.Tensor) -> None:
+    """``destination.copy_(source)`` for uint8 storages; between CPU ones by one plain memcpy (torch's
+    copy splits a few hundred kilobytes over its threads, which costs milliseconds on a busy machine)."""
+    if destination.is_cuda or source.is_cuda:
+        destination.copy_(source)
+    else:
+        numpy.copyto(destination.numpy(), source.numpy())
+
+
+def _rebuilt(item: tuple, copy: bool = True) -> tuple[torch.Tensor, tuple | None]:
+    """An output as the host sent it, in the judge's own memory (``copy``; else a live view of what the
+    host shares); and (buffer, margin) when it came in its margined buffer."""
+    kind, data, *margin, dtype, offset, shape, stride, device = item
+    if isinstance(data, bytes):
+        data = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    own = data.to(device, copy=copy)
+    output = torch.empty(0, dtype=dtype, device=device).set_(own.untyped_storage(), offset, shape, stride)
+    return output, ((own, margin[0]) if kind == "margined" else None)
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -150,6 +143,7 @@ class ImplementationHost:
         self.device = device
         self.via_host_memory = via_host_memory
         self._pool = None
+        self._free_shared: dict[int, list] = {}
         self.call_limit_s = call_limit_s
         self.oracle, self.recipe = NO_ORACLE, None   # told by the battery: what a finding names
         self.fault: HostFault | None = None
@@ -167,6 +161,46 @@ class ImplementationHost:
         if self._pool is None and self.device == "cuda":
             self._pool = torch.cuda.MemPool()
         return self._pool
+
+    def _stage(self, kwargs: dict) -> tuple[dict, list, dict]:
+        """``kwargs`` with each tensor's whole storage copied into memory shared with the host (views of one
+        storage stay views of one copy); (judge's storage bytes, shared copy) pairs to copy back after the
+        call; and the device tensors that crossed through host memory, by name, with their devices."""
+        copies, pairs, staged, moved = {}, [], {}, {}
+        for name, value in kwargs.items():
+            if not isinstance(value, torch.Tensor):
+                staged[name] = value
+                continue
+            key = (value.device, value.untyped_storage().data_ptr(), value.untyped_storage().nbytes())
+            if key not in copies:
+                original = storage_bytes(value)
+                if value.is_cuda and not self.via_host_memory:
+                    with torch.cuda.use_mem_pool(self.pool):
+                        copy = original.clone()
+                else:
+                    copy = self._shared_bytes(original.numel())
+                    _copy_bytes(copy, original)
+                copies[key] = copy
+                pairs.append((original, copy))
+            if copies[key].device != value.device:
+                moved[name] = str(value.device)
+            staged[name] = torch.empty(0, dtype=value.dtype, device=copies[key].device).set_(
+                copies[key].untyped_storage(), value.storage_offset(), value.shape, value.stride())
+        return staged, pairs, moved
+
+    def _shared_bytes(self, nbytes: int) -> torch.Tensor:
+        """A uint8 tensor in shared memory: a free one of this size from an earlier call, else a new one
+        (making a shared-memory object costs far more than the call it carries)."""
+        free = self._free_shared.get(nbytes)
+        storage = free.pop() if free else torch.UntypedStorage(nbytes).share_memory_()
+        return torch.empty(0, dtype=torch.uint8).set_(storage)
+
+    def _unstage(self, pairs: list) -> None:
+        """Copy the shared copies back into the judge's storages; the shared memory serves later calls."""
+        for original, copy in pairs:
+            _copy_bytes(original, copy)
+            if not copy.is_cuda:
+                self._free_shared.setdefault(copy.numel(), []).append(copy.untyped_storage())
 
     # -- the battery's side -------------------------------------------------------------------------
     def watch(self, oracle: str, recipe: dict) -> None:
@@ -261,19 +295,14 @@ class ImplementationHost:
                                              f"(no subclass), several in a tuple")
         outputs, overwritten = [], list(sent["overwritten"])
         for index, item in enumerate(sent["tensors"]):
-            if item[0] == "plain":
-                output = clone_keeping_layout(item[1])
-            else:
-                kind, shared, *margin, dtype, offset, shape, stride, device = item
-                own = shared.to(device, copy=True)
-                output = torch.empty(0, dtype=dtype, device=device).set_(own.untyped_storage(), offset, shape, stride)
-                if kind == "margined" and not margins_intact(own, margin[0]):
-                    overwritten.append(f"output {index} (shape {tuple(shape)} {dtype})")
+            output, margined = _rebuilt(item)
+            if margined is not None and not margins_intact(*margined):
+                overwritten.append(f"output {index} (shape {tuple(output.shape)} {output.dtype})")
             if output.device.type != self.device:
                 raise OracleFailure(self.oracle, f"returned output {index} on {output.device}: the call ran on "
                                                  f"{self.device}")
-            copy = sent["copies"][index] if sent["copies"] else None
-            if copy is not None and not _same_bytes(output, copy.to(output.device)):
+            copy = _rebuilt(sent["copies"][index])[0] if sent["copies"] and sent["copies"][index] else None
+            if copy is not None and not _same_bytes(output, copy):
                 raise OracleFailure(self.oracle, f"output {index} changed after the call returned (work left "
                                                  f"running on another stream, or a delayed write)")
             outputs.append(output)
@@ -282,12 +311,11 @@ class ImplementationHost:
         return tuple(outputs), overwritten
 
     def call(self, name: str, kwargs: dict, poison: int | None = None) -> tuple[tuple, list[str]]:
-        staged, pairs, moved = _stage(kwargs, self.pool, self.via_host_memory)
+        staged, pairs, moved = self._stage(kwargs)
         try:
             sent = self._ask(("call", name, staged, poison, moved if self.via_host_memory else None), "returned")
         finally:
-            for original, copy in pairs:
-                original.copy_(copy)
+            self._unstage(pairs)
         return self._outputs(sent, poison is not None)
 
 
@@ -311,7 +339,7 @@ class HostedFunction:
         what the oracle copies into it, the graph reads); the captured outputs, read live, and the replay."""
         if self.host.via_host_memory:
             raise ValueError("graph capture needs the judge's buffers shared by CUDA IPC, not through host memory")
-        staged, _, _ = _stage(static, self.host.pool)
+        staged, _, _ = self.host._stage(static)
         static.update(staged)
         try:
             sent = self.host._ask(("capture", self.name, staged), "captured")
@@ -321,7 +349,8 @@ class HostedFunction:
             raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "
                                                 f"{type(error).__name__}: {error}") from None
         self.host._outputs({**sent, "copies": None}, poisoned=False)   # the type facts
-        return tuple(item[1] for item in sent["tensors"]), lambda: self.host._ask(("replay",), "replayed")
+        return (tuple(_rebuilt(item, copy=False)[0] for item in sent["tensors"]),
+                lambda: self.host._ask(("replay",), "replayed"))
 
 
 _LIVE: set[ImplementationHost] = set()

@@ -9,7 +9,8 @@ files under names of their own (``oracles/allocations.py``, ``oracles/capture.py
 so that no package of the judge is ever in ``sys.modules`` here.
 
 Tensors cross by shared memory on the CPU (torch's ``file_system`` sharing) and by CUDA IPC on the GPU:
-the judge's (copied) inputs are written in place here, and outputs are sent back without a copy.
+the judge's (copied) inputs are written in place here; outputs go back by CUDA IPC, or on the CPU by
+value (the bytes of their storages: no shared-memory object per output).
 Under compute-sanitizer (stream-ordered allocations, which CUDA IPC does not serve) device tensors cross
 through shared host memory instead, each copied to an allocation of its own here, which the sanitizer
 bounds tightly.  The
@@ -78,19 +79,24 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage())
 
 
+def _storage(tensor: torch.Tensor, via_host_memory: bool):
+    """A tensor's whole storage as it crosses: by CUDA IPC (the storage itself), or by value (its bytes:
+    CPU outputs, which are small, and device outputs through host memory)."""
+    data = _bytes_of(tensor)
+    return data if data.is_cuda and not via_host_memory else data.cpu().numpy().tobytes()
+
+
 def _sent(item, poisoned, via_host_memory: bool) -> tuple | None:
-    """How one output crosses: the tensor itself, the whole margined buffer it lies in, or (through host
-    memory) a copy of its whole storage in shared memory with the device it came from."""
+    """How one output crosses: its whole storage, or the whole margined buffer it lies in (with the
+    margin), and where in it the output lies."""
     if type(item) is not torch.Tensor:
         return None
-    placed = poisoned.buffer_of(item) if poisoned is not None else None
     geometry = (item.dtype, item.storage_offset(), tuple(item.shape), tuple(item.stride()), item.device)
+    placed = poisoned.buffer_of(item) if poisoned is not None else None
     if placed is not None:
         buffer, margin = placed
-        return ("margined", buffer.cpu() if via_host_memory else buffer, margin, *geometry)
-    if via_host_memory and item.device.type != "cpu":
-        return ("moved", _bytes_of(item).cpu(), *geometry)
-    return ("plain", item)
+        return ("margined", _storage(buffer, via_host_memory), margin, *geometry)
+    return ("storage", _storage(item, via_host_memory), *geometry)
 
 
 def _to_devices(kwargs: dict, moved: dict) -> tuple[dict, list]:
@@ -111,10 +117,9 @@ def _to_devices(kwargs: dict, moved: dict) -> tuple[dict, list]:
 
 def outputs(returned, poisoned=None, copies=None, via_host_memory: bool = False) -> dict:
     structure, items = _items(returned)
-    if via_host_memory and copies:
-        copies = [copy.cpu() if copy is not None else None for copy in copies]
     return {"structure": structure, "types": [type_name(item) for item in items],
-            "tensors": [_sent(item, poisoned, via_host_memory) for item in items], "copies": copies,
+            "tensors": [_sent(item, poisoned, via_host_memory) for item in items],
+            "copies": [_sent(copy, None, via_host_memory) for copy in copies] if copies is not None else None,
             "overwritten": poisoned.overwritten_margins() if poisoned is not None else []}
 
 
