@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Callable
@@ -154,6 +155,7 @@ class ImplementationHost:
         theirs.close()
         self.channel = Connection(ours.detach())
         _LIVE.add(self)
+        _end_hosts_on_sigterm()
 
     @property
     def pool(self):
@@ -354,6 +356,22 @@ class HostedFunction:
 
 
 _LIVE: set[ImplementationHost] = set()
+
+
+def _end_hosts_on_sigterm() -> None:
+    """A SIGTERM ends the hosts' process groups before this process ends (its default end runs no atexit
+    hook); a handler someone installed already is left alone (it ends the process by ``sys.exit``, which
+    runs :func:`_close_all`)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def end(signum, frame):
+        _close_all()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, end)
 
 
 @atexit.register
