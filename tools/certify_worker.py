@@ -161,7 +161,7 @@ def _settled(task: CellTask, host: "ImplementationHost", result):
     the oracles made of it (with how it ended and its last lines), and any failure retires the host, so
     that nothing the implementation did there reaches the next cell."""
     from oracles.failures import OracleFailure
-    from tools.isolation import exit_in_words
+    from tools.process_end import exit_in_words
 
     fault = host.fault
     if fault is not None:

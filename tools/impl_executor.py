@@ -47,7 +47,7 @@ import torch.multiprocessing
 
 from oracles.allocations import margins_intact
 from oracles.failures import OracleFailure
-from oracles.tensors import clone_keeping_layout, storage_bytes
+from oracles.tensors import storage_bytes
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 HOST = REPO / "tools" / "impl_host.py"
@@ -275,7 +275,7 @@ class ImplementationHost:
                                              f"accept: {error}") from None
 
     def _fault(self, kind: str, what: str) -> HostFault:
-        from tools.isolation import exit_in_words, last_words
+        from tools.process_end import exit_in_words, last_words
 
         status = self.process.poll()
         self.log.flush()
