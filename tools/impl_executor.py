@@ -312,10 +312,11 @@ class ImplementationHost:
             raise OracleFailure(self.oracle, f"wrote outside the bounds of {'; '.join(overwritten)}")
         return tuple(outputs), overwritten
 
-    def call(self, name: str, kwargs: dict, poison: int | None = None) -> tuple[tuple, list[str]]:
-        staged, pairs, moved = self._stage(kwargs)
+    def call(self, name: str, kwargs: dict, poison: int | None = None, args: tuple = ()) -> tuple[tuple, list[str]]:
+        staged, pairs, moved = self._stage({**dict(enumerate(args)), **kwargs})
         try:
-            sent = self._ask(("call", name, staged, poison, moved if self.via_host_memory else None), "returned")
+            sent = self._ask(("call", name, staged, len(args), poison, moved if self.via_host_memory else None),
+                             "returned")
         finally:
             self._unstage(pairs)
         return self._outputs(sent, poison is not None)
@@ -328,8 +329,8 @@ class HostedFunction:
     host: ImplementationHost
     name: str
 
-    def __call__(self, **kwargs):
-        outputs, _ = self.host.call(self.name, kwargs)
+    def __call__(self, *args, **kwargs):
+        outputs, _ = self.host.call(self.name, kwargs, args=args)
         return outputs[0] if len(outputs) == 1 else (outputs or None)
 
     def call_poisoned(self, kwargs: dict, poison: int) -> tuple[tuple, list[str]]:

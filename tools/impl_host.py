@@ -19,7 +19,7 @@ poisoned allocations, a copy of each output taken as the call returned — and d
 judge checks them from its own side.
 
 Messages, judge -> host: ``("load", {"paths": [...], "functions": {name: (module, attribute)}})``,
-``("call", name, kwargs, poison or None, moved)``, ``("capture", name, kwargs)``, ``("replay",)``;
+``("call", name, arguments, positional, poison or None, moved)``, ``("capture", name, kwargs)``, ``("replay",)``;
 host -> judge: ``("loaded", {"missing": [...]})``, ``("returned", outputs)``, ``("captured", outputs)``,
 ``("replayed",)``, ``("raised", exception facts)``.  The host ends when its socket closes.
 """
@@ -142,20 +142,22 @@ class Host:
                 missing.append(name)
         return ("loaded", {"missing": missing})
 
-    def call(self, name: str, kwargs: dict, poison: int | None, moved: dict | None) -> tuple:
-        """``moved``: None when tensors cross by CUDA IPC; else the arguments that crossed through host
-        memory, by name, with their devices (and the outputs go back the same way)."""
-        kwargs, back = _to_devices(kwargs, moved) if moved else (kwargs, [])
+    def call(self, name: str, arguments: dict, positional: int, poison: int | None, moved: dict | None) -> tuple:
+        """``arguments``: the positional ones keyed 0..``positional``-1, then the keyword ones.  ``moved``:
+        None when tensors cross by CUDA IPC; else the arguments that crossed through host memory, with their
+        devices (and the outputs go back the same way)."""
+        kwargs, back = _to_devices(arguments, moved) if moved else (dict(arguments), [])
+        args = [kwargs.pop(index) for index in range(positional)]
         poisoned = allocations.PoisonedAllocations(poison) if poison is not None else None
         if poisoned is not None:
             with poisoned:
-                returned = self.functions[name](**kwargs)
+                returned = self.functions[name](*args, **kwargs)
         else:
-            returned = self.functions[name](**kwargs)
+            returned = self.functions[name](*args, **kwargs)
         # what the outputs hold as the call returns, on the current stream: work still running on another
         # stream, or a write from a thread, lands after this copy and shows as a difference to the judge
         copies = [item.clone() if type(item) is torch.Tensor else None for item in _items(returned)[1]]
-        self._settle(kwargs)
+        self._settle([*args, *kwargs.values()])
         for shared, on_device in back:
             shared.copy_(on_device)
         return ("returned", outputs(returned, poisoned, copies, via_host_memory=moved is not None))
@@ -172,8 +174,8 @@ class Host:
         return ("replayed",)
 
     @staticmethod
-    def _settle(kwargs: dict) -> None:
-        if any(isinstance(v, torch.Tensor) and v.is_cuda for v in kwargs.values()):
+    def _settle(arguments: list) -> None:
+        if any(isinstance(v, torch.Tensor) and v.is_cuda for v in arguments):
             torch.cuda.synchronize()
         time.sleep(SETTLE_S)
 
