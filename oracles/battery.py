@@ -52,14 +52,19 @@ def strategy_module(entry):
 
 @dataclasses.dataclass
 class Implementation:
-    """What is being judged: a callable per op name (the op and its contract siblings)."""
+    """What is being judged: a callable per op name (the op and its contract siblings).
+
+    Certification fills it with functions run by an implementation host, apart from this process
+    (``tools/certify_worker.hosted_implementation``); plain functions, called here, are for the oracles'
+    unit tests and the suites' fast judging of their many controls only."""
 
     label: str
     functions: Mapping[str, Callable]
 
     @classmethod
     def of_kernels(cls, entry) -> "Implementation":
-        """The entry's kernel, and its siblings' kernels of the same backend (else their first)."""
+        """The entry's kernel, and its siblings' kernels of the same backend (else their first), in this
+        process (certification runs them in a host: ``tools/certify_worker.hosted_implementation``)."""
         from ops.catalog import kernels
 
         def sibling(name):

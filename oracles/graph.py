@@ -5,15 +5,21 @@ call is captured on the first case; then for each later case (>= 3 replays): the
 the captured input buffers, an eager call of another shape runs in between (so any state the op
 keeps outside the graph moves on), the graph is replayed, and its outputs (and in-place arguments)
 must be bitwise equal to an eager call on the same case.  CPU: not applicable (reported as skipped).
+
+An implementation that runs in another process (``tools/impl_executor.py``) offers
+``fn.capture_graph(static)``: its host captures the call on the judge's buffers (shared by CUDA IPC,
+``static`` then holds the shared ones), and each replay runs there while the judge copies the cases in
+and reads the outputs from its own side.
 """
 from __future__ import annotations
 
-import warnings
+import functools
 from typing import Callable, Sequence
 
 import torch
 
 from oracles.bitwise import check_bitwise
+from oracles.capture import capture_call
 from oracles.failures import OracleFailure
 from oracles.tensors import as_outputs, clone_inputs
 
@@ -24,36 +30,31 @@ def graph_parity_applies(device: torch.device) -> bool:
     return device.type == "cuda"
 
 
+def _capture_here(fn: Callable, static: dict) -> tuple[tuple, Callable[[], None]]:
+    """Capture ``fn(**static)`` in this process: the captured outputs, and the graph's replay."""
+    try:
+        graph, returned = capture_call(fn, static)
+    except Exception as error:  # noqa: BLE001 - a call that cannot be captured is the finding
+        raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "
+                                            f"{type(error).__name__}: {error}") from None
+    return as_outputs(returned), graph.replay
+
+
 def check_graph_parity(fn: Callable, cases: Sequence[dict], interleaved: Sequence[dict],
                        in_place: tuple[str, ...] = ()) -> None:
     """``cases`` share shapes and layouts (cases[0] is captured); ``interleaved`` are other shapes."""
     if len(cases) < MIN_REPLAYS + 1:
         raise ValueError(f"cases: need >= {MIN_REPLAYS + 1} inputs of one shape, got {len(cases)}")
     static = clone_inputs(cases[0])
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        # warm up (compile, autotune) on the very buffers to be captured, as serving engines do: state
-        # an op keeps keyed on them outside the graph is then stale in every replay
-        fn(**static)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with warnings.catch_warnings():
-            # an empty batch launches nothing: an empty graph is the right capture of it
-            warnings.filterwarnings("ignore", message="The CUDA Graph is empty")
-            with torch.cuda.graph(graph):
-                captured = as_outputs(fn(**static))
-    except Exception as error:  # noqa: BLE001 - a call that cannot be captured is the finding
-        raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "
-                                            f"{type(error).__name__}: {error}") from None
+    capture = getattr(fn, "capture_graph", None) or functools.partial(_capture_here, fn)
+    captured, replay_graph = capture(static)
     for replay, case in enumerate(list(cases[1:]) + [cases[0]], start=1):
         for name, value in case.items():
             if isinstance(value, torch.Tensor):
                 static[name].copy_(value)
         for other in interleaved:
             fn(**clone_inputs(other))
-        graph.replay()
+        replay_graph()
         eager_inputs = clone_inputs(case)
         eager = as_outputs(fn(**eager_inputs)) + tuple(eager_inputs[name] for name in in_place)
         torch.cuda.synchronize()

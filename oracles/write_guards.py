@@ -8,63 +8,33 @@
 - Canary margins must be intact after the call: a write just past either end of an allocation is
   caught there.
 - Every other tensor argument's whole storage (view padding included) must be bitwise unchanged.
+
+An implementation that runs in another process (``tools/impl_executor.py``) offers
+``fn.call_poisoned(kwargs, poison)``: its host poisons the allocations with the pattern the judge
+chose and sends each output's whole margined buffer, whose canaries the judge checks itself.
+Anything else is called here, under :class:`~oracles.allocations.PoisonedAllocations`.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-import torch
-from torch.overrides import TorchFunctionMode
-
+from oracles.allocations import PoisonedAllocations, in_margined_buffer, margin_bytes, margins_intact
 from oracles.bitwise import check_bitwise
 from oracles.failures import OracleFailure
 from oracles.tensors import as_outputs, changed_storages, clone_inputs, snapshot_storages
 
-MARGIN_BYTES = 512
 POISON_PATTERNS = (0xFF, 0x5A)   # 0xFF: NaN for every float width, -1 for ints
-CANARY = 0xC3
 
 
-def _in_margined_buffer(shape, stride, dtype, device, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A tensor of this layout inside a buffer: [margin | elements (filled) | margin] (margins CANARY)."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    span = 1 + sum((size - 1) * step for size, step in zip(shape, stride)) if all(shape) else 0
-    margin = MARGIN_BYTES - MARGIN_BYTES % itemsize
-    buffer = torch.full((2 * margin + span * itemsize,), CANARY, dtype=torch.uint8, device=device)
-    buffer[margin:margin + span * itemsize] = fill
-    tensor = torch.empty(0, dtype=dtype, device=device).set_(
-        buffer.untyped_storage(), margin // itemsize, tuple(shape), tuple(stride))
-    return tensor, buffer
-
-
-def _margins_intact(tensor: torch.Tensor, buffer: torch.Tensor) -> bool:
-    margin = tensor.storage_offset() * tensor.element_size()  # the same on both sides
-    return bool((buffer[:margin] == CANARY).all() and (buffer[buffer.numel() - margin:] == CANARY).all())
-
-
-class PoisonedAllocations(TorchFunctionMode):
-    """Hand out every ``empty``-family allocation poisoned and canary-margined."""
-
-    FACTORIES = {torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty,
-                 torch.Tensor.new_empty_strided}
-
-    def __init__(self, poison: int):
-        super().__init__()
-        self.poison = poison
-        self.allocations: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        result = func(*args, **(kwargs or {}))
-        if func not in self.FACTORIES or not isinstance(result, torch.Tensor) or result.layout != torch.strided:
-            return result
-        tensor, buffer = _in_margined_buffer(result.shape, result.stride(), result.dtype, result.device,
-                                             self.poison)
-        self.allocations.append((tensor, buffer))
-        return tensor
-
-    def overwritten_margins(self) -> list[str]:
-        return [f"an allocation of shape {tuple(t.shape)} {t.dtype}" for t, b in self.allocations
-                if not _margins_intact(t, b)]
+def poisoned_call(fn: Callable, kwargs: dict, poison: int) -> tuple[tuple, list[str]]:
+    """``fn(**kwargs)`` with every allocation poisoned: its outputs, and the allocations whose canary
+    margins it overwrote (in words)."""
+    call_poisoned = getattr(fn, "call_poisoned", None)
+    if call_poisoned is not None:
+        return call_poisoned(kwargs, poison)
+    with PoisonedAllocations(poison) as allocations:
+        result = as_outputs(fn(**kwargs))
+    return result, allocations.overwritten_margins()
 
 
 def _guarded_run(fn: Callable, kwargs: dict, in_place: tuple[str, ...], poison: int) -> tuple:
@@ -72,16 +42,13 @@ def _guarded_run(fn: Callable, kwargs: dict, in_place: tuple[str, ...], poison: 
     margins = {}
     for name in in_place:
         original = guarded[name]
-        tensor, buffer = _in_margined_buffer(original.shape, original.stride(), original.dtype,
-                                             original.device, 0)
+        tensor, buffer = in_margined_buffer(original.shape, original.stride(), original.dtype, original.device, 0)
         tensor.copy_(original)
         guarded[name], margins[name] = tensor, buffer
     immutable = snapshot_storages(guarded, skip=in_place)
-    with PoisonedAllocations(poison) as allocations:
-        result = as_outputs(fn(**guarded))
-    outside = allocations.overwritten_margins()
+    result, outside = poisoned_call(fn, guarded, poison)
     outside += [f"in-place argument {name!r}" for name, buffer in margins.items()
-                if not _margins_intact(guarded[name], buffer)]
+                if not margins_intact(buffer, margin_bytes(guarded[name].element_size()))]
     if outside:
         raise OracleFailure("write_guards", f"wrote outside the bounds of {'; '.join(outside)}")
     changed = changed_storages(guarded, immutable)

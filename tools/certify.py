@@ -176,7 +176,9 @@ def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
 
 
 def load_implementation(spec: str, entries):
-    """``MODULE[:ATTR]`` -> an Implementation for each entry (missing siblings: the reference)."""
+    """``MODULE[:ATTR]`` -> an Implementation for each entry (missing siblings: the reference), imported
+    into this process: for the suites and ``tools/nightly`` only.  Certification imports an --impl in an
+    implementation host instead (``check_implementation``, ``tools/certify_worker.py``)."""
     from oracles.battery import Implementation
 
     module_name, _, attribute = spec.partition(":")
@@ -199,6 +201,27 @@ def load_implementation(spec: str, entries):
             functions[sibling] = getattr(module, sibling, None) or op(sibling).reference
         implementations[entry.name] = Implementation(spec, functions)
     return implementations
+
+
+def check_implementation(spec: str, entries, device: str) -> None:
+    """A bad ``--impl`` is a usage error here, not a failure of every cell.  It is imported in an
+    implementation host, never in this process (which then serves the first cells, when they run here)."""
+    from oracles.failures import OracleFailure
+    from tools.certify_worker import hosted_implementation, implementation_host, retire_host
+
+    module_name, _, attribute = spec.partition(":")
+    if attribute and len(entries) != 1:
+        raise UsageError("--impl MODULE:ATTR judges one op: name it with one --op")
+    host = implementation_host(spec, device)
+    try:
+        for entry in entries:
+            hosted_implementation(spec, entry.name, None, host)
+    except LookupError as error:
+        retire_host(spec, device)
+        raise UsageError(f"--impl: {error}") from None
+    except (Exception, OracleFailure) as error:  # noqa: BLE001 - any import failure is a usage error, in one line
+        retire_host(spec, device)
+        raise UsageError(f"--impl: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
 
 
 def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, impl: str | None,
@@ -373,7 +396,11 @@ def main(argv=None) -> int:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
     if args.impl:  # an outside implementation: once per op, on its first kernel's cells
         runs = {None: [registry[name] for name in (args.op or registry)]}
-        load_implementation(args.impl, runs[None])  # a bad --impl is a usage error here, not in every worker
+        check_implementation(args.impl, runs[None], args.device)
+        if args.isolate:  # the workers start hosts of their own
+            from tools.certify_worker import retire_host
+
+            retire_host(args.impl, args.device)
     else:  # each backend's kernels are a run of their own (a worker task names its backend)
         runs = {}
         for name in args.op or registry:
@@ -455,7 +482,8 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
             results[entry.name, cell.id] = CellResult(entry.name, cell.id, QUARANTINED, annotations=held.record())
             announce(results[entry.name, cell.id], None)
     tasks = [CellTask(entry.name, cell.id, args.device, args.impl, max_examples, args.seed, not args.no_shrink,
-                      args.replay, backend, args.sanitize) for entry, cell, held in planned if args.check_quarantine or not held]
+                      args.replay, backend, args.sanitize, args.cell_timeout or DEFAULT_CELL_TIMEOUT_S)
+             for entry, cell, held in planned if args.check_quarantine or not held]
     results.update(run_tasks(args, tasks, announce))
     failed = False
     for entry, cell, held in planned:

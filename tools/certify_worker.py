@@ -1,5 +1,9 @@
 """One (op, cell) through the battery: in this process, or in a worker process that tools/isolation.py runs.
 
+Either way the implementation under judgement runs in an implementation host (``tools/impl_executor.py``),
+one per implementation, reused from cell to cell and replaced after a cell that failed: the battery,
+Hypothesis and the verdict stay here, where the implementation cannot reach them.
+
 ``execute(task)`` is the whole of running a cell; ``tools/certify-cells`` calls it directly when it
 does not isolate, and a worker (``python -m tools.certify_worker --connect SOCKET --device DEVICE``)
 calls it for each task its parent sends.  The worker tells its parent which oracle runs on which
@@ -14,12 +18,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import faulthandler
-import functools
+import os
+import pathlib
 import socket
 import sys
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tools.impl_executor import ImplementationHost
 
 NO_ORACLE = "isolation"    # where a cell is before its first oracle begins (loading it, or a crash then)
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +46,7 @@ class CellTask:
     replay: dict | None = None         # one recipe instead of the cell's corners and draws
     backend: str | None = None         # which of the op's kernels (None: its first, as for an --impl)
     sanitizer: str | None = None       # the compute-sanitizer tool the worker runs under, if any
+    call_limit_s: float | None = None  # a call of the implementation with no answer by then is a hang
 
     @property
     def key(self) -> tuple[str, str]:
@@ -49,13 +60,67 @@ def _entry(op_name: str, backend: str | None):
     return found[0] if backend is None else next(entry for entry in found if entry.backend == backend)
 
 
-@functools.lru_cache(maxsize=None)
-def _implementation(impl: str | None, op_name: str, backend: str | None):
+_HOSTS: dict = {}   # (implementation, device, sanitized) -> its live ImplementationHost
+_SPARE: dict = {}   # device -> a host started ahead, serving nothing yet
+
+
+def implementation_host(impl: str | None, device: str, call_limit_s: float | None = None,
+                        sanitized: bool = False) -> "ImplementationHost":
+    """The live host of ``impl`` (None: the catalog's kernels) on ``device``, started when there is none.
+    Under compute-sanitizer, device tensors cross through host memory (its allocator serves no CUDA IPC)."""
+    from tools.impl_executor import ImplementationHost
+
+    host = _HOSTS.get((impl, device, sanitized))
+    if host is None or host.fault is not None:
+        retire_host(impl, device, sanitized)
+        host = _SPARE.pop(device, None) or ImplementationHost(device)
+        _HOSTS[impl, device, sanitized] = host
+    host.call_limit_s, host.via_host_memory = call_limit_s, sanitized
+    return host
+
+
+def start_spare_host(device: str) -> None:
+    """Start a host before any cell asks for one, and wait until it answers (torch imported there), so
+    that a cell's time limit never counts a host's start."""
+    from tools.impl_executor import START_LIMIT_S, ImplementationHost
+
+    if device not in _SPARE:
+        _SPARE[device] = ImplementationHost(device, START_LIMIT_S)
+        _SPARE[device].load([], {})
+
+
+def retire_host(impl: str | None, device: str, sanitized: bool = False) -> None:
+    host = _HOSTS.pop((impl, device, sanitized), None)
+    if host is not None:
+        host.close()
+
+
+def _impl_paths() -> list[str]:
+    """Where an --impl module is looked for: the working directory and PYTHONPATH, as for ``python -m``."""
+    return [p for p in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p]
+
+
+def hosted_implementation(impl: str | None, op_name: str, backend: str | None, host: "ImplementationHost"):
+    """The Implementation the battery judges: ``impl``'s functions (missing siblings: the reference, run
+    here — it is the judge's own code) or the catalog's kernels, each run by ``host``."""
+    from ops.catalog import op
     from oracles.battery import Implementation
-    from tools.certify import load_implementation
 
     entry = _entry(op_name, backend)
-    return load_implementation(impl, [entry])[op_name] if impl else Implementation.of_kernels(entry)
+    if impl is None:
+        kernels = Implementation.of_kernels(entry)
+        where = {name: (fn.__module__, fn.__qualname__) for name, fn in kernels.functions.items()}
+        host.load([str(REPO)], {":".join(at): at for at in where.values()})
+        return Implementation(kernels.label, {name: host.function(":".join(at)) for name, at in where.items()})
+    module_name, _, attribute = impl.partition(":")
+    where = {name: (module_name, name) for name in entry.siblings}
+    where[op_name] = (module_name, attribute or op_name)
+    missing = host.load(_impl_paths(), {":".join(at): at for at in where.values()})
+    main = ":".join(where[op_name])
+    if main in missing:
+        raise LookupError(f"{module_name} has no callable {where[op_name][1]!r}")
+    return Implementation(impl, {name: op(name).reference if ":".join(at) in missing else host.function(":".join(at))
+                                 for name, at in where.items()})
 
 
 def execute(task: CellTask, *, progress=None, watch=None):
@@ -65,17 +130,58 @@ def execute(task: CellTask, *, progress=None, watch=None):
     from oracles.battery import replay, run_cell
 
     entry = _entry(task.op, task.backend)
-    cell, impl = entry.cell(task.cell_id), _implementation(task.impl, task.op, task.backend)
-    device = torch.device(task.device)
+    host = implementation_host(task.impl, task.device, task.call_limit_s, sanitized=task.sanitizer is not None)
+    host.watch(NO_ORACLE, {})
+    try:
+        impl = hosted_implementation(task.impl, task.op, task.backend, host)
+    except Exception as error:  # noqa: BLE001 - certify-cells checked the --impl: what fails now is a finding
+        return _host_failure(task, host, error)
+    cell, device = entry.cell(task.cell_id), torch.device(task.device)
+
+    def watch_both(oracle: str, recipe: dict) -> None:
+        host.watch(oracle, recipe)
+        if watch:
+            watch(oracle, recipe)
+
     # Under compute-sanitizer torch allocates stream-ordered (cudaMallocAsync): memory allocated inside a
     # capture does not exist until the graph is instantiated, so Triton's launcher cannot validate its
     # pointers and no capture succeeds.  Sanitized runs write no certificate; the plain run judges graphs.
     skipped = (f"not run under compute-sanitizer --tool {task.sanitizer}: its stream-ordered allocations "
                "cannot be captured" if task.sanitizer else None)
     if task.replay is not None:
-        return replay(entry, impl, cell, device, task.replay, watch=watch, graph_parity_skipped=skipped)
-    return run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
-                    shrink=task.shrink, progress=progress, watch=watch, graph_parity_skipped=skipped)
+        result = replay(entry, impl, cell, device, task.replay, watch=watch_both, graph_parity_skipped=skipped)
+    else:
+        result = run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
+                          shrink=task.shrink, progress=progress, watch=watch_both, graph_parity_skipped=skipped)
+    return _settled(task, host, result)
+
+
+def _settled(task: CellTask, host: "ImplementationHost", result):
+    """The cell's result once its host is accounted for: a host that ended or hung fails the cell whatever
+    the oracles made of it (with how it ended and its last lines), and any failure retires the host, so
+    that nothing the implementation did there reaches the next cell."""
+    from oracles.failures import OracleFailure
+    from tools.process_end import exit_in_words
+
+    fault = host.fault
+    if fault is not None:
+        if result.status == "certified":
+            result.status, result.failure = "failed", OracleFailure(host.oracle, str(fault))
+            result.failure.recipe = host.recipe
+        result.annotations["fault"] = {"kind": fault.kind, "worker": exit_in_words(fault.exit_status),
+                                       "stderr_tail": fault.log_tail}
+    if result.status != "certified":
+        retire_host(task.impl, task.device, sanitized=task.sanitizer is not None)
+    return result
+
+
+def _host_failure(task: CellTask, host: "ImplementationHost", error: Exception):
+    from oracles.battery import CellResult
+    from oracles.failures import OracleFailure
+
+    failure = error if isinstance(error, OracleFailure) else \
+        OracleFailure(host.oracle, f"loading the implementation raised {type(error).__name__}: {error}")
+    return _settled(task, host, CellResult(task.op, task.cell_id, "failed", failure=failure))
 
 
 def _surface_device_errors(result, device: str, last_oracle: str, last_recipe: dict) -> None:
@@ -104,6 +210,7 @@ def serve(connection: Connection, device: str) -> None:
         where.update(oracle=oracle, recipe=recipe)
         connection.send(("oracle", oracle, recipe))
 
+    start_spare_host(device)
     connection.send(("ready",))
     while True:
         message = connection.recv()

@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Callable
 
 from tools.certify_worker import NO_ORACLE, CellTask
+from tools.process_end import exit_in_words, last_words
 
 if TYPE_CHECKING:  # the battery (torch, Hypothesis) loads with the first result, not with --help
     from oracles.battery import CellResult
@@ -45,7 +46,6 @@ STARTUP_LIMIT_S = 300      # importing torch and Triton, and a CUDA context; far
 EXIT_LIMIT_S = 120         # a retired worker's exit (a sanitizer writes its report then)
 SANITIZER_EXIT = 99
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
-STDERR_TAIL_LINES = 8
 
 
 class WorkerStartError(RuntimeError):
@@ -84,17 +84,6 @@ def find_sanitizer() -> str | None:
     return found
 
 
-def exit_in_words(code: int | None) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit status {code}"
-
-
 def sanitizer_report(path: pathlib.Path) -> list[str]:
     """The report lines of a compute-sanitizer log (its banner left out)."""
     try:
@@ -103,20 +92,6 @@ def sanitizer_report(path: pathlib.Path) -> list[str]:
         return []
     report = [line.removeprefix("=========").strip() for line in lines if line.startswith("=========")]
     return [line for line in report if line and not line.startswith("COMPUTE-SANITIZER")]
-
-
-def last_words(path: pathlib.Path) -> list[str]:
-    """What a dead worker wrote last: a fatal error with its innermost Python frames (faulthandler
-    prints the most recent call first), or else its last lines."""
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return []
-    fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), None)
-    if fatal is None:
-        return lines[-STDERR_TAIL_LINES:]
-    frames = [line for line in lines[fatal + 1:] if line.lstrip().startswith("File ")]
-    return [lines[fatal], *frames[:STDERR_TAIL_LINES - 1]]
 
 
 class _Worker:

@@ -1,0 +1,69 @@
+"""Poisoned, canary-margined allocations: the memory half of the write guards (``write_guards.py``).
+
+Every tensor an implementation allocates with ``torch.empty``/``empty_like``/``empty_strided``/
+``new_empty`` is handed out poisoned, from inside a larger buffer whose margins hold canary bytes.
+
+This module imports nothing but torch, on purpose: the implementation host (``tools/impl_host.py``),
+which must hold nothing of the judge, loads it by its file path to poison the allocations of the
+implementation it serves, and the judge checks the margins of the buffers it sends back.
+"""
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+MARGIN_BYTES = 512
+CANARY = 0xC3
+
+
+def margin_bytes(itemsize: int) -> int:
+    """The margin on each side of an allocation of elements of ``itemsize`` bytes (whole elements)."""
+    return MARGIN_BYTES - MARGIN_BYTES % itemsize
+
+
+def in_margined_buffer(shape, stride, dtype, device, fill: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A tensor of this layout inside a buffer: [margin | elements (filled) | margin] (margins CANARY)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    span = 1 + sum((size - 1) * step for size, step in zip(shape, stride)) if all(shape) else 0
+    margin = margin_bytes(itemsize)
+    buffer = torch.full((2 * margin + span * itemsize,), CANARY, dtype=torch.uint8, device=device)
+    buffer[margin:margin + span * itemsize] = fill
+    tensor = torch.empty(0, dtype=dtype, device=device).set_(
+        buffer.untyped_storage(), margin // itemsize, tuple(shape), tuple(stride))
+    return tensor, buffer
+
+
+def margins_intact(buffer: torch.Tensor, margin: int) -> bool:
+    """Both ``margin``-byte ends of a uint8 ``buffer`` still hold the canary."""
+    return bool((buffer[:margin] == CANARY).all() and (buffer[buffer.numel() - margin:] == CANARY).all())
+
+
+class PoisonedAllocations(TorchFunctionMode):
+    """Hand out every ``empty``-family allocation poisoned and canary-margined."""
+
+    FACTORIES = {torch.empty, torch.empty_like, torch.empty_strided, torch.Tensor.new_empty,
+                 torch.Tensor.new_empty_strided}
+
+    def __init__(self, poison: int):
+        super().__init__()
+        self.poison = poison
+        self.allocations: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func not in self.FACTORIES or not isinstance(result, torch.Tensor) or result.layout != torch.strided:
+            return result
+        tensor, buffer = in_margined_buffer(result.shape, result.stride(), result.dtype, result.device, self.poison)
+        self.allocations.append((tensor, buffer))
+        return tensor
+
+    def buffer_of(self, tensor: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+        """The margined buffer ``tensor`` lies in, and its margin; None for memory not allocated here."""
+        for allocated, buffer in self.allocations:
+            if allocated.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr():
+                return buffer, margin_bytes(allocated.element_size())
+        return None
+
+    def overwritten_margins(self) -> list[str]:
+        return [f"an allocation of shape {tuple(t.shape)} {t.dtype}" for t, b in self.allocations
+                if not margins_intact(b, margin_bytes(t.element_size()))]
