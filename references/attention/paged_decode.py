@@ -119,6 +119,12 @@ def attended_tokens(page_table: torch.Tensor, seq_lens: torch.Tensor, page_size:
 def truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
     """(o, lse) in float64 over exactly the attended tokens of each row."""
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return attention_truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+
+
+def attention_truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select):
+    """``truth`` on arguments already validated, for caches of any float dtype (the NVFP4-KV contract
+    passes its decoded float32 caches)."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     group = query_heads // kv_heads
@@ -178,6 +184,12 @@ def stock(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, pag
     captures in a CUDA graph.
     """
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return stock_attention(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+
+
+def stock_attention(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select):
+    """``stock`` on arguments already validated, for caches of any float dtype (rounded to bf16 as an
+    e4m3 cache is: the NVFP4-KV contract's stock op passes its decoded float32 caches)."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     logical, counted = _pages_read(page_table, page_select)
