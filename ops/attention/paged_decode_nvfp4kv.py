@@ -108,7 +108,7 @@ def _decode_splits_nvfp4(
     table_ptr, table_stride_b, table_stride_m, pages_per_row,
     seq_lens_ptr, seq_lens_stride,
     selected_pages_ptr, selected_live_slots_ptr, entries,
-    sm_scale,
+    sm_scale_hi, sm_scale_lo,
     part_m_ptr, part_l_ptr, part_acc_ptr, splits,
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
     PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, OPERAND: tl.constexpr, REAL_ROWS: tl.constexpr,
@@ -134,9 +134,11 @@ def _decode_splits_nvfp4(
     q_rows = q_ptr + row.to(tl.int64) * q_stride_b + (kv_head * group + offs_g) * q_stride_h
     q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
     q, q_unscale = _query_in_fp16(q)
-    q = q.to(OPERAND)
+    # [D/16, G, 16]: one dot per 16-element block of the head (see the scores below)
+    q = tl.permute(tl.reshape(q.to(OPERAND), (GROUP_PAD, D // 16, 16)), (1, 0, 2))
     decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
-    qk_scale = sm_scale * (decode_scale * E2M1_UNIT)
+    sm_scale = tl.cast(sm_scale_hi, tl.float64) + tl.cast(sm_scale_lo, tl.float64)   # the float64 given, to 2^-48
+    qk_scale = (q_unscale.to(tl.float64) * (sm_scale * (decode_scale.to(tl.float64) * E2M1_UNIT)))[:, None]
     table_row = table_ptr + row.to(tl.int64) * table_stride_b
     selected_row = row.to(tl.int64) * entries
     # loop-invariant addresses of a tile's slots (a tile lies in one page: a scalar offset per tile)
@@ -161,7 +163,12 @@ def _decode_splits_nvfp4(
 
         k = _nvfp4_tile(kc_tile + (physical * kc_stride_p + first_slot * kc_stride_s),
                         ks_tile + (physical * ks_stride_p + first_slot * ks_stride_s), valid, BLOCK_N, D)
-        finite_scores = tl.dot(q, tl.trans(k.to(OPERAND))) * q_unscale[:, None] * qk_scale
+        # Each block's 16 products are exact and their fp32 sum nearly so (a block's elements share one
+        # scale); the blocks are summed and scaled in float64 and the score rounded once.  One fp32 dot
+        # over D rounded a score by up to a ULP, which the lse band (1 ULP when the stock op is exact,
+        # e.g. a power-of-two global scale) could not absorb.
+        k = tl.permute(tl.reshape(k.to(OPERAND), (BLOCK_N, D // 16, 16)), (1, 2, 0))
+        finite_scores = (tl.sum(tl.dot(q, k).to(tl.float64), axis=0) * qk_scale).to(tl.float32)
         scores = tl.where(valid[None, :], finite_scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
@@ -234,7 +241,7 @@ def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_glo
         page_table, *page_table.stride(), pages_per_row,
         seq_lens, seq_lens.stride(0),
         selected_pages, selected_live_slots, entries,
-        float(sm_scale),
+        *_float64_as_fp32_pair(float(sm_scale)),
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=block_n, SPLIT_TOKENS=split_tokens, PAGE_SIZE=page_size,
         SPARSE=sparse, OPERAND=_dot_operand(tl.float16), REAL_ROWS=triton.next_power_of_2(group),
@@ -248,6 +255,12 @@ def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_glo
         D=head_dim, GROUP_PAD=group_pad, SPLIT_TOKENS=split_tokens, SPARSE=sparse, num_warps=4,
     )
     return o, lse
+
+
+def _float64_as_fp32_pair(value: float) -> tuple[float, float]:
+    """``value`` as ``hi + lo``, both fp32 (Triton's float arguments): 48 bits of it reach the kernel."""
+    hi = float(torch.tensor(value, dtype=torch.float32))
+    return hi, float(torch.tensor(value - hi, dtype=torch.float32))
 
 
 def paged_decode_nvfp4kv(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
