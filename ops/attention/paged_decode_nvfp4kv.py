@@ -33,8 +33,8 @@ log-sum-exp (``_merge_splits``).  What is new is the tile's decode, in registers
 - Numerics of the e4m3 plan of ``paged_decode``: float64 ``l`` and ``exp(s - m)`` (``_exp_float64_short``),
   one fp16 ``2^15 p`` for ``p @ v`` (11 bits above 2^-29, the stock op's bf16 p keeps 8), the rescale
   skipped while a row's max stays (the same bits), float64 merge.
-- Tiles never cross a page (``block_n <= S``): a tile's page is one scalar load and its addresses a
-  scalar offset from loop-invariant ones.
+- On the GPU tiles never cross a page (``block_n <= S``): a tile's page is one scalar load.  The
+  interpreter's plan crosses pages (one table entry per slot): it pays per tile, not per element.
 """
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.attention.paged_decode import (_dot_operand, _exp_float64_short, _live_positions, _merge_splits,
-                                        _query_in_fp16, _resolve_selection)
+from ops.attention.paged_decode import (_dot_operand, _exp_float64_short, _live_positions, _query_in_fp16,
+                                        merge_splits, selection_metadata, split_partials)
 from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import interpreting
 from references.attention import paged_decode_nvfp4kv as contract
@@ -57,27 +57,29 @@ from references.formats.nvfp4 import NVFP4_BLOCK
 # -- launch plan ----------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class LaunchPlan:
-    block_n: int       # token slots per K/V tile (capped at the page size: a tile never crosses a page)
+    block_n: int       # token slots per K/V tile
     split_tokens: int  # token positions per program: a multiple of block_n, never a function of B
     num_warps: int
     num_stages: int
-    min_dot_rows: int = 1     # the group's rows padded to a power of two and to at least this many
+    min_dot_rows: int = 1      # the group's rows padded to a power of two and to at least this many
+    cross_pages: bool = False  # tiles of block_n slots across pages; else capped at the page size
 
     def tile(self, page_size: int) -> int:
-        return min(self.block_n, page_size)
+        return self.block_n if self.cross_pages else min(self.block_n, page_size)
 
 
 def launch_plan(head_dim: int) -> LaunchPlan:
     if interpreting():
         # The interpreter pays per op, not per element: wide tiles, and splits of 128 positions so the
         # CPU strategy's rows (<= 256 positions) span two splits, through the rescale and the merge.
-        return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1)
-    # Not yet swept on the H200 (bench_variants lists the candidates).  Starting point: the e4m3 plan
-    # of paged_decode (64-token tiles, splits of 2048, 3 stages, the group's own rows): NVFP4 moves
-    # 4.6 KB of K a tile at D = 128, and its decode (two nibble masks, a shift, an fp16 multiply an
-    # element, the scale broadcast over 16) is the issue cost to watch; 8 warps at D = 256.
-    return LaunchPlan(block_n=64, split_tokens=2048, num_warps=8 if head_dim == 256 else 4, num_stages=3)
-
+        # Tiles cross pages: pages of 16 would otherwise take four times the tiles.
+        return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1, cross_pages=True)
+    # Not yet swept on the H200 (bench_variants lists the candidates).  Starting point: the e4m3 plan of
+    # paged_decode (splits of 2048, 3 stages, the group's own rows), with 32-token tiles: the per-block
+    # score dots ([D/16, 16 rows, N] fp32, summed in float64) take the registers.  ptxas sm_90a, Triton
+    # 3.6, compiled on the CPU: D=128, G=4, dense, 4 warps: 168 registers, no spills at 32 tokens; 255 and
+    # 24 bytes of spills at 64.  D=256, G=16, sparse, 8 warps: 240, no spills (255 and 52 bytes at 64).
+    return LaunchPlan(block_n=32, split_tokens=2048, num_warps=8 if head_dim == 256 else 4, num_stages=3)
 
 # -- kernels --------------------------------------------------------------------------------------
 @triton.jit
@@ -112,6 +114,7 @@ def _decode_splits_nvfp4(
     part_m_ptr, part_l_ptr, part_acc_ptr, splits,
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
     PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, OPERAND: tl.constexpr, REAL_ROWS: tl.constexpr,
+    CROSS_PAGES: tl.constexpr,
 ):
     E2M1_UNIT: tl.constexpr = 16384.0   # e2m1(code) per unit of the code's bits placed in an fp16 (2^-14)
     P_SCALE: tl.constexpr = 32768.0     # p <= 1 multiplies V as fp16 2^15 p
@@ -141,28 +144,31 @@ def _decode_splits_nvfp4(
     qk_scale = (q_unscale.to(tl.float64) * (sm_scale * (decode_scale.to(tl.float64) * E2M1_UNIT)))[:, None]
     table_row = table_ptr + row.to(tl.int64) * table_stride_b
     selected_row = row.to(tl.int64) * entries
-    # loop-invariant addresses of a tile's slots (a tile lies in one page: a scalar offset per tile)
-    kc_tile = kc_ptr + kv_head * kc_stride_h + (offs_n * kc_stride_s)[:, None] + offs_byte[None, :] * kc_stride_d
-    ks_tile = ks_ptr + kv_head * ks_stride_h + (offs_n * ks_stride_s)[:, None] + offs_block[None, :] * ks_stride_d
-    vc_tile = vc_ptr + kv_head * vc_stride_h + (offs_n * vc_stride_s)[:, None] + offs_byte[None, :] * vc_stride_d
-    vs_tile = vs_ptr + kv_head * vs_stride_h + (offs_n * vs_stride_s)[:, None] + offs_block[None, :] * vs_stride_d
+    kc_tile = kc_ptr + kv_head * kc_stride_h + offs_byte[None, :] * kc_stride_d
+    ks_tile = ks_ptr + kv_head * ks_stride_h + offs_block[None, :] * ks_stride_d
+    vc_tile = vc_ptr + kv_head * vc_stride_h + offs_byte[None, :] * vc_stride_d
+    vs_tile = vs_ptr + kv_head * vs_stride_h + offs_block[None, :] * vs_stride_d
 
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float64)
     acc = tl.zeros([GROUP_PAD, D], tl.float32)
     for position in range(start, end, BLOCK_N):
-        first_slot = position % PAGE_SIZE
-        if SPARSE:
-            physical = tl.load(selected_pages_ptr + selected_row + position // PAGE_SIZE)
-            live_slots = tl.load(selected_live_slots_ptr + selected_row + position // PAGE_SIZE)
-            valid = (position + offs_n < end) & (physical >= 0) & (first_slot + offs_n < live_slots)
-        else:
-            physical = tl.load(table_row + (position // PAGE_SIZE) * table_stride_m)
-            valid = (position + offs_n < end) & (physical >= 0) & (physical < num_pages)
+        within = position + offs_n < end
+        if CROSS_PAGES:   # each slot its own page entry
+            entry, slot, entry_read = (position + offs_n) // PAGE_SIZE, (position + offs_n) % PAGE_SIZE, within
+        else:             # the tile lies in one page: its entry is one scalar load (``position < end``)
+            entry, slot, entry_read = position // PAGE_SIZE, position % PAGE_SIZE + offs_n, position < end
+        if SPARSE:   # entries resolved by _resolve_selection: -1 unless counted and in the pool
+            physical = tl.load(selected_pages_ptr + selected_row + entry, mask=entry_read, other=-1)
+            live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=entry_read, other=0)
+            valid = within & (physical >= 0) & (slot < live_slots)
+        else:        # dense positions are tokens, and end <= seq_len
+            physical = tl.load(table_row + entry * table_stride_m, mask=entry_read, other=-1)
+            valid = within & (physical >= 0) & (physical < num_pages)
         physical = physical.to(tl.int64)
 
-        k = _nvfp4_tile(kc_tile + (physical * kc_stride_p + first_slot * kc_stride_s),
-                        ks_tile + (physical * ks_stride_p + first_slot * ks_stride_s), valid, BLOCK_N, D)
+        k = _nvfp4_tile(kc_tile + (physical * kc_stride_p + slot * kc_stride_s)[:, None],
+                        ks_tile + (physical * ks_stride_p + slot * ks_stride_s)[:, None], valid, BLOCK_N, D)
         # Each block's 16 products are exact and their fp32 sum nearly so (a block's elements share one
         # scale); the blocks are summed and scaled in float64 and the score rounded once.  One fp32 dot
         # over D rounded a score by up to a ULP, which the lse band (1 ULP when the stock op is exact,
@@ -183,8 +189,8 @@ def _decode_splits_nvfp4(
         l = l + tl.sum(p_exact, axis=1)
         p_scaled = (p_exact.to(tl.float32) * P_SCALE).to(tl.float16)
 
-        v = _nvfp4_tile(vc_tile + (physical * vc_stride_p + first_slot * vc_stride_s),
-                        vs_tile + (physical * vs_stride_p + first_slot * vs_stride_s), valid, BLOCK_N, D)
+        v = _nvfp4_tile(vc_tile + (physical * vc_stride_p + slot * vc_stride_s)[:, None],
+                        vs_tile + (physical * vs_stride_p + slot * vs_stride_s)[:, None], valid, BLOCK_N, D)
         acc = tl.dot(p_scaled.to(OPERAND), v.to(OPERAND), acc)
         m = m_new
 
@@ -204,34 +210,18 @@ def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_glo
     batch, query_heads, head_dim = q.shape
     num_pages, page_size, kv_heads, _ = k_packed.shape
     pages_per_row = page_table.shape[1]
-    o = torch.zeros(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device)
-    lse = torch.full((batch, query_heads), float("-inf"), dtype=torch.float32, device=q.device)
-    if batch * query_heads == 0 or page_size == 0:   # no token lives in pages of no slots
-        return o, lse
+    if batch * query_heads == 0 or page_size == 0:   # no token lives in pages of no slots: every row empty
+        return (torch.zeros(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device),
+                torch.full((batch, query_heads), float("-inf"), dtype=torch.float32, device=q.device))
+    o = torch.empty(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(batch, query_heads, dtype=torch.float32, device=q.device)
     group = query_heads // kv_heads
     sparse = page_select is not None
-    if sparse:
-        selection = torch.sort(page_select, dim=1).values  # on the device: duplicates become neighbours
-        entries, positions = selection.shape[1], selection.shape[1] * page_size
-        selected_pages, selected_live_slots = torch.empty_like(selection), torch.empty_like(selection)
-        if entries:
-            _resolve_selection[(batch,)](
-                selection, selection.stride(0), entries,
-                page_table, *page_table.stride(), pages_per_row,
-                seq_lens, seq_lens.stride(0), page_size, num_pages,
-                selected_pages, selected_live_slots,
-                BLOCK=min(1024, triton.next_power_of_2(entries)),
-            )
-    else:
-        entries, positions = 0, pages_per_row * page_size
-        selected_pages = selected_live_slots = page_table  # unused
-    block_n = plan.tile(page_size)
-    split_tokens = max(plan.split_tokens, block_n)
+    entries, positions, selected_pages, selected_live_slots = selection_metadata(page_table, seq_lens, page_select,
+                                                                                 page_size, num_pages)
+    block_n, split_tokens = plan.tile(page_size), plan.split_tokens
     splits = max(1, triton.cdiv(positions, split_tokens))
-    partials = batch * kv_heads * splits * group
-    part_m = torch.empty(partials, dtype=torch.float32, device=q.device)
-    part_l = torch.empty(partials, dtype=torch.float64, device=q.device)
-    part_acc = torch.empty(partials * head_dim, dtype=torch.float32, device=q.device)
+    part_m, part_l, part_acc = split_partials(batch * kv_heads * splits * group, head_dim, q.device)
     group_pad = max(plan.min_dot_rows, triton.next_power_of_2(group))
     _decode_splits_nvfp4[(batch * kv_heads * splits,)](
         q, *q.stride(),
@@ -245,15 +235,12 @@ def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_glo
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=block_n, SPLIT_TOKENS=split_tokens, PAGE_SIZE=page_size,
         SPARSE=sparse, OPERAND=_dot_operand(tl.float16), REAL_ROWS=triton.next_power_of_2(group),
+        CROSS_PAGES=plan.cross_pages and block_n > page_size,
         num_warps=plan.num_warps, num_stages=plan.num_stages,
     )
-    _merge_splits[(batch * kv_heads,)](
-        part_m, part_l, part_acc, splits, kv_heads, group,
-        seq_lens, seq_lens.stride(0), pages_per_row, page_size, entries,
-        1.0,   # the decode scale is already in the partials
-        o, o.stride(0), o.stride(1), lse, lse.stride(0),
-        D=head_dim, GROUP_PAD=group_pad, SPLIT_TOKENS=split_tokens, SPARSE=sparse, num_warps=4,
-    )
+    # the decode scale is already in the partials: o is merged with a factor of 1
+    merge_splits((part_m, part_l, part_acc), splits, kv_heads, group, seq_lens, pages_per_row, page_size, entries, 1.0,
+                 o, lse, group_pad, split_tokens, sparse)
     return o, lse
 
 
@@ -287,8 +274,10 @@ def bench_variants(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, p
     replace = dataclasses.replace
     plans = {"default": default,
              "split 1024": replace(default, split_tokens=1024),
+             "split 4096": replace(default, split_tokens=4096),
              "2 stages": replace(default, num_stages=2),
-             "block 32": replace(default, block_n=32),
+             "block 64": replace(default, block_n=64),
+             "block 16": replace(default, block_n=16),
              "rows 16": replace(default, min_dot_rows=16),
              "8 warps": replace(default, num_warps=8)}
     distinct = {}

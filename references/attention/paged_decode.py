@@ -83,6 +83,15 @@ def validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, 
     if query_heads % kv_heads:
         raise refuse("q", f"Hq = {query_heads} is not a multiple of the caches' Hkv = {kv_heads}",
                      "grouped-query attention needs Hq % Hkv == 0")
+    validate_metadata(batch, page_table, seq_lens, page_select)
+    require_number("sm_scale", sm_scale)
+    require_number("kv_scale", kv_scale)
+    require_same_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "page_table": page_table,
+                         "seq_lens": seq_lens, "page_select": page_select})
+
+
+def validate_metadata(batch: int, page_table, seq_lens, page_select) -> None:
+    """The page table, lengths and selection of a batch of B rows (tensors already checked to be tensors)."""
     require_ndim("page_table", page_table, 2, "[B, M]")
     require_dtype("page_table", page_table, (torch.int32,))
     if page_table.shape[0] != batch:
@@ -95,10 +104,6 @@ def validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, 
         if page_select.shape[0] != batch:
             raise refuse("page_select", f"{page_select.shape[0]} rows for a batch of B = {batch}",
                          "pass one row of selected logical pages per query")
-    require_number("sm_scale", sm_scale)
-    require_number("kv_scale", kv_scale)
-    require_same_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "page_table": page_table,
-                         "seq_lens": seq_lens, "page_select": page_select})
 
 
 def attended_tokens(page_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
@@ -241,6 +246,25 @@ def _int32(*shape, device):
     return torch.zeros(shape, dtype=torch.int32, device=device)
 
 
+def metadata_refusals(call) -> tuple[Refusal, ...]:
+    """Refusals of the page table, lengths and selection, for a contract whose ``call(device, **override)``
+    makes a legal call of batch 2 (``paged_decode`` and ``paged_decode_nvfp4kv``)."""
+    return (
+        Refusal("int64 page_table", lambda d: call(d, page_table=torch.zeros(2, 2, dtype=torch.int64, device=d)),
+                "page_table", TypeError),
+        Refusal("1-D page_table", lambda d: call(d, page_table=_int32(2, device=d)), "page_table"),
+        Refusal("page_table of another batch", lambda d: call(d, page_table=_int32(3, 2, device=d)), "page_table"),
+        Refusal("int64 seq_lens", lambda d: call(d, seq_lens=torch.ones(2, dtype=torch.int64, device=d)),
+                "seq_lens", TypeError),
+        Refusal("seq_lens of another batch", lambda d: call(d, seq_lens=_int32(3, device=d)), "seq_lens"),
+        Refusal("1-D page_select", lambda d: call(d, page_select=_int32(4, device=d)), "page_select"),
+        Refusal("int64 page_select", lambda d: call(d, page_select=torch.zeros(2, 4, dtype=torch.int64, device=d)),
+                "page_select", TypeError),
+        Refusal("page_select of another batch", lambda d: call(d, page_select=_int32(1, 4, device=d)),
+                "page_select"),
+    )
+
+
 REFUSALS = (
     Refusal("2-D q", lambda d: _call(d, q=torch.zeros(2, 64, dtype=torch.bfloat16, device=d)), "q"),
     Refusal("fp16 q", lambda d: _call(d, q=torch.zeros(2, 8, 64, dtype=torch.float16, device=d)), "q", TypeError),
@@ -260,17 +284,7 @@ REFUSALS = (
                                                                               device=d)), "k_cache"),
     Refusal("zero-slot pages", lambda d: _call(d, page_size=0), "k_cache"),
     Refusal("zero KV heads", lambda d: _call(d, kv_heads=0), "k_cache"),
-    Refusal("int64 page_table", lambda d: _call(d, page_table=torch.zeros(2, 2, dtype=torch.int64, device=d)),
-            "page_table", TypeError),
-    Refusal("1-D page_table", lambda d: _call(d, page_table=_int32(2, device=d)), "page_table"),
-    Refusal("page_table of another batch", lambda d: _call(d, page_table=_int32(3, 2, device=d)), "page_table"),
-    Refusal("int64 seq_lens", lambda d: _call(d, seq_lens=torch.ones(2, dtype=torch.int64, device=d)),
-            "seq_lens", TypeError),
-    Refusal("seq_lens of another batch", lambda d: _call(d, seq_lens=_int32(3, device=d)), "seq_lens"),
-    Refusal("1-D page_select", lambda d: _call(d, page_select=_int32(4, device=d)), "page_select"),
-    Refusal("int64 page_select", lambda d: _call(d, page_select=torch.zeros(2, 4, dtype=torch.int64, device=d)),
-            "page_select", TypeError),
-    Refusal("page_select of another batch", lambda d: _call(d, page_select=_int32(1, 4, device=d)), "page_select"),
+    *metadata_refusals(_call),
     Refusal("sm_scale as a tensor", lambda d: _call(d, sm_scale=torch.tensor(0.125, device=d)), "sm_scale",
             TypeError),
     Refusal("kv_scale as a string", lambda d: _call(d, kv_scale="1.0"), "kv_scale", TypeError),

@@ -80,18 +80,7 @@ def validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_ta
         raise refuse("kv_global_scale", f"has {kv_global_scale.numel()} elements (shape "
                                         f"{tuple(kv_global_scale.shape)})",
                      "pass one float32 element: the encode scale 448 * 6 / amax")
-    require_ndim("page_table", page_table, 2, "[B, M]")
-    require_dtype("page_table", page_table, (torch.int32,))
-    if page_table.shape[0] != batch:
-        raise refuse("page_table", f"{page_table.shape[0]} rows for a batch of B = {batch}", "pass one row per query")
-    require_shape("seq_lens", seq_lens, (batch,), "[B]")
-    require_dtype("seq_lens", seq_lens, (torch.int32,))
-    if page_select is not None:
-        require_ndim("page_select", page_select, 2, "[B, T]")
-        require_dtype("page_select", page_select, (torch.int32,))
-        if page_select.shape[0] != batch:
-            raise refuse("page_select", f"{page_select.shape[0]} rows for a batch of B = {batch}",
-                         "pass one row of selected logical pages per query")
+    dense_contract.validate_metadata(batch, page_table, seq_lens, page_select)
     require_number("sm_scale", sm_scale)
     require_same_device({"q": q, "k_packed": k_packed, "k_scales": k_scales, "v_packed": v_packed,
                          "v_scales": v_scales, "kv_global_scale": kv_global_scale, "page_table": page_table,
@@ -147,10 +136,6 @@ def _call(device, *, batch=2, query_heads=8, head_dim=64, pages=4, page_size=16,
     return kwargs
 
 
-def _int32(*shape, device):
-    return torch.zeros(shape, dtype=torch.int32, device=device)
-
-
 def _bytes(*shape, device, dtype=torch.uint8):
     return torch.zeros(shape, dtype=dtype, device=device)
 
@@ -195,18 +180,8 @@ REFUSALS = (
                                                                                      device=d)),
             "kv_global_scale", TypeError),
     Refusal("kv_global_scale as a float", lambda d: _call(d, kv_global_scale=1.0), "kv_global_scale", TypeError),
-    # clause "shape/dtype mismatch" (metadata, as paged_decode)
-    Refusal("int64 page_table", lambda d: _call(d, page_table=torch.zeros(2, 2, dtype=torch.int64, device=d)),
-            "page_table", TypeError),
-    Refusal("1-D page_table", lambda d: _call(d, page_table=_int32(2, device=d)), "page_table"),
-    Refusal("page_table of another batch", lambda d: _call(d, page_table=_int32(3, 2, device=d)), "page_table"),
-    Refusal("int64 seq_lens", lambda d: _call(d, seq_lens=torch.ones(2, dtype=torch.int64, device=d)),
-            "seq_lens", TypeError),
-    Refusal("seq_lens of another batch", lambda d: _call(d, seq_lens=_int32(3, device=d)), "seq_lens"),
-    Refusal("1-D page_select", lambda d: _call(d, page_select=_int32(4, device=d)), "page_select"),
-    Refusal("int64 page_select", lambda d: _call(d, page_select=torch.zeros(2, 4, dtype=torch.int64, device=d)),
-            "page_select", TypeError),
-    Refusal("page_select of another batch", lambda d: _call(d, page_select=_int32(1, 4, device=d)), "page_select"),
+    # clause "shape/dtype mismatch" of the page table, lengths and selection (as paged_decode)
+    *dense_contract.metadata_refusals(_call),
     # conventions: "TypeError for a wrong dtype or a non-tensor"; sm_scale is paged_decode's Python number
     Refusal("sm_scale as a tensor", lambda d: _call(d, sm_scale=torch.tensor(0.125, device=d)), "sm_scale",
             TypeError),

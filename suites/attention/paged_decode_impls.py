@@ -28,9 +28,10 @@ def _decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1
 
 def decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, *,
                 subtract_max=True, whole_last_page=False, holes_are_pages=False, duplicates_once=True,
-                head_of=lambda h, group, kv_heads: h // group, lse_log_base=math.e, split_tokens=None):
+                head_of=lambda h, group, kv_heads: h // group, lse_log_base=math.e, split_tokens=None,
+                score_dtype=torch.float32):
     """``_decode_fp32`` on validated arguments, for caches of any float dtype (``paged_decode_nvfp4kv``'s
-    implementations pass their decoded caches)."""
+    implementations pass their decoded caches); ``score_dtype`` sums q . k (rounded to fp32 after)."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     pages_per_row = page_table.shape[1]
@@ -58,7 +59,7 @@ def decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, p
         slot = token % page_size
         k = k_cache[physical, slot].float()[:, kv_head] * kv_scale           # [n, Hq, D]
         v = v_cache[physical, slot].float()[:, kv_head] * kv_scale
-        scores = torch.einsum("hd,nhd->hn", q[row].float(), k) * sm_scale
+        scores = (torch.einsum("hd,nhd->hn", q[row].to(score_dtype), k.to(score_dtype)) * sm_scale).float()
         tops, totals, sums = [], [], []
         for split in torch.arange(token.numel(), device=q.device).split(split_tokens or token.numel()):
             part = scores[:, split]

@@ -2,7 +2,7 @@
 
 The correct one decodes the whole NVFP4 cache in fp32 (its own nibble split and scale broadcast,
 not the reference's ``nvfp4_dequantize``) and attends with ``paged_decode``'s fp32 alternative
-(``suites/attention/paged_decode_impls.decode_fp32``), row by row.  Each wrong one is that with one
+(``suites/attention/paged_decode_impls.decode_fp32``, scores summed in float64), row by row.  Each wrong one is that with one
 bug an NVFP4 decode kernel has had, in the decode or in the attention; ``test_paged_decode_nvfp4kv.py``
 names the oracle that must reject each.  The batch-invariance control is right to the band, so only
 batch invariance can catch it.
@@ -40,7 +40,11 @@ def _decode_nvfp4(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, pa
     v = _decoded(v_packed, v_scales, kv_global_scale, **decode_bugs)
     if split_tokens_of_batch:
         attention_bugs["split_tokens"] = split_tokens_from_batch(q, k, page_table, page_select)
-    return decode_fp32(q, k, v, page_table, seq_lens, sm_scale, 1.0, page_select, **attention_bugs)
+    # Each score summed in float64 and rounded once to fp32: an fp32 sum over D moved lse 1.06 ULP from
+    # truth against the 1-ULP band where the stock op is exact (a power-of-two global scale), which would
+    # reject every implementation here before its own bug is reached (the kernel sums per block likewise).
+    return decode_fp32(q, k, v, page_table, seq_lens, sm_scale, 1.0, page_select, score_dtype=torch.float64,
+                       **attention_bugs)
 
 
 def correct_fp32(*args, **kwargs):
