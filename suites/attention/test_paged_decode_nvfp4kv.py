@@ -167,3 +167,38 @@ def test_bench_variants_keep_the_contract(page_size, selected):
             assert torch.equal(lse, expected[1]), label
         else:
             check_band((o, lse), stock, truth, f"variant {label}")
+
+
+# -- the strategy reaches the NVFP4 hard cases ----------------------------------------------------------
+def _attended_slots(call) -> torch.Tensor:
+    """``[P, S]``: the cache slots some row attends."""
+    from references.attention.paged_decode import attended_tokens
+
+    page_size = call["k_packed"].shape[1]
+    attended = attended_tokens(call["page_table"], call["seq_lens"], page_size, call["page_select"])
+    row, token = attended.nonzero(as_tuple=True)
+    slots = torch.zeros(call["k_packed"].shape[:2], dtype=torch.bool, device=attended.device)
+    slots[call["page_table"][row, token // page_size].long(), token % page_size] = True
+    return slots
+
+
+def test_strategy_corners_plant_every_code_zero_and_subnormal_scales_and_nan_garbage():
+    """Among the dense cell's corners, in K and V alike: attended slots with all 16 codes, block scales of 0
+    and of every e4m3 subnormal; unattended slots with NaN scales beside finite 448 garbage."""
+    from suites.attention import paged_decode_nvfp4kv_strategy as strategy
+
+    found = {name: {"codes": set(), "scales": set(), "garbage": set()} for name in ("k", "v")}
+    cell = ENTRY.cell("dense_nvfp4_kv")
+    for recipe in strategy.corners(cell, machine_device()):
+        call = strategy.build(recipe, machine_device())
+        attended = _attended_slots(call)
+        for name, seen in found.items():
+            packed, scale_bits = call[f"{name}_packed"], call[f"{name}_scales"].view(torch.uint8)
+            live_bytes = packed[attended]
+            seen["codes"] |= set(torch.cat([live_bytes & 0xF, live_bytes >> 4]).unique().tolist())
+            seen["scales"] |= set(scale_bits[attended].unique().tolist())
+            seen["garbage"] |= set(scale_bits[~attended].unique().tolist())
+    for name, seen in found.items():
+        assert seen["codes"] == set(range(16)), name
+        assert {0, *range(1, 8)} <= seen["scales"], name
+        assert {0x7F, 0xFF, 0x7E} <= seen["garbage"], name
