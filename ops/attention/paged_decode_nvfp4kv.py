@@ -8,23 +8,28 @@ element 2j in the low nibble); band parity; batch-invariant.
 
 Bytes: read the attended K and V, ``2 * n_b * Hkv * (D/2 + D/16)`` per row (72 bytes a token and
 head at D = 128 where bf16 reads 256: 0.28x), q (``2 * B * Hq * D``); write o and lse; plus the split
-partials (``B * Hq * splits * (D + 3) * 4``, 2.6% of the NVFP4 KV bytes at the bench shape with splits
+partials (``B * Hq * splits * (D + 3) * 4``, 0.7% of the NVFP4 KV bytes at the bench shape with splits
 of 2048).  B=64, L=8192, Hkv=8, D=128 is 604 MB of K and V: 140 us at the H200's 4.3 TB/s.
 
 The structure is ``paged_decode``'s (``ops/attention/paged_decode.py``, whose pieces it imports): one
 program per (row, KV head, split of ``split_tokens`` positions, never a function of B: batch
-invariance), serving the G query heads of the KV head with one dot per tile; the sparse selection
-sorted and resolved once per row (``_resolve_selection``); splits merged in float64 by their
-log-sum-exp (``_merge_splits``).  What is new is the tile's decode, in registers:
+invariance), serving the G query heads of the KV head at once; the sparse selection sorted and
+resolved once per row (``selection_metadata``); splits merged in float64 by their log-sum-exp
+(``merge_splits``).  What is new is the tile's decode, in registers, and the scores' summation:
 
 - Exact fp16 operands: an E2M1 code's bits placed in an fp16 (``sign << 15 | (code & 7) << 9``) are
   ``e2m1(code) * 2^-14`` (index 1 lands in fp16's subnormals as 0.5 * 2^-14); e4m3 -> fp16 is exact;
   their product ``e2m1 * scale * 2^-14`` is exact in fp16 (at most 6 significant bits, every value a
   multiple of 2^-24 up to 6 * 448 * 2^-14).  So K and V reach the tensor cores with no rounding, q is
   scaled per head into fp16's range by a power of two (``_query_in_fp16``), and every power of two
-  and the one per-tensor factor ``1 / kv_global_scale`` are applied to the fp32 scores and the
-  partial sums instead of to each element: that moves an element's value by at most its fp32
+  and the one per-tensor factor ``1 / kv_global_scale`` are applied to the scores and the partial
+  sums instead of to each element: that moves an element's value by at most its fp32
   rounding (2^-24 relative) against the Dequant line, far inside the band.
+- Scores: one 16-wide dot per scale block (batched, ``[D/16, G, 16] x [D/16, 16, N]``), each an fp32
+  sum of 16 exact products; the blocks summed and scaled in float64 (``sm_scale`` arrives as an fp32
+  hi + lo pair) and the score rounded once.  One fp32 dot over D put lse 1.06 ULP from truth on a CPU
+  corner, against the 1-ULP band the stock op sets where it is exact (a power-of-two global scale:
+  decoded K exact in bf16).
 - The decode scale ``1 / kv_global_scale`` is computed on the device (IEEE ``div_rn``: no host sync,
   graph-capturable) from the ENCODE scale the caller passes.
 - Invalid memory is never loaded: codes and scales of a slot are read only for an attended token
