@@ -584,26 +584,10 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     if plan.p_operand is POperand.FP16_SCALED and widened != tl.float16:
         raise ValueError(f"{plan}: a single 16-bit p is fp16's (e4m3 caches); bf16 p keeps only 8 bits")
     sparse = page_select is not None
-    if sparse:
-        selection = torch.sort(page_select, dim=1).values  # on the device: duplicates become neighbours
-        entries, positions = selection.shape[1], selection.shape[1] * page_size
-        selected_pages, selected_live_slots = torch.empty_like(selection), torch.empty_like(selection)
-        if entries:
-            _resolve_selection[(batch,)](
-                selection, selection.stride(0), entries,
-                page_table, *page_table.stride(), pages_per_row,
-                seq_lens, seq_lens.stride(0), page_size, num_pages,
-                selected_pages, selected_live_slots,
-                BLOCK=min(1024, triton.next_power_of_2(entries)),
-            )
-    else:
-        entries, positions = 0, pages_per_row * page_size
-        selected_pages = selected_live_slots = page_table  # unused
+    entries, positions, selected_pages, selected_live_slots = selection_metadata(page_table, seq_lens, page_select,
+                                                                                 page_size, num_pages)
     splits = max(1, triton.cdiv(positions, plan.split_tokens))
-    partials = batch * kv_heads * splits * group
-    part_m = torch.empty(partials, dtype=torch.float32, device=q.device)
-    part_l = torch.empty(partials, dtype=torch.float64, device=q.device)
-    part_acc = torch.empty(partials * head_dim, dtype=torch.float32, device=q.device)
+    part_m, part_l, part_acc = split_partials(batch * kv_heads * splits * group, head_dim, q.device)
     group_pad = max(plan.min_dot_rows, triton.next_power_of_2(group))
     _decode_splits[(batch * kv_heads * splits,)](
         q, *q.stride(),
@@ -622,13 +606,8 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
         LAZY_RESCALE=plan.lazy_rescale, num_warps=plan.num_warps,
         num_stages=plan.num_stages, **({} if plan.max_registers is None else {"maxnreg": plan.max_registers}),
     )
-    _merge_splits[(batch * kv_heads,)](
-        part_m, part_l, part_acc, splits, kv_heads, group,
-        seq_lens, seq_lens.stride(0), pages_per_row, page_size, entries,
-        float(kv_scale),
-        o, o.stride(0), o.stride(1), lse, lse.stride(0),
-        D=head_dim, GROUP_PAD=group_pad, SPLIT_TOKENS=plan.split_tokens, SPARSE=sparse, num_warps=4,
-    )
+    merge_splits((part_m, part_l, part_acc), splits, kv_heads, group, seq_lens, pages_per_row, page_size, entries,
+                 float(kv_scale), o, lse, group_pad, plan.split_tokens, sparse)
     return o, lse
 
 
@@ -639,6 +618,47 @@ def kernel_limits(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=
     if k_cache.shape[1] == 0:
         return "k_cache: pages of S = 0 slots; this kernel divides token positions by S"
     return None
+
+
+def selection_metadata(page_table, seq_lens, page_select, page_size: int, num_pages: int):
+    """``(entries, positions, selected_pages, selected_live_slots)``: dense, no entries and the table's
+    ``M * S`` positions; sparse, the selection sorted on the device (duplicates become neighbours) and
+    each entry resolved to its page and live slots by ``_resolve_selection``, ``T * S`` positions."""
+    batch, pages_per_row = page_table.shape
+    if page_select is None:
+        return 0, pages_per_row * page_size, page_table, page_table   # the last two unused
+    selection = torch.sort(page_select, dim=1).values
+    entries = selection.shape[1]
+    selected_pages, selected_live_slots = torch.empty_like(selection), torch.empty_like(selection)
+    if entries:
+        _resolve_selection[(batch,)](
+            selection, selection.stride(0), entries,
+            page_table, *page_table.stride(), pages_per_row,
+            seq_lens, seq_lens.stride(0), page_size, num_pages,
+            selected_pages, selected_live_slots,
+            BLOCK=min(1024, triton.next_power_of_2(entries)),
+        )
+    return entries, entries * page_size, selected_pages, selected_live_slots
+
+
+def split_partials(count: int, head_dim: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each (row, KV head, split, head of the group)'s running max (fp32), denominator (float64) and
+    ``[D]`` sum (fp32), written by a decode kernel and read once by ``merge_splits``."""
+    return (torch.empty(count, dtype=torch.float32, device=device),
+            torch.empty(count, dtype=torch.float64, device=device),
+            torch.empty(count * head_dim, dtype=torch.float32, device=device))
+
+
+def merge_splits(partials, splits, kv_heads, group, seq_lens, pages_per_row, page_size, entries, kv_scale, o, lse,
+                 group_pad, split_tokens, sparse):
+    """Merge each row's splits by their log-sum-exp into ``o`` and ``lse`` (``kv_scale`` multiplies o)."""
+    _merge_splits[(o.shape[0] * kv_heads,)](
+        *partials, splits, kv_heads, group,
+        seq_lens, seq_lens.stride(0), pages_per_row, page_size, entries,
+        kv_scale,
+        o, o.stride(0), o.stride(1), lse, lse.stride(0),
+        D=o.shape[2], GROUP_PAD=group_pad, SPLIT_TOKENS=split_tokens, SPARSE=sparse, num_warps=4,
+    )
 
 
 def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):

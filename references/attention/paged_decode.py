@@ -90,6 +90,20 @@ def validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, 
     if query_heads % kv_heads:
         raise refuse("q", f"Hq = {query_heads} is not a multiple of the caches' Hkv = {kv_heads}",
                      "grouped-query attention needs Hq % Hkv == 0")
+    validate_metadata(batch, page_table, seq_lens, page_select)
+    if isinstance(sm_scale, torch.Tensor):
+        require_dtype("sm_scale", sm_scale, (torch.float32, torch.float64, torch.bfloat16, torch.float16))
+        if sm_scale.numel() != 1:
+            raise refuse("sm_scale", f"a tensor of {sm_scale.numel()} elements", "pass one number")
+    else:
+        require_number("sm_scale", sm_scale)
+    require_number("kv_scale", kv_scale)
+    require_same_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "page_table": page_table,
+                         "seq_lens": seq_lens, "page_select": page_select})
+
+
+def validate_metadata(batch: int, page_table, seq_lens, page_select) -> None:
+    """The page table, lengths and selection of a batch of B rows (tensors already checked to be tensors)."""
     require_ndim("page_table", page_table, 2, "[B, M]")
     require_dtype("page_table", page_table, (torch.int32,))
     if page_table.shape[0] != batch:
@@ -102,15 +116,6 @@ def validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, 
         if page_select.shape[0] != batch:
             raise refuse("page_select", f"{page_select.shape[0]} rows for a batch of B = {batch}",
                          "pass one row of selected logical pages per query")
-    if isinstance(sm_scale, torch.Tensor):
-        require_dtype("sm_scale", sm_scale, (torch.float32, torch.float64, torch.bfloat16, torch.float16))
-        if sm_scale.numel() != 1:
-            raise refuse("sm_scale", f"a tensor of {sm_scale.numel()} elements", "pass one number")
-    else:
-        require_number("sm_scale", sm_scale)
-    require_number("kv_scale", kv_scale)
-    require_same_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "page_table": page_table,
-                         "seq_lens": seq_lens, "page_select": page_select})
 
 
 def attended_tokens(page_table: torch.Tensor, seq_lens: torch.Tensor, page_size: int,
@@ -136,7 +141,12 @@ def scale_value(sm_scale) -> float:
 def truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
     """(o, lse) in float64 over exactly the attended tokens of each row."""
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
-    sm_scale = scale_value(sm_scale)
+    return attention_truth(q, k_cache, v_cache, page_table, seq_lens, scale_value(sm_scale), kv_scale, page_select)
+
+
+def attention_truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select):
+    """``truth`` on arguments already validated, for caches of any float dtype (the NVFP4-KV contract
+    passes its decoded float32 caches)."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     group = query_heads // kv_heads
@@ -196,7 +206,12 @@ def stock(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, pag
     captures in a CUDA graph.
     """
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
-    sm_scale = scale_value(sm_scale)
+    return stock_attention(q, k_cache, v_cache, page_table, seq_lens, scale_value(sm_scale), kv_scale, page_select)
+
+
+def stock_attention(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select):
+    """``stock`` on arguments already validated, for caches of any float dtype (rounded to bf16 as an
+    e4m3 cache is: the NVFP4-KV contract's stock op passes its decoded float32 caches)."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     logical, counted = _pages_read(page_table, page_select)
@@ -251,6 +266,27 @@ def _int32(*shape, device):
 # the Refuse-line items of CONTRACTS.md the rows enforce
 MISMATCH, HEAD_DIM, GQA = "shape/dtype mismatch", "unsupported D", "Hq not a multiple of Hkv"
 
+def metadata_refusals(call) -> tuple[Refusal, ...]:
+    """Refusals of the page table, lengths and selection, for a contract whose ``call(device, **override)``
+    makes a legal call of batch 2 (``paged_decode`` and ``paged_decode_nvfp4kv``)."""
+    return (
+        Refusal("int64 page_table", lambda d: call(d, page_table=torch.zeros(2, 2, dtype=torch.int64, device=d)),
+                "page_table", TypeError, clause=MISMATCH),
+        Refusal("1-D page_table", lambda d: call(d, page_table=_int32(2, device=d)), "page_table", clause=MISMATCH),
+        Refusal("page_table of another batch", lambda d: call(d, page_table=_int32(3, 2, device=d)), ("page_table", "q"),
+                clause=MISMATCH),
+        Refusal("int64 seq_lens", lambda d: call(d, seq_lens=torch.ones(2, dtype=torch.int64, device=d)),
+                "seq_lens", TypeError, clause=MISMATCH),
+        Refusal("seq_lens of another batch", lambda d: call(d, seq_lens=_int32(3, device=d)), ("seq_lens", "q"),
+                clause=MISMATCH),
+        Refusal("1-D page_select", lambda d: call(d, page_select=_int32(4, device=d)), "page_select", clause=MISMATCH),
+        Refusal("int64 page_select", lambda d: call(d, page_select=torch.zeros(2, 4, dtype=torch.int64, device=d)),
+                "page_select", TypeError, clause=MISMATCH),
+        Refusal("page_select of another batch", lambda d: call(d, page_select=_int32(1, 4, device=d)),
+                ("page_select", "q"), clause=MISMATCH),
+    )
+
+
 REFUSALS = (
     Refusal("2-D q", lambda d: _call(d, q=torch.zeros(2, 64, dtype=torch.bfloat16, device=d)), "q", clause=MISMATCH),
     Refusal("fp16 q", lambda d: _call(d, q=torch.zeros(2, 8, 64, dtype=torch.float16, device=d)), "q", TypeError,
@@ -274,19 +310,6 @@ REFUSALS = (
                                                           v_cache=torch.zeros(4, 16, 2, 128, dtype=torch.bfloat16,
                                                                               device=d)),
             ("k_cache", "v_cache", "q"), clause=MISMATCH),
-    Refusal("int64 page_table", lambda d: _call(d, page_table=torch.zeros(2, 2, dtype=torch.int64, device=d)),
-            "page_table", TypeError, clause=MISMATCH),
-    Refusal("1-D page_table", lambda d: _call(d, page_table=_int32(2, device=d)), "page_table", clause=MISMATCH),
-    Refusal("page_table of another batch", lambda d: _call(d, page_table=_int32(3, 2, device=d)), ("page_table", "q"),
-            clause=MISMATCH),
-    Refusal("int64 seq_lens", lambda d: _call(d, seq_lens=torch.ones(2, dtype=torch.int64, device=d)),
-            "seq_lens", TypeError, clause=MISMATCH),
-    Refusal("seq_lens of another batch", lambda d: _call(d, seq_lens=_int32(3, device=d)), ("seq_lens", "q"),
-            clause=MISMATCH),
-    Refusal("1-D page_select", lambda d: _call(d, page_select=_int32(4, device=d)), "page_select", clause=MISMATCH),
-    Refusal("int64 page_select", lambda d: _call(d, page_select=torch.zeros(2, 4, dtype=torch.int64, device=d)),
-            "page_select", TypeError, clause=MISMATCH),
-    Refusal("page_select of another batch", lambda d: _call(d, page_select=_int32(1, 4, device=d)),
-            ("page_select", "q"), clause=MISMATCH),
+    *metadata_refusals(_call),
     Refusal("q not a tensor", lambda d: _call(d, q=[[0.0] * 64]), "q", TypeError, clause="non-tensor"),
 )

@@ -18,13 +18,20 @@ from ops.triton_backend import sm_count
 from references.attention.paged_decode import validate
 
 
-def _decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None, *,
-                 subtract_max=True, whole_last_page=False, holes_are_pages=False, duplicates_once=True,
-                 head_of=lambda h, group, kv_heads: h // group, lse_log_base=math.e, split_tokens=None):
+def _decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None, **bugs):
     """fp32 paged decode, row by row: each split of ``split_tokens`` attended tokens (default: the whole
     row) gives a partial softmax, merged by log-sum-exp in fp32.  The keyword switches are the bugs
     (defaults: the contract)."""
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, **bugs)
+
+
+def decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, *,
+                subtract_max=True, whole_last_page=False, holes_are_pages=False, duplicates_once=True,
+                head_of=lambda h, group, kv_heads: h // group, lse_log_base=math.e, split_tokens=None,
+                score_dtype=torch.float32):
+    """``_decode_fp32`` on validated arguments, for caches of any float dtype (``paged_decode_nvfp4kv``'s
+    implementations pass their decoded caches); ``score_dtype`` sums q . k (rounded to fp32 after)."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     pages_per_row = page_table.shape[1]
@@ -52,7 +59,7 @@ def _decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1
         slot = token % page_size
         k = k_cache[physical, slot].float()[:, kv_head] * kv_scale           # [n, Hq, D]
         v = v_cache[physical, slot].float()[:, kv_head] * kv_scale
-        scores = torch.einsum("hd,nhd->hn", q[row].float(), k) * sm_scale
+        scores = (torch.einsum("hd,nhd->hn", q[row].to(score_dtype), k.to(score_dtype)) * sm_scale).float()
         tops, totals, sums = [], [], []
         for split in torch.arange(token.numel(), device=q.device).split(split_tokens or token.numel()):
             part = scores[:, split]
@@ -108,8 +115,13 @@ def split_from_batch(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_sca
     """Split-K in fp32 with the usual occupancy heuristic — enough splits for B * Hkv rows to fill 4
     programs per SM — so a row's split boundaries, and its rounding, move with the batch size."""
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select,
+                       split_tokens=split_tokens_from_batch(q, k_cache, page_table, page_select))
+
+
+def split_tokens_from_batch(q, k_cache, page_table, page_select) -> int:
+    """Tokens per split for enough splits that B * Hkv rows fill 4 programs per SM: a function of B."""
     batch, kv_heads = q.shape[0], k_cache.shape[2]
     positions = (page_table.shape[1] if page_select is None else page_select.shape[1]) * k_cache.shape[1]
     splits = max(1, 4 * sm_count(q.device) // max(1, batch * kv_heads))
-    return _decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select,
-                        split_tokens=max(16, -(-positions // splits)))
+    return max(16, -(-positions // splits))

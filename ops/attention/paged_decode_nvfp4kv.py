@@ -1,0 +1,369 @@
+"""attention/paged_decode_nvfp4kv — paged GQA decode over an NVFP4 KV cache (the seeds' GB300 target).
+
+Contract (CONTRACTS.md): ``paged_decode_nvfp4kv(q[B, Hq, D], k_packed uint8[P, S, Hkv, D/2], k_scales
+e4m3[P, S, Hkv, D/16], v_packed, v_scales, kv_global_scale fp32[1], page_table[B, M], seq_lens[B],
+sm_scale, page_select=None) -> (o bf16[B, Hq, D], lse fp32[B, Hq])``: ``attention/paged_decode`` with
+every K and V element ``e2m1(code) * float(scale) * (1 / kv_global_scale)`` (the NVFP4 Dequant line;
+element 2j in the low nibble); band parity; batch-invariant.
+
+Bytes: read the attended K and V, ``2 * n_b * Hkv * (D/2 + D/16)`` per row (72 bytes a token and
+head at D = 128 where bf16 reads 256: 0.28x), q (``2 * B * Hq * D``); write o and lse; plus the split
+partials (``B * Hq * splits * (D + 3) * 4``, 0.7% of the NVFP4 KV bytes at the bench shape with splits
+of 2048).  B=64, L=8192, Hkv=8, D=128 is 604 MB of K and V: 140 us at the H200's 4.3 TB/s.
+
+The structure is ``paged_decode``'s (``ops/attention/paged_decode.py``, whose pieces it imports): one
+program per (row, KV head, split of ``split_tokens`` positions, never a function of B: batch
+invariance), serving the G query heads of the KV head at once; the sparse selection sorted and
+resolved once per row (``selection_metadata``); splits merged in float64 by their log-sum-exp
+(``merge_splits``).  What is new is the tile's decode, in registers, and the scores' summation:
+
+- Exact fp16 operands: an E2M1 code's bits placed in an fp16 (``sign << 15 | (code & 7) << 9``) are
+  ``e2m1(code) * 2^-14`` (index 1 lands in fp16's subnormals as 0.5 * 2^-14); e4m3 -> fp16 is exact;
+  their product ``e2m1 * scale * 2^-14`` is exact in fp16 (at most 6 significant bits, every value a
+  multiple of 2^-24 up to 6 * 448 * 2^-14).  So K and V reach the tensor cores with no rounding, q is
+  scaled per head into fp16's range by a power of two (``_query_in_fp16``), and every power of two
+  and the one per-tensor factor ``1 / kv_global_scale`` are applied to the scores and the partial
+  sums instead of to each element: that moves an element's value by at most its fp32
+  rounding (2^-24 relative) against the Dequant line, far inside the band.
+- Scores: one 16-wide dot per scale block (batched, ``[D/16, G, 16] x [D/16, 16, N]``), each an fp32
+  sum of 16 exact products; the blocks summed and scaled in float64 (``sm_scale`` arrives as an fp32
+  hi + lo pair) and the score rounded once.  One fp32 dot over D put lse 1.06 ULP from truth on a CPU
+  corner, against the 1-ULP band the stock op sets where it is exact (a power-of-two global scale:
+  decoded K exact in bf16).
+- The decode scale ``1 / kv_global_scale`` is computed on the device (IEEE ``div_rn``: no host sync,
+  graph-capturable) from the ENCODE scale the caller passes.
+- Invalid memory is never loaded: codes and scales of a slot are read only for an attended token
+  (masked loads give code 0 and scale 0), so NaN scales and garbage codes in unattended slots never
+  reach an operation; masked scores are -inf before the running max.
+- Numerics of the e4m3 plan of ``paged_decode``: float64 ``l`` and ``exp(s - m)`` (``_exp_float64_short``),
+  one fp16 ``2^15 p`` for ``p @ v`` (11 bits above 2^-29, the stock op's bf16 p keeps 8), the rescale
+  skipped while a row's max stays (the same bits), float64 merge.
+- On the GPU tiles never cross a page (``block_n <= S``): a tile's page is one scalar load.  The
+  interpreter's plan crosses pages (one table entry per slot): it pays per tile, not per element.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+from ops.attention.paged_decode import (_dot_operand, _exp_float64_short, _live_positions, _query_in_fp16,
+                                        merge_splits, selection_metadata, split_partials)
+from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
+from ops.triton_backend import interpreting
+from references.attention import paged_decode_nvfp4kv as contract
+from references.attention.paged_decode import attended_tokens
+from references.formats.nvfp4 import NVFP4_BLOCK
+
+
+
+# -- launch plan ----------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class LaunchPlan:
+    block_n: int       # token slots per K/V tile
+    split_tokens: int  # token positions per program: a multiple of block_n, never a function of B
+    num_warps: int
+    num_stages: int
+    min_dot_rows: int = 1      # the group's rows padded to a power of two and to at least this many
+    cross_pages: bool = False  # tiles of block_n slots across pages; else capped at the page size
+
+    def tile(self, page_size: int) -> int:
+        return self.block_n if self.cross_pages else min(self.block_n, page_size)
+
+
+def launch_plan(head_dim: int) -> LaunchPlan:
+    if interpreting():
+        # The interpreter pays per op, not per element: wide tiles, and splits of 128 positions so the
+        # CPU strategy's rows (<= 256 positions) span two splits, through the rescale and the merge.
+        # Tiles cross pages: pages of 16 would otherwise take four times the tiles.
+        return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1, cross_pages=True)
+    # Not yet swept on the H200 (bench_variants lists the candidates).  Starting point: the e4m3 plan of
+    # paged_decode (splits of 2048, 3 stages, the group's own rows), with 32-token tiles: the per-block
+    # score dots ([D/16, 16 rows, N] fp32, summed in float64) take the registers.  ptxas sm_90a, Triton
+    # 3.6, compiled on the CPU: D=128, G=4, dense, 4 warps: 168 registers, no spills at 32 tokens; 255 and
+    # 24 bytes of spills at 64.  D=256, G=16, sparse, 8 warps: 240, no spills (255 and 52 bytes at 64).
+    return LaunchPlan(block_n=32, split_tokens=2048, num_warps=8 if head_dim == 256 else 4, num_stages=3)
+
+# -- kernels --------------------------------------------------------------------------------------
+@triton.jit
+def _nvfp4_tile(packed_rows, scale_rows, valid, BLOCK_N: tl.constexpr, D: tl.constexpr):
+    """A ``[BLOCK_N, D]`` tile of ``e2m1(code) * scale * 2^-14`` in fp16, exactly; 0 where not ``valid``.
+
+    ``packed_rows``: ``[BLOCK_N, D/2]`` byte addresses; ``scale_rows``: ``[BLOCK_N, D/16]`` scale addresses.
+    Masked slots load code 0 and scale 0: nothing of theirs is read."""
+    packed = tl.load(packed_rows, mask=valid[:, None], other=0).to(tl.int16)
+    codes = tl.join(packed & 0xF, packed >> 4).reshape(BLOCK_N, D)   # element 2j from the low nibble
+    e2m1 = (((codes & 0x8) << 12) | ((codes & 0x7) << 9)).to(tl.float16, bitcast=True)
+    scales = tl.load(scale_rows, mask=valid[:, None], other=0.0).to(tl.float16)
+    per_element = tl.broadcast_to(scales[:, :, None], (BLOCK_N, D // 16, 16)).reshape(BLOCK_N, D)
+    return e2m1 * per_element
+
+
+# Sizes and metadata strides are not specialized: one compiled kernel per head dim, page size, group's
+# power of two and dense/sparse, whatever the batch, table and pool sizes.
+@triton.jit(do_not_specialize=["num_pages", "kv_heads", "group", "pages_per_row", "table_stride_b",
+                               "table_stride_m", "seq_lens_stride", "entries", "splits"])
+def _decode_splits_nvfp4(
+    q_ptr, q_stride_b, q_stride_h, q_stride_d,                                    # [B, Hq, D]
+    kc_ptr, kc_stride_p, kc_stride_s, kc_stride_h, kc_stride_d,                   # K codes [P, S, Hkv, D/2]
+    ks_ptr, ks_stride_p, ks_stride_s, ks_stride_h, ks_stride_d,                   # K scales [P, S, Hkv, D/16]
+    vc_ptr, vc_stride_p, vc_stride_s, vc_stride_h, vc_stride_d,
+    vs_ptr, vs_stride_p, vs_stride_s, vs_stride_h, vs_stride_d,
+    global_scale_ptr, num_pages, kv_heads, group,
+    table_ptr, table_stride_b, table_stride_m, pages_per_row,
+    seq_lens_ptr, seq_lens_stride,
+    selected_pages_ptr, selected_live_slots_ptr, entries,
+    sm_scale_hi, sm_scale_lo,
+    part_m_ptr, part_l_ptr, part_acc_ptr, splits,
+    D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, OPERAND: tl.constexpr, REAL_ROWS: tl.constexpr,
+    CROSS_PAGES: tl.constexpr,
+):
+    E2M1_UNIT: tl.constexpr = 16384.0   # e2m1(code) per unit of the code's bits placed in an fp16 (2^-14)
+    P_SCALE: tl.constexpr = 32768.0     # p <= 1 multiplies V as fp16 2^15 p
+    pid = tl.program_id(0)
+    split = pid % splits
+    kv_head = (pid // splits) % kv_heads
+    row = pid // (splits * kv_heads)
+    offs_g = tl.arange(0, GROUP_PAD)
+    offs_d = tl.arange(0, D)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_byte = tl.arange(0, D // 2)
+    offs_block = tl.arange(0, D // 16)
+    in_group = offs_g < group
+    computed = offs_g < REAL_ROWS   # padding rows past the group's power of two: p = 0, no exp
+
+    limit = _live_positions(seq_lens_ptr, seq_lens_stride, row, pages_per_row, PAGE_SIZE, entries, SPARSE)
+    start = split * SPLIT_TOKENS
+    end = tl.minimum(start + SPLIT_TOKENS, limit)
+
+    q_rows = q_ptr + row.to(tl.int64) * q_stride_b + (kv_head * group + offs_g) * q_stride_h
+    q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
+    q, q_unscale = _query_in_fp16(q)
+    # [D/16, G, 16]: one dot per 16-element block of the head (see the scores below)
+    q = tl.permute(tl.reshape(q.to(OPERAND), (GROUP_PAD, D // 16, 16)), (1, 0, 2))
+    decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
+    sm_scale = tl.cast(sm_scale_hi, tl.float64) + tl.cast(sm_scale_lo, tl.float64)   # the float64 given, to 2^-48
+    qk_scale = (q_unscale.to(tl.float64) * (sm_scale * (decode_scale.to(tl.float64) * E2M1_UNIT)))[:, None]
+    table_row = table_ptr + row.to(tl.int64) * table_stride_b
+    selected_row = row.to(tl.int64) * entries
+    kc_tile = kc_ptr + kv_head * kc_stride_h + offs_byte[None, :] * kc_stride_d
+    ks_tile = ks_ptr + kv_head * ks_stride_h + offs_block[None, :] * ks_stride_d
+    vc_tile = vc_ptr + kv_head * vc_stride_h + offs_byte[None, :] * vc_stride_d
+    vs_tile = vs_ptr + kv_head * vs_stride_h + offs_block[None, :] * vs_stride_d
+
+    m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l = tl.zeros([GROUP_PAD], tl.float64)
+    acc = tl.zeros([GROUP_PAD, D], tl.float32)
+    for position in range(start, end, BLOCK_N):
+        within = position + offs_n < end
+        if CROSS_PAGES:   # each slot its own page entry
+            entry, slot, entry_read = (position + offs_n) // PAGE_SIZE, (position + offs_n) % PAGE_SIZE, within
+        else:             # the tile lies in one page: its entry is one scalar load (``position < end``)
+            entry, slot, entry_read = position // PAGE_SIZE, position % PAGE_SIZE + offs_n, position < end
+        if SPARSE:   # entries resolved by _resolve_selection: -1 unless counted and in the pool
+            physical = tl.load(selected_pages_ptr + selected_row + entry, mask=entry_read, other=-1)
+            live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=entry_read, other=0)
+            valid = within & (physical >= 0) & (slot < live_slots)
+        else:        # dense positions are tokens, and end <= seq_len
+            physical = tl.load(table_row + entry * table_stride_m, mask=entry_read, other=-1)
+            valid = within & (physical >= 0) & (physical < num_pages)
+        physical = physical.to(tl.int64)
+
+        k = _nvfp4_tile(kc_tile + (physical * kc_stride_p + slot * kc_stride_s)[:, None],
+                        ks_tile + (physical * ks_stride_p + slot * ks_stride_s)[:, None], valid, BLOCK_N, D)
+        # Each block's 16 products are exact and their fp32 sum nearly so (a block's elements share one
+        # scale); the blocks are summed and scaled in float64 and the score rounded once.  One fp32 dot
+        # over D rounded a score by up to a ULP, which the lse band (1 ULP when the stock op is exact,
+        # e.g. a power-of-two global scale) could not absorb.
+        k = tl.permute(tl.reshape(k.to(OPERAND), (BLOCK_N, D // 16, 16)), (1, 2, 0))
+        finite_scores = (tl.sum(tl.dot(q, k).to(tl.float64), axis=0) * qk_scale).to(tl.float32)
+        scores = tl.where(valid[None, :], finite_scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
+        # m_new == m in every row gives alpha = 1 (or 0 on an l and acc still 0): skipping the rescale
+        # keeps the bits, and after a row's first tiles its max rarely moves
+        if tl.sum((m_new != m).to(tl.int32), axis=0) != 0:
+            alpha = tl.exp((m - m_base).to(tl.float64))
+            l = l * alpha
+            acc = acc * alpha.to(tl.float32)[:, None]
+        p_exact = _exp_float64_short(finite_scores, m_base[:, None])
+        p_exact = tl.where(valid[None, :] & computed[:, None], p_exact, 0.0)
+        l = l + tl.sum(p_exact, axis=1)
+        p_scaled = (p_exact.to(tl.float32) * P_SCALE).to(tl.float16)
+
+        v = _nvfp4_tile(vc_tile + (physical * vc_stride_p + slot * vc_stride_s)[:, None],
+                        vs_tile + (physical * vs_stride_p + slot * vs_stride_s)[:, None], valid, BLOCK_N, D)
+        acc = tl.dot(p_scaled.to(OPERAND), v.to(OPERAND), acc)
+        m = m_new
+
+    part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
+    written = in_group & (start < limit)
+    tl.store(part_m_ptr + part, m, mask=written)
+    tl.store(part_l_ptr + part, l, mask=written)
+    # acc holds the sum of 2^15 p * e2m1 * scale * 2^-14: one fp32 multiply gives p times the decoded V
+    acc = acc * (decode_scale * (E2M1_UNIT / P_SCALE))
+    tl.store(part_acc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=written[:, None])
+
+
+# -- host wrapper ---------------------------------------------------------------------------------
+def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
+             sm_scale, page_select=None):
+    """Launch ``plan`` on already-validated arguments (``tools/bench`` sweeps plans through this)."""
+    batch, query_heads, head_dim = q.shape
+    num_pages, page_size, kv_heads, _ = k_packed.shape
+    pages_per_row = page_table.shape[1]
+    if batch * query_heads == 0 or page_size == 0:   # no token lives in pages of no slots: every row empty
+        return (torch.zeros(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device),
+                torch.full((batch, query_heads), float("-inf"), dtype=torch.float32, device=q.device))
+    o = torch.empty(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(batch, query_heads, dtype=torch.float32, device=q.device)
+    group = query_heads // kv_heads
+    sparse = page_select is not None
+    entries, positions, selected_pages, selected_live_slots = selection_metadata(page_table, seq_lens, page_select,
+                                                                                 page_size, num_pages)
+    block_n, split_tokens = plan.tile(page_size), plan.split_tokens
+    splits = max(1, triton.cdiv(positions, split_tokens))
+    part_m, part_l, part_acc = split_partials(batch * kv_heads * splits * group, head_dim, q.device)
+    group_pad = max(plan.min_dot_rows, triton.next_power_of_2(group))
+    _decode_splits_nvfp4[(batch * kv_heads * splits,)](
+        q, *q.stride(),
+        k_packed, *k_packed.stride(), k_scales, *k_scales.stride(),
+        v_packed, *v_packed.stride(), v_scales, *v_scales.stride(),
+        kv_global_scale, num_pages, kv_heads, group,
+        page_table, *page_table.stride(), pages_per_row,
+        seq_lens, seq_lens.stride(0),
+        selected_pages, selected_live_slots, entries,
+        *_float64_as_fp32_pair(float(sm_scale)),
+        part_m, part_l, part_acc, splits,
+        D=head_dim, GROUP_PAD=group_pad, BLOCK_N=block_n, SPLIT_TOKENS=split_tokens, PAGE_SIZE=page_size,
+        SPARSE=sparse, OPERAND=_dot_operand(tl.float16), REAL_ROWS=triton.next_power_of_2(group),
+        CROSS_PAGES=plan.cross_pages and block_n > page_size,
+        num_warps=plan.num_warps, num_stages=plan.num_stages,
+    )
+    # the decode scale is already in the partials: o is merged with a factor of 1
+    merge_splits((part_m, part_l, part_acc), splits, kv_heads, group, seq_lens, pages_per_row, page_size, entries, 1.0,
+                 o, lse, group_pad, split_tokens, sparse)
+    return o, lse
+
+
+def _float64_as_fp32_pair(value: float) -> tuple[float, float]:
+    """``value`` as ``hi + lo``, both fp32 (Triton's float arguments): 48 bits of it reach the kernel."""
+    hi = float(torch.tensor(value, dtype=torch.float32))
+    return hi, float(torch.tensor(value - hi, dtype=torch.float32))
+
+
+def paged_decode_nvfp4kv(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
+                         sm_scale, page_select=None):
+    contract.validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
+                      page_select)
+    return run_plan(launch_plan(q.shape[2]), q, k_packed, k_scales, v_packed, v_scales, kv_global_scale,
+                    page_table, seq_lens, sm_scale, page_select)
+
+
+def bytes_moved(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
+                page_select=None) -> int:
+    """The attended K and V codes and scales (what the op must read) + q + o + lse."""
+    _, page_size, kv_heads, packed_bytes = k_packed.shape
+    tokens = int(attended_tokens(page_table, seq_lens, page_size, page_select).sum())
+    per_token_head = packed_bytes + k_scales.shape[3] * k_scales.element_size()
+    return 2 * tokens * kv_heads * per_token_head + 2 * q.numel() * q.element_size() + 4 * q.shape[0] * q.shape[1]
+
+
+def bench_variants(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
+                   page_select=None) -> dict:
+    """Plans around the default, for ``tools/bench --variants`` to time on the device (none swept yet)."""
+    default = launch_plan(q.shape[2])
+    replace = dataclasses.replace
+    plans = {"default": default,
+             "split 1024": replace(default, split_tokens=1024),
+             "split 4096": replace(default, split_tokens=4096),
+             "2 stages": replace(default, num_stages=2),
+             "block 64": replace(default, block_n=64),
+             "block 16": replace(default, block_n=16),
+             "rows 16": replace(default, min_dot_rows=16),
+             "8 warps": replace(default, num_warps=8)}
+    distinct = {}
+    for label, plan in plans.items():
+        if plan not in distinct.values():
+            distinct[label] = plan
+    return {label: (lambda plan=plan, **kwargs: run_plan(plan, **kwargs)) for label, plan in distinct.items()}
+
+
+def _bench_call(selected_pages_fraction: float | None = None):
+    """``paged_decode``'s bench shape (B=64 rows of L=8192 tokens, Hq=32, Hkv=8, D=128, pages of 64 slots),
+    so one ``tools/bench`` run reads the NVFP4 / bf16 ratio; codes uniform over all 16, block scales
+    e4m3 values of N(0, 1) magnitudes, the encode scale 2688 / 6 (decoded |K|, |V| up to ~6)."""
+    batch, length, query_heads, kv_heads, head_dim, page_size = 64, 8192, 32, 8, 128, 64
+
+    def make(device):
+        generator = torch.Generator(device=device).manual_seed(0)
+        pages_per_row = length // page_size
+        num_pages = batch * pages_per_row
+        slots = (num_pages, page_size, kv_heads)
+
+        def codes():
+            return torch.randint(0, 256, (*slots, head_dim // 2), generator=generator, device=device,
+                                 dtype=torch.uint8)
+
+        def scales():
+            return torch.randn(*slots, head_dim // NVFP4_BLOCK, generator=generator, device=device).abs().to(
+                torch.float8_e4m3fn)
+
+        page_select = None
+        if selected_pages_fraction is not None:
+            chosen = int(pages_per_row * selected_pages_fraction)
+            order = torch.rand(batch, pages_per_row, generator=generator, device=device).argsort(dim=1)
+            page_select = order[:, :chosen].to(torch.int32)
+        return {
+            "q": torch.randn(batch, query_heads, head_dim, generator=generator, device=device).to(torch.bfloat16),
+            "k_packed": codes(), "k_scales": scales(), "v_packed": codes(), "v_scales": scales(),
+            "kv_global_scale": torch.tensor([448.0], device=device),
+            "page_table": torch.randperm(num_pages, generator=generator, device=device).to(torch.int32)
+                               .view(batch, pages_per_row),
+            "seq_lens": torch.full((batch,), length, dtype=torch.int32, device=device),
+            "sm_scale": head_dim ** -0.5,
+            "page_select": page_select,
+        }
+
+    return make
+
+
+# -- catalog entry --------------------------------------------------------------------------------
+def params_of(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
+              page_select=None):
+    return {"B": q.shape[0], "context": page_table.shape[1] * k_packed.shape[1], "S": k_packed.shape[1],
+            "group": q.shape[1] // max(1, k_packed.shape[2]), "Hkv": k_packed.shape[2], "D": q.shape[2],
+            "T": None if page_select is None else page_select.shape[1]}
+
+
+_SHAPES = {"B": Span(0, 256), "context": Span(0, 131072), "S": OneOf((16, 32, 64, 128)), "group": Span(1, 16),
+           "Hkv": Span(1, 16), "D": OneOf(contract.HEAD_DIMS)}
+CELLS = (
+    Cell("dense_nvfp4_kv", "NVFP4 KV cache (E2M1 codes, e4m3 scale per 16, fp32 global scale: 0.28x the bytes of "
+         "bf16) decode, GQA groups 1..16 over tables of up to 128K tokens, holes, empty rows beside long ones",
+         {**_SHAPES, "T": OneOf((None,))}),
+    Cell("sparse_nvfp4_kv", "the seeds' GB300 target: page-sparse GQA decode over an NVFP4 KV cache, up to 2048 "
+         "selected logical pages per row with -1 padding, duplicates and out-of-range entries",
+         {**_SHAPES, "T": Span(0, 2048)}),
+)
+
+_BENCH_SHAPE = "B=64 L=8192 Hq=32 Hkv=8 D=128 page 64"
+ENTRY = Entry.of_contract(
+    contract,
+    kernel=paged_decode_nvfp4kv,
+    parity=Parity.BAND,
+    params_of=params_of,
+    cells=CELLS,
+    archs=frozenset({Arch.CPU_INTERP, Arch.SM90}),
+    batch_invariant=True,
+    batch_args=("q", "page_table", "seq_lens", "page_select"),
+    bench=(
+        BenchCase(f"NVFP4 KV, {_BENCH_SHAPE}", _bench_call(), bytes_moved,
+                  "<= 0.4x paged_decode's bf16 KV time at this shape (it reads 0.28x the bytes)"),
+        BenchCase(f"NVFP4 KV, 1/4 of the pages selected, {_BENCH_SHAPE}", _bench_call(0.25), bytes_moved,
+                  "<= 0.35x the dense NVFP4 KV time"),
+    ),
+)
