@@ -49,6 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ops.attention import paged_decode as dense_kernel
 from ops.attention.paged_decode import (_dot_operand, _exp_float64_short, _live_positions, _query_in_fp16,
                                         merge_splits, selection_metadata, split_partials)
 from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
@@ -56,6 +57,7 @@ from ops.triton_backend import interpreting
 from references.attention import paged_decode_nvfp4kv as contract
 from references.attention.paged_decode import attended_tokens
 from references.formats.nvfp4 import NVFP4_BLOCK
+from references.validation import require_within_limits
 
 
 
@@ -255,10 +257,18 @@ def _float64_as_fp32_pair(value: float) -> tuple[float, float]:
     return hi, float(torch.tensor(value - hi, dtype=torch.float32))
 
 
+def kernel_limits(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
+                  page_select=None) -> str | None:
+    """This kernel's own limits, as ``paged_decode``'s: a host ``sm_scale`` and pages of at least one slot."""
+    return dense_kernel.kernel_limits(q, k_packed, None, page_table, seq_lens, sm_scale, page_select=page_select)
+
+
 def paged_decode_nvfp4kv(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
                          sm_scale, page_select=None):
     contract.validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
                       page_select)
+    require_within_limits(kernel_limits(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table,
+                                        seq_lens, sm_scale, page_select))
     return run_plan(launch_plan(q.shape[2]), q, k_packed, k_scales, v_packed, v_scales, kv_global_scale,
                     page_table, seq_lens, sm_scale, page_select)
 
@@ -360,6 +370,7 @@ ENTRY = Entry.of_contract(
     archs=frozenset({Arch.CPU_INTERP, Arch.SM90}),
     batch_invariant=True,
     batch_args=("q", "page_table", "seq_lens", "page_select"),
+    limits=kernel_limits,
     bench=(
         BenchCase(f"NVFP4 KV, {_BENCH_SHAPE}", _bench_call(), bytes_moved,
                   "<= 0.4x paged_decode's bf16 KV time at this shape (it reads 0.28x the bytes)"),

@@ -91,15 +91,21 @@ def validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, 
         raise refuse("q", f"Hq = {query_heads} is not a multiple of the caches' Hkv = {kv_heads}",
                      "grouped-query attention needs Hq % Hkv == 0")
     validate_metadata(batch, page_table, seq_lens, page_select)
+    validate_sm_scale(sm_scale)
+    require_number("kv_scale", kv_scale)
+    require_same_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "page_table": page_table,
+                         "seq_lens": seq_lens, "page_select": page_select})
+
+
+def validate_sm_scale(sm_scale) -> None:
+    """A number, or a one-element float tensor (the contract does not say "Python float" for sm_scale as it
+    does for kv_scale, so a tensor is answered; kernels that need a host number declare it a limit)."""
     if isinstance(sm_scale, torch.Tensor):
         require_dtype("sm_scale", sm_scale, (torch.float32, torch.float64, torch.bfloat16, torch.float16))
         if sm_scale.numel() != 1:
             raise refuse("sm_scale", f"a tensor of {sm_scale.numel()} elements", "pass one number")
     else:
         require_number("sm_scale", sm_scale)
-    require_number("kv_scale", kv_scale)
-    require_same_device({"q": q, "k_cache": k_cache, "v_cache": v_cache, "page_table": page_table,
-                         "seq_lens": seq_lens, "page_select": page_select})
 
 
 def validate_metadata(batch: int, page_table, seq_lens, page_select) -> None:
@@ -266,24 +272,24 @@ def _int32(*shape, device):
 # the Refuse-line items of CONTRACTS.md the rows enforce
 MISMATCH, HEAD_DIM, GQA = "shape/dtype mismatch", "unsupported D", "Hq not a multiple of Hkv"
 
-def metadata_refusals(call) -> tuple[Refusal, ...]:
+def metadata_refusals(call, clause: str) -> tuple[Refusal, ...]:
     """Refusals of the page table, lengths and selection, for a contract whose ``call(device, **override)``
     makes a legal call of batch 2 (``paged_decode`` and ``paged_decode_nvfp4kv``)."""
     return (
         Refusal("int64 page_table", lambda d: call(d, page_table=torch.zeros(2, 2, dtype=torch.int64, device=d)),
-                "page_table", TypeError, clause=MISMATCH),
-        Refusal("1-D page_table", lambda d: call(d, page_table=_int32(2, device=d)), "page_table", clause=MISMATCH),
+                "page_table", TypeError, clause=clause),
+        Refusal("1-D page_table", lambda d: call(d, page_table=_int32(2, device=d)), "page_table", clause=clause),
         Refusal("page_table of another batch", lambda d: call(d, page_table=_int32(3, 2, device=d)), ("page_table", "q"),
-                clause=MISMATCH),
+                clause=clause),
         Refusal("int64 seq_lens", lambda d: call(d, seq_lens=torch.ones(2, dtype=torch.int64, device=d)),
-                "seq_lens", TypeError, clause=MISMATCH),
+                "seq_lens", TypeError, clause=clause),
         Refusal("seq_lens of another batch", lambda d: call(d, seq_lens=_int32(3, device=d)), ("seq_lens", "q"),
-                clause=MISMATCH),
-        Refusal("1-D page_select", lambda d: call(d, page_select=_int32(4, device=d)), "page_select", clause=MISMATCH),
+                clause=clause),
+        Refusal("1-D page_select", lambda d: call(d, page_select=_int32(4, device=d)), "page_select", clause=clause),
         Refusal("int64 page_select", lambda d: call(d, page_select=torch.zeros(2, 4, dtype=torch.int64, device=d)),
-                "page_select", TypeError, clause=MISMATCH),
+                "page_select", TypeError, clause=clause),
         Refusal("page_select of another batch", lambda d: call(d, page_select=_int32(1, 4, device=d)),
-                ("page_select", "q"), clause=MISMATCH),
+                ("page_select", "q"), clause=clause),
     )
 
 
@@ -310,6 +316,6 @@ REFUSALS = (
                                                           v_cache=torch.zeros(4, 16, 2, 128, dtype=torch.bfloat16,
                                                                               device=d)),
             ("k_cache", "v_cache", "q"), clause=MISMATCH),
-    *metadata_refusals(_call),
+    *metadata_refusals(_call, MISMATCH),
     Refusal("q not a tensor", lambda d: _call(d, q=[[0.0] * 64]), "q", TypeError, clause="non-tensor"),
 )

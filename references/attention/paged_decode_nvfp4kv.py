@@ -36,7 +36,7 @@ import torch
 
 from references.attention import paged_decode as dense_contract
 from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_dequantize
-from references.validation import (Refusal, refuse, require_dtype, require_ndim, require_number,
+from references.validation import (Refusal, refuse, require_dtype, require_ndim,
                                    require_same_device, require_shape, require_tensor)
 
 HEAD_DIMS = dense_contract.HEAD_DIMS
@@ -81,7 +81,7 @@ def validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_ta
                                         f"{tuple(kv_global_scale.shape)})",
                      "pass one float32 element: the encode scale 448 * 6 / amax")
     dense_contract.validate_metadata(batch, page_table, seq_lens, page_select)
-    require_number("sm_scale", sm_scale)
+    dense_contract.validate_sm_scale(sm_scale)
     require_same_device({"q": q, "k_packed": k_packed, "k_scales": k_scales, "v_packed": v_packed,
                          "v_scales": v_scales, "kv_global_scale": kv_global_scale, "page_table": page_table,
                          "seq_lens": seq_lens, "page_select": page_select})
@@ -101,7 +101,8 @@ def truth(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table
     """(o, lse) in float64 over exactly the attended tokens, K and V decoded by the Dequant line."""
     validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale, page_select)
     k, v = decode_cache(k_packed, k_scales, kv_global_scale), decode_cache(v_packed, v_scales, kv_global_scale)
-    return dense_contract.attention_truth(q, k, v, page_table, seq_lens, sm_scale, 1.0, page_select)
+    return dense_contract.attention_truth(q, k, v, page_table, seq_lens, dense_contract.scale_value(sm_scale), 1.0,
+                                         page_select)
 
 
 def paged_decode_nvfp4kv(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
@@ -116,7 +117,8 @@ def stock(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table
     """Decode the caches by the Dequant line, then ``paged_decode``'s stock gather + masked bf16 SDPA."""
     validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale, page_select)
     k, v = decode_cache(k_packed, k_scales, kv_global_scale), decode_cache(v_packed, v_scales, kv_global_scale)
-    return dense_contract.stock_attention(q, k, v, page_table, seq_lens, sm_scale, 1.0, page_select)
+    return dense_contract.stock_attention(q, k, v, page_table, seq_lens, dense_contract.scale_value(sm_scale), 1.0,
+                                          page_select)
 
 
 # -- refused inputs (each row cites the clause of the contract's Refuse line it enforces) -----------
@@ -144,47 +146,47 @@ def _scales(*shape, device, dtype=torch.float8_e4m3fn):
     return torch.zeros(shape, device=device).to(dtype)
 
 
+# the Refuse-line items of CONTRACTS.md the rows enforce
+MISMATCH = "shape/dtype mismatch (packed not uint8 with D/2, scales not e4m3 with D/16)"
+HEAD_DIM, GQA, GLOBAL_SCALE = "unsupported D", "Hq not a multiple of Hkv", "kv_global_scale not one fp32 element"
+
 REFUSALS = (
-    # clause "shape/dtype mismatch" (q)
-    Refusal("2-D q", lambda d: _call(d, q=torch.zeros(2, 64, dtype=torch.bfloat16, device=d)), "q"),
-    Refusal("fp16 q", lambda d: _call(d, q=torch.zeros(2, 8, 64, dtype=torch.float16, device=d)), "q", TypeError),
-    # clause "unsupported D"
+    Refusal("2-D q", lambda d: _call(d, q=torch.zeros(2, 64, dtype=torch.bfloat16, device=d)), "q", clause=MISMATCH),
+    Refusal("fp16 q", lambda d: _call(d, q=torch.zeros(2, 8, 64, dtype=torch.float16, device=d)), "q", TypeError,
+            clause=MISMATCH),
     Refusal("head dim 96", lambda d: _call(d, q=torch.zeros(2, 8, 96, dtype=torch.bfloat16, device=d),
                                            k_packed=_bytes(4, 16, 2, 48, device=d),
                                            v_packed=_bytes(4, 16, 2, 48, device=d),
                                            k_scales=_scales(4, 16, 2, 6, device=d),
-                                           v_scales=_scales(4, 16, 2, 6, device=d)), "q"),
-    # clause "Hq not a multiple of Hkv" (Hkv = 0 divides nothing)
-    Refusal("Hq not a multiple of Hkv", lambda d: _call(d, query_heads=6, kv_heads=4), "q"),
-    Refusal("zero KV heads", lambda d: _call(d, kv_heads=0), "q"),
-    # clause "packed not uint8 with D/2"
+                                           v_scales=_scales(4, 16, 2, 6, device=d)), ("q", "k_packed"),
+            clause=HEAD_DIM),
+    Refusal("Hq not a multiple of Hkv", lambda d: _call(d, query_heads=6, kv_heads=4), ("q", "k_packed"), clause=GQA),
+    Refusal("zero KV heads", lambda d: _call(d, kv_heads=0), ("q", "k_packed"), clause=GQA),
     Refusal("int8 k_packed", lambda d: _call(d, k_packed=_bytes(4, 16, 2, 32, device=d, dtype=torch.int8)),
-            "k_packed", TypeError),
+            "k_packed", TypeError, clause=MISMATCH),
     Refusal("k_packed of D bytes (unpacked codes)", lambda d: _call(d, k_packed=_bytes(4, 16, 2, 64, device=d)),
-            "k_packed"),
-    Refusal("3-D k_packed", lambda d: _call(d, k_packed=_bytes(4, 16, 64, device=d)), "k_packed"),
-    Refusal("v_packed of another shape", lambda d: _call(d, v_packed=_bytes(4, 32, 2, 32, device=d)), "v_packed"),
+            ("k_packed", "q"), clause=MISMATCH),
+    Refusal("3-D k_packed", lambda d: _call(d, k_packed=_bytes(4, 16, 64, device=d)), "k_packed", clause=MISMATCH),
+    Refusal("v_packed of another shape", lambda d: _call(d, v_packed=_bytes(4, 32, 2, 32, device=d)),
+            ("v_packed", "k_packed"), clause=MISMATCH),
     Refusal("int8 v_packed", lambda d: _call(d, v_packed=_bytes(4, 16, 2, 32, device=d, dtype=torch.int8)),
-            "v_packed", TypeError),
-    # clause "scales not e4m3 with D/16"
+            "v_packed", TypeError, clause=MISMATCH),
     Refusal("fp32 k_scales", lambda d: _call(d, k_scales=_scales(4, 16, 2, 4, device=d, dtype=torch.float32)),
-            "k_scales", TypeError),
+            "k_scales", TypeError, clause=MISMATCH),
     Refusal("e8m0-style uint8 v_scales", lambda d: _call(d, v_scales=_bytes(4, 16, 2, 4, device=d)), "v_scales",
-            TypeError),
-    Refusal("k_scales per 32 elements", lambda d: _call(d, k_scales=_scales(4, 16, 2, 2, device=d)), "k_scales"),
-    Refusal("v_scales of another pool", lambda d: _call(d, v_scales=_scales(5, 16, 2, 4, device=d)), "v_scales"),
-    # clause "kv_global_scale not one fp32 element"
+            TypeError, clause=MISMATCH),
+    Refusal("k_scales per 32 elements", lambda d: _call(d, k_scales=_scales(4, 16, 2, 2, device=d)),
+            ("k_scales", "k_packed"), clause=MISMATCH),
+    Refusal("v_scales of another pool", lambda d: _call(d, v_scales=_scales(5, 16, 2, 4, device=d)),
+            ("v_scales", "k_scales"), clause=MISMATCH),
     Refusal("two-element kv_global_scale", lambda d: _call(d, kv_global_scale=torch.ones(2, device=d)),
-            "kv_global_scale"),
+            "kv_global_scale", clause=GLOBAL_SCALE),
     Refusal("bf16 kv_global_scale", lambda d: _call(d, kv_global_scale=torch.ones(1, dtype=torch.bfloat16,
                                                                                      device=d)),
-            "kv_global_scale", TypeError),
-    Refusal("kv_global_scale as a float", lambda d: _call(d, kv_global_scale=1.0), "kv_global_scale", TypeError),
-    # clause "shape/dtype mismatch" of the page table, lengths and selection (as paged_decode)
-    *dense_contract.metadata_refusals(_call),
-    # conventions: "TypeError for a wrong dtype or a non-tensor"; sm_scale is paged_decode's Python number
-    Refusal("sm_scale as a tensor", lambda d: _call(d, sm_scale=torch.tensor(0.125, device=d)), "sm_scale",
-            TypeError),
-    Refusal("q not a tensor", lambda d: _call(d, q=[[0.0] * 64]), "q", TypeError),
-    Refusal("k_scales not a tensor", lambda d: _call(d, k_scales=[1.0]), "k_scales", TypeError),
+            "kv_global_scale", TypeError, clause=GLOBAL_SCALE),
+    Refusal("kv_global_scale as a float", lambda d: _call(d, kv_global_scale=1.0), "kv_global_scale", TypeError,
+            clause="non-tensor"),
+    *dense_contract.metadata_refusals(_call, clause=MISMATCH),
+    Refusal("q not a tensor", lambda d: _call(d, q=[[0.0] * 64]), "q", TypeError, clause="non-tensor"),
+    Refusal("k_scales not a tensor", lambda d: _call(d, k_scales=[1.0]), "k_scales", TypeError, clause="non-tensor"),
 )
