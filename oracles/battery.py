@@ -425,7 +425,7 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
     if "refusals" in asked:
         rows, findings = battery.check_refusals()
         if findings:
-            failure = OracleFailure("refusals", "; ".join(findings))
+            failure = OracleFailure("refusals", "\n".join(findings))
             failure.recipe = REFUSALS_RECIPE
             result.failures["refusals"] = failure
             result.verdicts["refusals"] = _fail_verdict(failure, rows=len(findings), of_rows=rows)

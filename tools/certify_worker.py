@@ -36,6 +36,7 @@ class CellTask:
     replay: dict | None = None         # one recipe instead of the cell's corners and draws
     backend: str | None = None         # which of the op's kernels (None: its first, as for an --impl)
     sanitizer: str | None = None       # the compute-sanitizer tool the worker runs under, if any
+    oracles: tuple | None = None       # the oracles judged (None: every one)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -62,7 +63,7 @@ def execute(task: CellTask, *, progress=None, watch=None):
     """Run the battery on ``task``'s cell (or replay its one recipe); returns a ``CellResult``."""
     import torch
 
-    from oracles.battery import replay, run_cell
+    from oracles.battery import ORACLES, replay, run_cell
 
     entry = _entry(task.op, task.backend)
     cell, impl = entry.cell(task.cell_id), _implementation(task.impl, task.op, task.backend)
@@ -72,10 +73,13 @@ def execute(task: CellTask, *, progress=None, watch=None):
     # pointers and no capture succeeds.  Sanitized runs write no certificate; the plain run judges graphs.
     skipped = (f"not run under compute-sanitizer --tool {task.sanitizer}: its stream-ordered allocations "
                "cannot be captured" if task.sanitizer else None)
+    oracles = task.oracles or ORACLES
     if task.replay is not None:
-        return replay(entry, impl, cell, device, task.replay, watch=watch, graph_parity_skipped=skipped)
+        return replay(entry, impl, cell, device, task.replay, watch=watch, graph_parity_skipped=skipped,
+                      oracles=oracles)
     return run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
-                    shrink=task.shrink, progress=progress, watch=watch, graph_parity_skipped=skipped)
+                    shrink=task.shrink, progress=progress, watch=watch, graph_parity_skipped=skipped,
+                    oracles=oracles)
 
 
 def _surface_device_errors(result, device: str, last_oracle: str, last_recipe: dict) -> None:

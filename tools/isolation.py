@@ -283,7 +283,7 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer) -> None:
             from oracles.battery import CellResult
 
             result = CellResult.from_record(worker.task.op, worker.task.cell_id, message[1])
-            if result.status != "certified" or sanitizer:
+            if result.status not in ("certified", "passed") or sanitizer:
                 exit_code = worker.stop()
                 retire(worker)
                 if sanitizer:
