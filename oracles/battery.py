@@ -451,12 +451,10 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
 
     for recipe in corners:
         check(recipe, corner=True)
-    draws = hypothesis.settings(max_examples=max_examples, deadline=None, database=None,
-                                suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-                                print_blob=False, verbosity=hypothesis.Verbosity.quiet)
-
     def explore(judge_one: Callable[[dict], None], phases) -> None:
-        @hypothesis.settings(draws, phases=phases)
+        @hypothesis.settings(max_examples=max_examples, deadline=None, database=None, phases=phases,
+                             suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+                             print_blob=False, verbosity=hypothesis.Verbosity.quiet)
         @hypothesis.seed(cell.seed(seed))
         @hypothesis.given(battery.strategy.recipes(cell, battery.device))
         def test(recipe):
