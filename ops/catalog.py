@@ -247,8 +247,10 @@ class Entry:
         return inspect.getsourcefile(self.reference)
 
     # -- certified dispatch ---------------------------------------------------------------------
-    def why_not_routed(self, arch: Arch | None, device: torch.device, cell: Cell | None) -> str | None:
-        """None when this kernel may run an input of ``cell`` on ``arch``; else the reason, in words."""
+    def why_not_routed(self, arch: Arch | None, device: torch.device, cell: Cell | None,
+                       params: Mapping[str, Any] | None = None) -> str | None:
+        """None when this kernel may run an input of ``cell`` (of cell parameters ``params``) on ``arch``;
+        else the reason, in words."""
         from ops import certificates  # late: certificates import the catalog types
 
         if cell is None:
@@ -257,7 +259,7 @@ class Entry:
             return f"unknown architecture of {device}"
         if arch not in self.archs:
             return f"does not claim {arch.value}"
-        return certificates.why_not_certified(self, arch, cell.id)
+        return certificates.why_not_certified(self, arch, cell.id, params)
 
     def __call__(self, *args, **kwargs):
         self.validate(**self.bind(*args, **kwargs))
@@ -267,7 +269,8 @@ class Entry:
         candidates = kernels(self.name) if any(k is self for k in kernels(self.name)) else (self,)
         reasons = []
         for entry in candidates:
-            reason = entry.why_not_routed(arch, device, entry.cell_of(*args, **kwargs))
+            reason = entry.why_not_routed(arch, device, entry.cell_of(*args, **kwargs),
+                                          entry.params_of(**entry.bind(*args, **kwargs)))
             if reason is None:
                 return entry.kernel(*args, **kwargs)
             reasons.append(f"{entry.backend}: {reason}")

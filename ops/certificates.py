@@ -15,7 +15,7 @@ import json
 import pathlib
 import sys
 import types
-from typing import Callable
+from typing import Callable, Mapping
 
 from ops.catalog import Arch, Entry
 
@@ -96,8 +96,9 @@ def arch_status(entry: Entry, arch: Arch, certificate: dict | None = None, diges
     return "fresh" if section["source_sha256"] == digest else "stale"
 
 
-def why_not_certified(entry: Entry, arch: Arch, cell_id: str) -> str | None:
-    """None when ``cell_id`` holds a fresh certificate for ``arch``; else the reason, in words."""
+def why_not_certified(entry: Entry, arch: Arch, cell_id: str, params: Mapping | None = None) -> str | None:
+    """None when ``cell_id`` holds a fresh certificate for ``arch`` (and ``params``, the input's cell
+    parameters, lie in the region its examples exercised); else the reason, in words."""
     digest, certificate = _dispatch_view(entry)
     status = arch_status(entry, arch, certificate, digest)
     if status != "fresh":
@@ -105,6 +106,22 @@ def why_not_certified(entry: Entry, arch: Arch, cell_id: str) -> str | None:
     cell = certificate["archs"][arch.value]["cells"].get(cell_id)
     if cell is None or cell["status"] != CERTIFIED:
         return f"cell {cell_id} is not certified on {arch.value}"
+    return outside_exercised(cell, params or {})
+
+
+def outside_exercised(record: dict, params: Mapping) -> str | None:
+    """Why an input lies outside what a certified cell's examples reached — a certificate claims that
+    region only (a CPU size cap narrows it) — else None.  A record without ``exercised`` predates it
+    and claims its whole cell."""
+    for name, reached in record.get("exercised", {}).items():
+        if name not in params:
+            continue
+        value = params[name]
+        if all(isinstance(bound, int) for bound in reached) and isinstance(value, int):
+            if not reached[0] <= value <= reached[1]:
+                return f"{name}={value} is outside the exercised {reached[0]}..{reached[1]}"
+        elif str(value).removeprefix("torch.") not in reached:
+            return f"{name}={str(value).removeprefix('torch.')} was not exercised ({', '.join(reached)})"
     return None
 
 
