@@ -9,7 +9,7 @@ op's strategy module turns into tensors on the device):
 4. graph parity — CUDA only: capture once, replay with the recipe under other seeds
 5. write guards — poisoned outputs fully written, canaries intact, immutable inputs untouched
 6. stateful properties — the contract's own properties (rollback, replay equivalence)
-and once per cell: 7. refused inputs, row by row.
+and once per cell, after the examples: 7. refused inputs, row by row.
 
 Every oracle that applies gets its own verdict — pass, fail (finding, minimal recipe) or not
 applicable (why) — so a refusal worded differently never hides whether the numbers are right.  The rule:
@@ -422,16 +422,6 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
             result.verdicts[oracle] = {"verdict": NOT_ASKED, "why": "partial run: not among --oracles"}
     live = [o for o in NUMERICS if o in asked and o not in result.verdicts]
 
-    if "refusals" in asked:
-        rows, findings = battery.check_refusals()
-        if findings:
-            failure = OracleFailure("refusals", "\n".join(findings))
-            failure.recipe = REFUSALS_RECIPE
-            result.failures["refusals"] = failure
-            result.verdicts["refusals"] = _fail_verdict(failure, rows=len(findings), of_rows=rows)
-        else:
-            result.verdicts["refusals"] = {"verdict": PASS, "rows": rows}
-
     corners = battery.strategy.corners(cell, battery.device) if live else []
     planned = len(corners) + (max_examples if live else 0)
     from_corner: set[str] = set()
@@ -486,6 +476,17 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
             result.verdicts[oracle] = {"verdict": PASS, "examples": result.examples}
     if "determinism" in result.failures and result.verdicts["determinism"]["verdict"] != FAIL:
         result.verdicts["determinism"] = _fail_verdict(result.failures["determinism"])
+    # last: an implementation that skips the contract's checks may crash on a refused input (an
+    # out-of-bounds read under the interpreter), and that must not cost the numerics their verdicts
+    if "refusals" in asked:
+        rows, findings = battery.check_refusals()
+        if findings:
+            failure = OracleFailure("refusals", "\n".join(findings))
+            failure.recipe = REFUSALS_RECIPE
+            result.failures["refusals"] = failure
+            result.verdicts["refusals"] = _fail_verdict(failure, rows=len(findings), of_rows=rows)
+        else:
+            result.verdicts["refusals"] = {"verdict": PASS, "rows": rows}
     result.status = _status(result)
     if result.exercised:
         result.annotations.update(narrowing(cell, result.exercised, battery.device))

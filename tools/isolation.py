@@ -193,7 +193,8 @@ def _fault(worker: _Worker, kind: str, message: str, sanitizer: tuple | None) ->
 
     failure = OracleFailure(worker.oracle, message)
     failure.recipe = worker.recipe or None
-    result = CellResult(worker.task.op, worker.task.cell_id, "failed", failure=failure)
+    result = CellResult(worker.task.op, worker.task.cell_id, "failed")
+    result.failure = failure
     # nothing here names the slot: a record must not depend on which GPU happened to run the cell
     result.annotations["fault"] = {"kind": kind, "worker": exit_in_words(worker.process.returncode),
                                    "stderr_tail": last_words(worker.log)}
