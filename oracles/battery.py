@@ -82,6 +82,12 @@ def parse_oracles(text: str) -> tuple[str, ...]:
     return tuple(oracle for oracle in ORACLES if oracle in asked)
 
 
+def oracles_text(oracles: Iterable[str]) -> str:
+    """The shortest ``--oracles`` value naming exactly ``oracles`` (a group's name where one matches)."""
+    oracles = tuple(oracles)
+    return next((group for group, members in ORACLE_GROUPS.items() if members == oracles), ",".join(oracles))
+
+
 @dataclasses.dataclass
 class Implementation:
     """What is being judged: a callable per op name (the op and its contract siblings)."""

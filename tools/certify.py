@@ -405,11 +405,11 @@ def main(argv=None) -> int:
 
 def partial_label(oracles: Sequence[str]) -> str | None:
     """What a run judging fewer than every oracle says of itself, everywhere it reports."""
-    from oracles.battery import ORACLES
+    from oracles.battery import ORACLES, oracles_text
 
     if tuple(oracles) == ORACLES:
         return None
-    return f"partial: not a certificate (judged only {', '.join(oracles)})"
+    return f"partial: not a certificate (judged only {oracles_text(oracles)})"
 
 
 def closing_summary(report: dict) -> str:
@@ -433,7 +433,7 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
     cell failed, and how many cells were planned."""
     from ops import catalog, certificates, quarantine
     from ops.quarantine import QUARANTINED
-    from oracles.battery import PASSED, CellResult
+    from oracles.battery import PASSED, CellResult, oracles_text
     from tools.certify_worker import CellTask
 
     try:
@@ -457,7 +457,7 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
     command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     facts = {"device": report["device"], "versions": report["versions"]}
     flags = isolation_flags(report["isolation"], args.device) + (["--backend", backend] if backend else []) + \
-        (["--oracles", ",".join(args.oracles)] if report["partial"] else [])
+        (["--oracles", oracles_text(args.oracles)] if report["partial"] else [])
 
 
     durations = {}

@@ -259,6 +259,7 @@ def _device_flag(arch: str) -> str:
 def failure_lines(run: dict, result: dict, oracle: str | None = None) -> list[str]:
     """Oracle, finding, minimal recipe and reproduction of a failed result of a run report: of ``oracle``,
     or of the headline failure."""
+    from oracles.battery import oracles_text
     from tools.certify import isolation_flags, reproduction
 
     verdict = result.get("verdicts", {}).get(oracle) if oracle else None
@@ -267,7 +268,7 @@ def failure_lines(run: dict, result: dict, oracle: str | None = None) -> list[st
     recipe = failure.get("recipe") or {}
     device = _device_flag(run["arch"])
     flags = isolation_flags(run.get("isolation", {}), device) + \
-        (["--oracles", ",".join(run["oracles"])] if run.get("partial") else [])
+        (["--oracles", oracles_text(run["oracles"])] if run.get("partial") else [])
     return [f"oracle:  {failure['oracle']}", f"finding: {failure['message']}",
             f"minimal: {json.dumps(recipe, sort_keys=True, separators=(',', ':'))}",
             "reproduce: " + reproduction(result["op"], result["cell"], device, recipe, run.get("impl"), flags)]
