@@ -214,15 +214,18 @@ def _json_number(value: float):
     return value if math.isfinite(value) else str(value)
 
 
+def _is_span(bound) -> bool:
+    """An integer range of a cell (``ops.catalog.Span``, read by shape: the battery imports no op layer)."""
+    return isinstance(getattr(bound, "lo", None), int) and isinstance(getattr(bound, "hi", None), int)
+
+
 def _exercise(exercised: dict, params: Mapping, recipe: Mapping, bounds: Mapping) -> None:
     """Widen ``exercised`` by one input: a [lo, hi] per integer dimension, the values seen per other one
     (dtypes, flags; and the recipe's value classes and layouts, which are no cell dimension)."""
-    from ops.catalog import Span  # late: the battery is op-agnostic; only the cell's bound types are shared
-
     seen = {name: params.get(name) for name in bounds}
     seen.update({name: value for name, value in recipe.items() if isinstance(value, str) and name not in seen})
     for name, value in seen.items():
-        if isinstance(bounds.get(name), Span) and isinstance(value, int):
+        if _is_span(bounds.get(name)) and isinstance(value, int):
             lo, hi = exercised.get(name, [value, value])
             exercised[name] = [min(lo, value), max(hi, value)]
         else:
@@ -233,10 +236,8 @@ def _exercise(exercised: dict, params: Mapping, recipe: Mapping, bounds: Mapping
 def narrowing(cell, exercised: dict, device: torch.device) -> dict:
     """``{"narrowed_by": why, "declared": {dim: [lo, hi]}}`` when the examples stayed inside a smaller
     region than the cell declares (every strategy caps sizes on the CPU only), else ``{}``."""
-    from ops.catalog import Span
-
     declared = {name: [bound.lo, bound.hi] for name, bound in cell.bounds.items()
-                if isinstance(bound, Span) and name in exercised and exercised[name] != [bound.lo, bound.hi]}
+                if _is_span(bound) and name in exercised and exercised[name] != [bound.lo, bound.hi]}
     if not declared:
         return {}
     why = CPU_SIZE_CAP if device.type == "cpu" else "not reached by the corner and drawn inputs"

@@ -3,7 +3,7 @@
 ``python -m suites.measure_draws [--op NAME ...] [--depths 2,4,6,10,20,50] [--seconds-per-impl S]``
 
 For each wrong implementation a suite expects rejected (its test module's ``WRONG`` table, names in
-``suites/<family>/<op>_impls.py``), on each cell of its op, on the CPU: the refusal table, then the
+``suites/<family>/<op>_impls.py``), on each cell of its op (the row's cell first), on the CPU: the refusal table, then the
 cell's corners, then the cell's Hypothesis draws (the seed ``tools/certify-cells`` uses) one by one,
 judged by every applicable oracle, until one fails.  An implementation's *catch depth* is the fewest
 draws at which some cell rejects it (0: the refusal table or a corner does).  The draws of a run with
@@ -73,8 +73,9 @@ def catch_depth(entry, impl, cell, max_depth: int, deadline: float) -> tuple[int
     return None, "", tried
 
 
-def wrong_implementations(op_names):
-    """(entry, implementation name, module spec) for every row of every suite's WRONG table."""
+def wrong_implementations(op_names, only):
+    """(entry, implementation name, module spec, the cell its row names or None) for every row of every
+    suite's WRONG table (``only``: these implementation names, if any)."""
     from ops.catalog import entries
 
     for name, entry in entries().items():
@@ -86,7 +87,9 @@ def wrong_implementations(op_names):
         except ImportError:
             continue
         for row in getattr(tests, "WRONG", []):
-            yield entry, row[0], f"suites.{entry.family}.{name}_impls:{row[0]}"
+            if not only or row[0] in only:
+                named = row[1] if len(row) == 3 else None
+                yield entry, row[0], f"suites.{entry.family}.{name}_impls:{row[0]}", named
 
 
 def main(argv=None) -> int:
@@ -98,15 +101,18 @@ def main(argv=None) -> int:
     parser.add_argument("--op", action="append", default=[], help="only this op (repeatable)")
     parser.add_argument("--depths", default=",".join(map(str, DEFAULT_DEPTHS)))
     parser.add_argument("--seconds-per-impl", type=float, default=120.0)
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="only this wrong implementation (repeatable)")
     args = parser.parse_args(argv)
     depths = [int(d) for d in args.depths.split(",")]
     print(f"| op | wrong implementation | catch depth | caught by | " + " | ".join(f"{d} draws" for d in depths) + " |")
     print("|---|---|---|---|" + "---|" * len(depths), flush=True)
-    for entry, name, spec in wrong_implementations(args.op):
+    for entry, name, spec, named in wrong_implementations(args.op, args.only):
         impl = load_implementation(spec, [entry])[entry.name]
         deadline = time.monotonic() + args.seconds_per_impl
         best, oracle, tried = None, "", {}
-        for cell in entry.cells:
+        # the cell the suite's row names first: the time limit should not run out on the others
+        for cell in sorted(entry.cells, key=lambda cell: cell.id != named):
             limit = max(depths) if best is None else best - 1  # only a smaller depth elsewhere changes the answer
             depth, caught_by, tried[cell.id] = catch_depth(entry, impl, cell, limit, deadline)
             if depth is not None and (best is None or depth < best):
