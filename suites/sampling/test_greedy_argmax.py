@@ -79,6 +79,7 @@ def test_cli_accepts_a_correct_impl_and_writes_no_certificate(tmp_path):
     (("--cell", "no_such_cell"), "no cell"),
     (("--max-examples", "-1"), "negative"),
     (("--replay", "{not json"), "--replay"),
+    (("--oracles", "numerics,bogus"), "--oracles: no oracle or group 'bogus'"),
 ])
 def test_cli_usage_errors_exit_2_in_one_line(words, reason):
     run = _certify(*words)
