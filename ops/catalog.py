@@ -256,8 +256,10 @@ class Entry:
         """Why the bound call arguments are beyond this kernel's own limits, or None."""
         return None if self.limits is None else self.limits(**bound)
 
-    def why_not_routed(self, arch: Arch | None, device: torch.device, cell: Cell | None) -> str | None:
-        """None when this kernel may run an input of ``cell`` on ``arch``; else the reason, in words."""
+    def why_not_routed(self, arch: Arch | None, device: torch.device, cell: Cell | None,
+                       params: Mapping[str, Any] | None = None) -> str | None:
+        """None when this kernel may run an input of ``cell`` (of cell parameters ``params``) on ``arch``;
+        else the reason, in words."""
         from ops import certificates  # late: certificates import the catalog types
 
         if cell is None:
@@ -266,7 +268,7 @@ class Entry:
             return f"unknown architecture of {device}"
         if arch not in self.archs:
             return f"does not claim {arch.value}"
-        return certificates.why_not_certified(self, arch, cell.id)
+        return certificates.why_not_certified(self, arch, cell.id, params)
 
     def __call__(self, *args, **kwargs):
         bound = self.bind(*args, **kwargs)
@@ -279,7 +281,8 @@ class Entry:
         for entry in candidates:
             beyond = entry.beyond_limits(bound)
             reason = (f"beyond the kernel's limits ({beyond})" if beyond is not None
-                      else entry.why_not_routed(arch, device, entry.cell_of(*args, **kwargs)))
+                      else entry.why_not_routed(arch, device, entry.cell_of(*args, **kwargs),
+                                                entry.params_of(**bound)))
             if reason is None:
                 return entry.kernel(*args, **kwargs)
             reasons.append(f"{entry.backend}: {reason}")

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import types
 import warnings
-from typing import Callable
+from typing import Callable, Mapping
 
 from ops.catalog import Arch, Entry
 from oracles.failures import ORACLES
@@ -84,6 +84,8 @@ class CertificationPolicy:
         """None when a cell's record is certified by the policy's standard; else why not."""
         if record is None or record.get("status") != CERTIFIED:
             return "not certified"
+        if not isinstance(record.get("exercised"), dict):
+            return "no record of the region its examples exercised"
         if not isinstance(record.get("examples"), int) or record["examples"] < self.min_examples:
             return f"certified on {record.get('examples')} examples, the policy asks {self.min_examples}"
         ran, skipped = set(record.get("oracles") or ()), record.get("skipped") or {}
@@ -229,8 +231,9 @@ def arch_status(entry: Entry, arch: Arch, certificate: dict | None = None, diges
     return "fresh" if section.get("source_sha256") == digest else "stale"
 
 
-def why_not_certified(entry: Entry, arch: Arch, cell_id: str) -> str | None:
-    """None when ``cell_id`` holds a section for ``arch`` that meets :data:`POLICY` here; else the reason.
+def why_not_certified(entry: Entry, arch: Arch, cell_id: str, params: Mapping | None = None) -> str | None:
+    """None when ``cell_id`` holds a section for ``arch`` that meets :data:`POLICY` here (and ``params``,
+    the input's cell parameters, lie in the region its examples exercised); else the reason.
     An unreadable certificate is not certified: one warning per file, then the stock op."""
     digest, certificate, versions = _dispatch_view(entry)
     if isinstance(certificate, CertificateError):
@@ -248,6 +251,21 @@ def why_not_certified(entry: Entry, arch: Arch, cell_id: str) -> str | None:
     problem = POLICY.cell_problem(section["cells"].get(cell_id))
     if problem:
         return f"cell {cell_id} is not certified on {arch.value}" + ("" if problem == "not certified" else f": {problem}")
+    return outside_exercised(section["cells"][cell_id], params or {})
+
+
+def outside_exercised(record: dict, params: Mapping) -> str | None:
+    """Why an input lies outside what a certified cell's examples reached — a certificate claims that
+    region only (a CPU size cap narrows it) — else None (the policy refuses a record without it)."""
+    for name, reached in record.get("exercised", {}).items():
+        if name not in params:
+            continue
+        value = params[name]
+        if all(isinstance(bound, int) for bound in reached) and isinstance(value, int):
+            if not reached[0] <= value <= reached[1]:
+                return f"{name}={value} is outside the exercised {reached[0]}..{reached[1]}"
+        elif str(value).removeprefix("torch.") not in reached:
+            return f"{name}={str(value).removeprefix('torch.')} was not exercised ({', '.join(reached)})"
     return None
 
 

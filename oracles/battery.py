@@ -9,12 +9,20 @@ op's strategy module turns into tensors on the device):
 4. graph parity — CUDA only: capture once, replay with the recipe under other seeds
 5. write guards — poisoned outputs fully written, canaries intact, immutable inputs untouched
 6. stateful properties — the contract's own properties (rollback, replay equivalence)
-and once per cell: 7. refused inputs.
+and once per cell, after the examples: 7. refused inputs, row by row.
+
+Every oracle that applies gets its own verdict — pass, fail (finding, minimal recipe) or not
+applicable (why) — so a refusal worded differently never hides whether the numbers are right.  The rule:
+an oracle that fails on an example is not run again on later ones (its finding stands); the others go on
+over every planned example.  Each failing oracle's recipe is then shrunk on its own, within
+``SHRINK_SECONDS``: a drawn one by Hypothesis (the same seed draws the same examples up to it), a fixed
+corner by halving its integer sizes while it still fails inside the cell.
 
 A cell runs its fixed corner recipes first, then Hypothesis-drawn ones (seeded from a stable digest
-of the cell id), shrinking a failure to a minimal recipe.  Strategy modules live at
-``suites/<family>/<op>_strategy.py`` and provide ``recipes(cell, device)``, ``corners(cell, device)``
-and ``build(recipe, device)``; a recipe's shapes never depend on its ``seed``.
+of the cell id).  The result records the region the examples reached (``exercised``), which is all a
+certificate claims.  Strategy modules live at ``suites/<family>/<op>_strategy.py`` and provide
+``recipes(cell, device)``, ``corners(cell, device)`` and ``build(recipe, device)``; a recipe's shapes
+never depend on its ``seed``.
 """
 from __future__ import annotations
 
@@ -22,7 +30,8 @@ import dataclasses
 import importlib
 import json
 import math
-from typing import Callable, Mapping
+import time
+from typing import Callable, Iterable, Mapping
 
 import hypothesis
 import torch
@@ -32,14 +41,19 @@ from oracles.band import check_band
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import check_bitwise, first_difference
 from oracles.determinism import check_determinism, run_on_copy
-from oracles.failures import OracleFailure
+from oracles.failures import INTERFACE, NUMERICS, ORACLES, OracleFailure
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
 from oracles.tensors import as_outputs, clone_inputs
 from oracles.write_guards import check_write_guards
 
+ORACLE_GROUPS = {"numerics": NUMERICS, "interface": INTERFACE}
+PASS, FAIL, NOT_APPLICABLE, NOT_ASKED = "pass", "fail", "not applicable", "not asked"
+CERTIFIED, PASSED, FAILED = "certified", "passed", "failed"
 REFUSALS_RECIPE = {"refusals": "the contract's table"}
+SHRINK_SECONDS = 60.0  # per failing oracle: a minimal recipe helps, but never at the cost of an unbounded run
+CPU_SIZE_CAP = "cpu interpreter size cap"
 
 Watch = Callable[[str, dict], None]
 """``watch(oracle, recipe)``: told before each oracle starts on a recipe, so that a runner outside the
@@ -48,6 +62,27 @@ process can name the oracle and the example when the process dies (``tools/isola
 
 def strategy_module(entry):
     return importlib.import_module(f"suites.{entry.family}.{entry.name}_strategy")
+
+
+def parse_oracles(text: str) -> tuple[str, ...]:
+    """``numerics``, ``interface`` or a comma list of oracle names (and groups) -> oracle names, in
+    battery order; ValueError naming an unknown one."""
+    asked = set()
+    for word in (part.strip() for part in text.split(",")):
+        if word in ORACLE_GROUPS:
+            asked.update(ORACLE_GROUPS[word])
+        elif word in ORACLES:
+            asked.add(word)
+        else:
+            raise ValueError(f"no oracle or group {word!r}; oracles: {', '.join(ORACLES)}; "
+                             f"groups: {', '.join(ORACLE_GROUPS)}")
+    return tuple(oracle for oracle in ORACLES if oracle in asked)
+
+
+def oracles_text(oracles: Iterable[str]) -> str:
+    """The shortest ``--oracles`` value naming exactly ``oracles`` (a group's name where one matches)."""
+    oracles = tuple(oracles)
+    return next((group for group, members in ORACLE_GROUPS.items() if members == oracles), ",".join(oracles))
 
 
 @dataclasses.dataclass
@@ -78,20 +113,61 @@ class Implementation:
         return self.functions[name]
 
 
+def _oracle_order(oracle: str) -> int:
+    return ORACLES.index(oracle) if oracle in ORACLES else len(ORACLES)  # isolation, sanitizers: last
+
+
 @dataclasses.dataclass
 class CellResult:
     op: str
     cell_id: str
-    status: str                       # "certified" | "failed"
+    status: str                       # "certified" | "passed" (partial or --impl) | "failed" | "quarantined"
     examples: int = 0
     worst_kernel_error_ulp: float = 0.0
     worst_stock_error_ulp: float = 0.0
     stock_disagreements: int = 0      # bitwise ops: examples where the stock op breaks the contract
-    oracles_run: list = dataclasses.field(default_factory=list)
-    oracles_skipped: dict = dataclasses.field(default_factory=dict)
-    failure: OracleFailure | None = None
+    verdicts: dict = dataclasses.field(default_factory=dict)    # oracle -> {"verdict", and why/finding/recipe}
+    failures: dict = dataclasses.field(default_factory=dict)    # oracle -> OracleFailure (recipe filled in)
+    exercised: dict = dataclasses.field(default_factory=dict)   # dimension -> [lo, hi] or the values seen
     annotations: dict = dataclasses.field(default_factory=dict)  # what the runner adds: faults, quarantine
     refused_examples: int = 0         # drawn inputs the implementation refused clearly (its own limits)
+
+    @property
+    def failure(self) -> OracleFailure | None:
+        """The headline failure: the first failing oracle in battery order (numerics before refusals)."""
+        return min(self.failures.values(), key=lambda f: _oracle_order(f.oracle), default=None)
+
+    @failure.setter
+    def failure(self, failure: OracleFailure) -> None:
+        """A runner's own finding (a worker fault, a sanitizer report): one more failing verdict."""
+        self.failures[failure.oracle] = failure
+        self.verdicts[failure.oracle] = _fail_verdict(failure)
+
+    @property
+    def oracles_run(self) -> list[str]:
+        return sorted(o for o, v in self.verdicts.items() if v["verdict"] in (PASS, FAIL) and o in ORACLES)
+
+    @property
+    def oracles_skipped(self) -> dict[str, str]:
+        return {o: v["why"] for o, v in self.verdicts.items() if v["verdict"] in (NOT_APPLICABLE, NOT_ASKED)}
+
+    def failing(self) -> list[str]:
+        return sorted(self.failures, key=_oracle_order)
+
+    def summary(self) -> str:
+        """``numerics: pass; interface: refusals FAIL (2 rows)`` — the two halves of a verdict apart."""
+        parts = []
+        for group, members in ORACLE_GROUPS.items():
+            failed = [o for o in members if self.verdicts.get(o, {}).get("verdict") == FAIL]
+            judged = [o for o in members if self.verdicts.get(o, {}).get("verdict") == PASS]
+            if failed:
+                parts.append(f"{group}: " + ", ".join(
+                    f"{o} FAIL" + (f" ({self.verdicts[o]['rows']} rows)" if "rows" in self.verdicts[o] else "")
+                    for o in failed))
+            else:
+                parts.append(f"{group}: " + ("pass" if judged else "not judged"))
+        others = [o for o in self.failing() if o not in ORACLES]
+        return "; ".join(parts + [f"{o}: FAIL" for o in others])
 
     def record(self) -> dict:
         """The certificate's entry for this cell."""
@@ -102,9 +178,12 @@ class CellResult:
             "worst_stock_error_ulp": _json_number(self.worst_stock_error_ulp),
             "stock_disagreements": self.stock_disagreements,
             "refused_examples": self.refused_examples,
-            "oracles": sorted(self.oracles_run),
+            "oracles": self.oracles_run,
             "skipped": self.oracles_skipped,
+            "verdicts": dict(sorted(self.verdicts.items(), key=lambda item: _oracle_order(item[0]))),
         }
+        if self.exercised:
+            record["exercised"] = self.exercised
         if self.failure is not None:
             record["failure"] = {"oracle": self.failure.oracle, "message": self.failure.message,
                                  "recipe": self.failure.recipe}
@@ -114,27 +193,69 @@ class CellResult:
     def from_record(cls, op: str, cell_id: str, record: dict) -> "CellResult":
         """The inverse of :meth:`record` (how a result crosses from a worker process)."""
         known = {"status", "examples", "worst_kernel_error_ulp", "worst_stock_error_ulp", "stock_disagreements",
-                 "refused_examples", "oracles", "skipped", "failure"}
-        failure = None
-        if "failure" in record:
+                 "refused_examples", "oracles", "skipped", "failure", "verdicts", "exercised"}
+        verdicts = {name: dict(verdict) for name, verdict in record.get("verdicts", {}).items()}
+        failures = {}
+        for name, verdict in verdicts.items():
+            if verdict["verdict"] == FAIL:
+                failures[name] = OracleFailure(name, verdict["finding"])
+                failures[name].recipe = verdict.get("recipe")
+        if "failure" in record and record["failure"]["oracle"] not in failures:  # a record without verdicts
             failure = OracleFailure(record["failure"]["oracle"], record["failure"]["message"])
             failure.recipe = record["failure"]["recipe"]
+            failures[failure.oracle] = failure
+            verdicts[failure.oracle] = _fail_verdict(failure)
         return cls(op, cell_id, record["status"], record["examples"], float(record["worst_kernel_error_ulp"]),
-                   float(record["worst_stock_error_ulp"]), record["stock_disagreements"], list(record["oracles"]),
-                   dict(record["skipped"]), failure, {k: v for k, v in record.items() if k not in known},
+                   float(record["worst_stock_error_ulp"]), record["stock_disagreements"], verdicts, failures,
+                   dict(record.get("exercised", {})), {k: v for k, v in record.items() if k not in known},
                    refused_examples=record.get("refused_examples", 0))
+
+
+def _fail_verdict(failure: OracleFailure, **extra) -> dict:
+    return {"verdict": FAIL, "finding": failure.message, "recipe": failure.recipe, **extra}
 
 
 def _json_number(value: float):
     return value if math.isfinite(value) else str(value)
 
 
+def _is_span(bound) -> bool:
+    """An integer range of a cell (``ops.catalog.Span``, read by shape: the battery imports no op layer)."""
+    return isinstance(getattr(bound, "lo", None), int) and isinstance(getattr(bound, "hi", None), int)
+
+
+def _exercise(exercised: dict, params: Mapping, recipe: Mapping, bounds: Mapping) -> None:
+    """Widen ``exercised`` by one input: a [lo, hi] per integer dimension, the values seen per other one
+    (dtypes, flags; and the recipe's value classes and layouts, which are no cell dimension)."""
+    seen = {name: params.get(name) for name in bounds}
+    seen.update({name: value for name, value in recipe.items() if isinstance(value, str) and name not in seen})
+    for name, value in seen.items():
+        if _is_span(bounds.get(name)) and isinstance(value, int):
+            lo, hi = exercised.get(name, [value, value])
+            exercised[name] = [min(lo, value), max(hi, value)]
+        else:
+            text = str(value).removeprefix("torch.")
+            exercised[name] = sorted(set(exercised.get(name, [])) | {text})
+
+
+def narrowing(cell, exercised: dict, device: torch.device) -> dict:
+    """``{"narrowed_by": why, "declared": {dim: [lo, hi]}}`` when the examples stayed inside a smaller
+    region than the cell declares (every strategy caps sizes on the CPU only), else ``{}``."""
+    declared = {name: [bound.lo, bound.hi] for name, bound in cell.bounds.items()
+                if _is_span(bound) and name in exercised and exercised[name] != [bound.lo, bound.hi]}
+    if not declared:
+        return {}
+    why = CPU_SIZE_CAP if device.type == "cpu" else "not reached by the corner and drawn inputs"
+    return {"narrowed_by": why, "declared": declared}
+
+
 class Battery:
-    """Runs every applicable oracle on one op's implementation, on one device."""
+    """Runs the applicable oracles on one op's implementation, on one device."""
 
     def __init__(self, entry, impl: Implementation, device: torch.device, strategy=None, watch: Watch | None = None,
-                 graph_parity_skipped: str | None = None):
+                 graph_parity_skipped: str | None = None, cell=None):
         self.entry = entry
+        self.cell_bounds = cell.bounds if cell is not None else {}  # what ``exercised`` is measured against
         self.graph_parity_skipped = graph_parity_skipped  # why graph parity is not asked here (None: it is)
         self.impl = impl
         self.fn = impl[entry.name]
@@ -144,88 +265,92 @@ class Battery:
         self.recipe: dict = {}
 
     def _enter(self, oracle: str) -> None:
-        """``oracle`` runs now on ``self.recipe`` (its finding, if it raises; told to ``watch``)."""
-        self.current = oracle
+        """``oracle`` runs now on ``self.recipe`` (told to ``watch``)."""
         if self.watch:
             self.watch(oracle, self.recipe)
 
-    def check_recipe(self, recipe: dict, result: CellResult) -> None:
-        """Run oracles 1-6 on one recipe; any exception the implementation raises is that oracle's finding."""
-        self.recipe = recipe
-        self._enter("parity")
-        try:
-            self._check_recipe(recipe, result)
-        except OracleFailure:
-            raise
-        except Exception as error:  # noqa: BLE001 - a crash is a finding of the oracle that was running
-            raise OracleFailure(self.current, f"raised {type(error).__name__}: {error}") from error
+    def not_applicable(self) -> dict[str, str]:
+        """Oracle -> why it does not apply to this entry on this device."""
+        why = {}
+        if not self.entry.batch_invariant:
+            why["batch_invariance"] = "the contract declares no batch invariance"
+        if self.graph_parity_skipped:
+            why["graph_parity"] = self.graph_parity_skipped
+        elif not graph_parity_applies(self.device):
+            why["graph_parity"] = f"no CUDA graphs on {self.device.type}"
+        if not self.entry.properties:
+            why["stateful"] = "the contract declares no stateful properties"
+        return why
 
-    def _check_recipe(self, recipe: dict, result: CellResult) -> None:
-        entry, fn = self.entry, self.fn
+    def judge(self, recipe: dict, asked: Iterable[str], result: CellResult | None = None) -> dict[str, OracleFailure]:
+        """Run the ``asked`` per-example oracles on one recipe; returns each failing one's finding.  Any
+        exception the implementation raises is the finding of the oracle that called it.  ``result``
+        (when given) collects the band errors, stock disagreements and exercised region."""
+        entry, fn, asked = self.entry, self.fn, [o for o in NUMERICS if o in set(asked)]
+        self.recipe = recipe
+        if not asked:
+            return {}
+        self._enter(asked[0])
         kwargs = self.strategy.build(recipe, self.device)
+        if result is not None:
+            _exercise(result.exercised, entry.params_of(**kwargs), recipe, self.cell_bounds)
         # an optional in-place argument passed as None (no amax to update) is not an output of this call
         in_place = tuple(name for name in entry.in_place if kwargs[name] is not None)
-        ran = {"parity", "determinism", "write_guards"}
-
-        # 1. parity
-        expected = run_on_copy(entry.reference, kwargs, in_place)
         try:
             actual = run_on_copy(fn, kwargs, in_place)
-        except Exception as error:  # noqa: BLE001 - classified: a clear refusal passes, anything else is the finding
-            if not is_clear_refusal(error, kwargs):
-                raise
-            # an input the contract answers, beyond the implementation's own limits: refusing it clearly is
-            # allowed (CONTRACTS.md); counted, and nothing else is judged on it
-            result.refused_examples += 1
-            return
-        stock = self._stock(kwargs, in_place)
-        if entry.parity.value == "bitwise":
-            check_bitwise(actual, expected, "vs the contract's reference")
-            if stock is not None and any(first_difference(s, e) for s, e in zip(stock, expected)):
-                result.stock_disagreements += 1
-        else:
-            truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
-            report = check_band(actual, stock if stock is not None else expected, truth,
-                                "vs float64 truth", expected=expected)
-            if report.stock_failure:  # the band fell back to its floor; say why in the record
-                failures = result.annotations.setdefault("stock_failures", {"examples": 0, "first": None})
-                failures["examples"] += 1
-                failures["first"] = failures["first"] or f"{report.stock_failure} on {recipe_json(recipe)}"
-            result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
-            result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
-        # 2. determinism
-        self._enter("determinism")
-        check_determinism(fn, kwargs, in_place, first=actual)
-        # 3. batch invariance
-        self._enter("batch_invariance")
-        if entry.batch_invariant:
-            check_batch_invariance(fn, kwargs, entry.batch_args, full=actual[:len(actual) - len(in_place)])
-            ran.add("batch_invariance")
-        else:
-            result.oracles_skipped["batch_invariance"] = "the contract does not declare the op batch-invariant"
-        # 4. graph parity
-        self._enter("graph_parity")
-        if self.graph_parity_skipped:
-            result.oracles_skipped["graph_parity"] = self.graph_parity_skipped
-        elif graph_parity_applies(self.device):
+        except Exception as error:  # noqa: BLE001 - no output: the other oracles have nothing to judge here
+            if is_clear_refusal(error, kwargs):
+                # an input the contract answers, beyond the implementation's own limits: refusing it clearly
+                # is allowed (CONTRACTS.md); counted, and nothing else is judged on it
+                if result is not None:
+                    result.refused_examples += 1
+                return {}
+            return {asked[0]: OracleFailure(asked[0], f"raised {type(error).__name__}: {error}")}
+
+        def parity():
+            expected = run_on_copy(entry.reference, kwargs, in_place)
+            stock = self._stock(kwargs, in_place)
+            if entry.parity.value == "bitwise":
+                check_bitwise(actual, expected, "vs the contract's reference")
+                if result is not None and stock is not None and \
+                        any(first_difference(s, e) for s, e in zip(stock, expected)):
+                    result.stock_disagreements += 1
+            else:
+                truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
+                report = check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
+                                    expected=expected)
+                if result is not None and report.stock_failure:  # the band fell back to its floor: say why
+                    failures = result.annotations.setdefault("stock_failures", {"examples": 0, "first": None})
+                    failures["examples"] += 1
+                    failures["first"] = failures["first"] or f"{report.stock_failure} on {recipe_json(recipe)}"
+                if result is not None:
+                    result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
+                    result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
+
+        def graph_parity():
             same_shape = [self.strategy.build({**recipe, "seed": recipe["seed"] + i}, self.device)
                           for i in range(MIN_REPLAYS + 1)]
             check_graph_parity(fn, same_shape, [kwargs], in_place)
-            ran.add("graph_parity")
-        else:
-            result.oracles_skipped["graph_parity"] = f"no CUDA graphs on {self.device.type}"
-        # 5. write guards
-        self._enter("write_guards")
-        check_write_guards(fn, kwargs, in_place)
-        # 6. stateful properties
-        self._enter("stateful")
-        if entry.properties:
-            check_properties(entry.properties, self.impl, kwargs)
-            ran.add("stateful")
-        else:
-            result.oracles_skipped["stateful"] = "the contract declares no stateful properties"
-        result.oracles_run = sorted(set(result.oracles_run) | ran)
-        result.examples += 1
+
+        checks = {
+            "parity": parity,
+            "determinism": lambda: check_determinism(fn, kwargs, in_place, first=actual),
+            "batch_invariance": lambda: check_batch_invariance(fn, kwargs, entry.batch_args,
+                                                               full=actual[:len(actual) - len(in_place)]),
+            "graph_parity": graph_parity,
+            "write_guards": lambda: check_write_guards(fn, kwargs, in_place),
+            "stateful": lambda: check_properties(entry.properties, self.impl, kwargs),
+        }
+        found = {}
+        for oracle in asked:
+            self._enter(oracle)
+            try:
+                checks[oracle]()
+            except OracleFailure as failure:
+                found[oracle] = failure
+            except Exception as error:  # noqa: BLE001 - a crash is a finding of the oracle that was running
+                found[oracle] = OracleFailure(oracle, f"raised {type(error).__name__}: {error}")
+        return found
 
     def _stock(self, kwargs: dict, in_place: tuple[str, ...]):
         """The stock op's outputs, or None when it cannot take this input (recorded, not a failure)."""
@@ -234,72 +359,193 @@ class Battery:
         except Exception:  # noqa: BLE001 - the stock op's own limits are not the kernel's finding
             return None
 
-    def check_refusals(self, result: CellResult) -> None:
+    def check_refusals(self) -> tuple[int, list[str]]:
+        """Every row of the contract's refusal table: (rows checked, the findings of those that failed)."""
         self.recipe = REFUSALS_RECIPE
         self._enter("refusals")
+        findings = []
+        for refusal in self.entry.refusals:
+            try:
+                check_refusals(self.fn, [refusal], self.device)
+            except OracleFailure as failure:
+                findings.append(failure.message)
+        return len(self.entry.refusals), findings
+
+
+class _Shrink:
+    """A bounded shrink of one oracle's failure: Hypothesis replays the cell's draws (same seed, so the
+    same examples up to the failing one) judging that oracle alone.  Past ``SHRINK_SECONDS`` after the
+    first failure, unseen recipes pass without running, and seen failing ones fail again without
+    running, so Hypothesis stops where it is and reports the smallest recipe found so far."""
+
+    def __init__(self, battery: Battery, oracle: str):
+        self.battery, self.oracle = battery, oracle
+        self.failed: dict[str, OracleFailure] = {}
+        self.started: float | None = None
+
+    def __call__(self, recipe: dict) -> None:
+        key = recipe_json(recipe)
+        if self.started is not None and time.monotonic() - self.started > SHRINK_SECONDS:
+            if key in self.failed:
+                raise self.failed[key]
+            return
+        failure = self.battery.judge(recipe, [self.oracle]).get(self.oracle)
+        if failure is not None:
+            self.started = self.started or time.monotonic()
+            failure.recipe = recipe
+            self.failed[key] = failure
+            raise failure
+
+
+def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) -> OracleFailure:
+    """Halve each integer size of a failing corner toward the cell's lower bound (bisecting) while the
+    recipe stays inside the cell and the oracle still fails; bounded by ``SHRINK_SECONDS``."""
+    started, best = time.monotonic(), failure
+
+    def fails(recipe: dict) -> OracleFailure | None:
         try:
-            check_refusals(self.fn, self.entry.refusals, self.device)
-        except OracleFailure as failure:
-            failure.recipe = REFUSALS_RECIPE
-            raise
-        result.oracles_run = sorted(set(result.oracles_run) | {"refusals"})
+            kwargs = battery.strategy.build(recipe, battery.device)
+            if not cell.contains(battery.entry.params_of(**kwargs)):
+                return None
+        except Exception:  # noqa: BLE001 - a size the strategy cannot build is outside what we may try
+            return None
+        found = battery.judge(recipe, [oracle]).get(oracle)
+        if found is not None:
+            found.recipe = recipe
+        return found
+
+    for name, value in list(failure.recipe.items()):
+        if name == "seed" or not isinstance(value, int) or isinstance(value, bool):
+            continue
+        bound = cell.bounds.get(name)
+        lo, hi = (getattr(bound, "lo", 0), best.recipe[name])  # hi fails; find the smallest that fails
+        while lo < hi and time.monotonic() - started < SHRINK_SECONDS:
+            middle = (lo + hi) // 2
+            found = fails({**best.recipe, name: middle})
+            if found is not None:
+                best, hi = found, middle
+            else:
+                lo = middle + 1
+    return best
 
 
 def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, seed: int = 0,
              shrink: bool = True, strategy=None, progress: Callable[[str], None] | None = None,
-             watch: Watch | None = None, graph_parity_skipped: str | None = None) -> CellResult:
-    """Run the whole battery over one cell: corners, then ``max_examples`` Hypothesis draws."""
-    battery = Battery(entry, impl, device, strategy, watch, graph_parity_skipped)
-    result = CellResult(entry.name, cell.id, "certified")
+             watch: Watch | None = None, graph_parity_skipped: str | None = None,
+             oracles: Iterable[str] = ORACLES) -> CellResult:
+    """Run the battery over one cell: corners, then ``max_examples`` Hypothesis draws, judging the
+    ``oracles`` asked (default: all; fewer make a partial run, whose status is at best "passed")."""
+    battery = Battery(entry, impl, device, strategy, watch, graph_parity_skipped, cell)
+    result = CellResult(entry.name, cell.id, CERTIFIED)
+    asked = set(oracles)
+    for oracle, why in battery.not_applicable().items():
+        result.verdicts[oracle] = {"verdict": NOT_APPLICABLE, "why": why}
+    for oracle in ORACLES:
+        if oracle not in asked and oracle not in result.verdicts:
+            result.verdicts[oracle] = {"verdict": NOT_ASKED, "why": "partial run: not among --oracles"}
+    live = [o for o in NUMERICS if o in asked and o not in result.verdicts]
 
-    def check(recipe: dict) -> None:
-        try:
-            battery.check_recipe(recipe, result)
-        except OracleFailure as failure:
+    corners = battery.strategy.corners(cell, battery.device) if live else []
+    planned = len(corners) + (max_examples if live else 0)
+    from_corner: set[str] = set()
+
+    def check(recipe: dict, corner: bool) -> None:
+        remaining = [o for o in live if o not in result.failures]
+        if not remaining:
+            return
+        for oracle, failure in battery.judge(recipe, remaining, result).items():
             failure.recipe = recipe
-            raise
+            result.failures[oracle] = failure
+            if corner:
+                from_corner.add(oracle)
+        result.examples += 1
         if progress:
-            progress(f"{entry.name}/{cell.id}: {result.examples} examples")
+            progress(f"{entry.name}/{cell.id}: {result.examples}/{planned} examples")
 
-    try:
-        battery.check_refusals(result)
-        for recipe in battery.strategy.corners(cell, battery.device):
-            check(recipe)
-        if max_examples > 0:
-            phases = [hypothesis.Phase.generate] + ([hypothesis.Phase.shrink] if shrink else [])
+    for recipe in corners:
+        check(recipe, corner=True)
+    def explore(judge_one: Callable[[dict], None], phases) -> None:
+        @hypothesis.settings(max_examples=max_examples, deadline=None, database=None, phases=phases,
+                             suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+                             print_blob=False, verbosity=hypothesis.Verbosity.quiet)
+        @hypothesis.seed(cell.seed(seed))
+        @hypothesis.given(battery.strategy.recipes(cell, battery.device))
+        def test(recipe):
+            judge_one(recipe)
 
-            @hypothesis.settings(max_examples=max_examples, deadline=None, database=None, phases=phases,
-                                 suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-                                 print_blob=False, verbosity=hypothesis.Verbosity.quiet)
-            @hypothesis.seed(cell.seed(seed))
-            @hypothesis.given(battery.strategy.recipes(cell, battery.device))
-            def explore(recipe):
-                check(recipe)
+        test()
 
-            try:
-                explore()
-            except hypothesis.errors.FlakyFailure as flaky:
-                # the failure did not reproduce on the same recipe: flaky is failing
-                first = next(e for e in flaky.exceptions if isinstance(e, OracleFailure))
-                flaky_failure = OracleFailure("determinism", f"fails only sometimes on the same input: {first}")
-                flaky_failure.recipe = first.recipe
-                raise flaky_failure from flaky
-    except OracleFailure as failure:
-        result.status = "failed"
-        result.failure = failure
+    if max_examples > 0 and live:
+        explore(lambda recipe: check(recipe, corner=False), [hypothesis.Phase.generate])
+    for oracle in [o for o in live if o in result.failures] if shrink else []:
+        if oracle in from_corner:
+            result.failures[oracle] = _shrink_corner(battery, cell, oracle, result.failures[oracle])
+            continue
+        try:
+            explore(_Shrink(battery, oracle), [hypothesis.Phase.generate, hypothesis.Phase.shrink])
+        except OracleFailure as shrunk:
+            result.failures[oracle] = shrunk
+        except hypothesis.errors.FlakyFailure as flaky:
+            # the failure did not reproduce on the same recipe: flaky is failing
+            first = next(e for e in flaky.exceptions if isinstance(e, OracleFailure))
+            flaky_failure = OracleFailure("determinism", f"fails only sometimes on the same input: {first}")
+            flaky_failure.recipe = first.recipe
+            flaky_failure.__cause__ = flaky
+            result.failures.setdefault("determinism", flaky_failure)
+    for oracle in live:
+        if oracle in result.failures:
+            result.verdicts[oracle] = _fail_verdict(result.failures[oracle])
+        else:
+            result.verdicts[oracle] = {"verdict": PASS, "examples": result.examples}
+    if "determinism" in result.failures and result.verdicts["determinism"]["verdict"] != FAIL:
+        result.verdicts["determinism"] = _fail_verdict(result.failures["determinism"])
+    # last: an implementation that skips the contract's checks may crash on a refused input (an
+    # out-of-bounds read under the interpreter), and that must not cost the numerics their verdicts
+    if "refusals" in asked:
+        rows, findings = battery.check_refusals()
+        if findings:
+            failure = OracleFailure("refusals", "\n".join(findings))
+            failure.recipe = REFUSALS_RECIPE
+            result.failures["refusals"] = failure
+            result.verdicts["refusals"] = _fail_verdict(failure, rows=len(findings), of_rows=rows)
+        else:
+            result.verdicts["refusals"] = {"verdict": PASS, "rows": rows}
+    result.status = _status(result)
+    if result.exercised:
+        result.annotations.update(narrowing(cell, result.exercised, battery.device))
     return result
 
 
+def _status(result: CellResult) -> str:
+    """failed when any oracle failed; certified when every applicable oracle was judged; else passed."""
+    if result.failures:
+        return FAILED
+    return PASSED if any(v["verdict"] == NOT_ASKED for v in result.verdicts.values()) else CERTIFIED
+
+
 def replay(entry, impl: Implementation, cell, device, recipe: dict, strategy=None,
-           watch: Watch | None = None, graph_parity_skipped: str | None = None) -> CellResult:
+           watch: Watch | None = None, graph_parity_skipped: str | None = None,
+           oracles: Iterable[str] = ORACLES) -> CellResult:
     """Run the battery on one recipe (what a reproduction line does)."""
-    battery = Battery(entry, impl, device, strategy, watch, graph_parity_skipped)
-    result = CellResult(entry.name, cell.id, "certified")
-    try:
-        battery.check_recipe(recipe, result)
-    except OracleFailure as failure:
+    battery = Battery(entry, impl, device, strategy, watch, graph_parity_skipped, cell)
+    result = CellResult(entry.name, cell.id, CERTIFIED)
+    not_applicable = battery.not_applicable()
+    asked = [o for o in NUMERICS if o in set(oracles) and o not in not_applicable]
+    for oracle, failure in battery.judge(recipe, asked, result).items():
         failure.recipe = recipe
-        result.status, result.failure = "failed", failure
+        result.failures[oracle] = failure
+    result.examples = 1
+    for oracle in ORACLES:
+        if oracle in not_applicable:
+            result.verdicts[oracle] = {"verdict": NOT_APPLICABLE, "why": not_applicable[oracle]}
+        elif oracle not in asked:
+            result.verdicts[oracle] = {"verdict": NOT_ASKED, "why": "a replay judges one recipe's oracles"
+                                       if oracle == "refusals" else "partial run: not among --oracles"}
+        elif oracle in result.failures:
+            result.verdicts[oracle] = _fail_verdict(result.failures[oracle])
+        else:
+            result.verdicts[oracle] = {"verdict": PASS, "examples": 1}
+    result.status = FAILED if result.failures else PASSED
     return result
 
 

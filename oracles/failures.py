@@ -1,8 +1,11 @@
 """The oracles' names, and what an oracle raises when the implementation under judgement breaks its contract."""
 from __future__ import annotations
 
-ORACLES = ("parity", "determinism", "batch_invariance", "graph_parity", "write_guards", "stateful", "refusals")
-"""Every oracle of the battery (``oracles/battery.py``), which the certification policy asks of every cell."""
+NUMERICS = ("parity", "determinism", "batch_invariance", "graph_parity", "write_guards", "stateful")
+INTERFACE = ("refusals",)
+ORACLES = NUMERICS + INTERFACE
+"""Every oracle of the battery (``oracles/battery.py``), which the certification policy asks of every cell:
+the numerics (per example) and the interface (the contract's refusal table), reported apart."""
 
 
 class OracleFailure(AssertionError):

@@ -6,6 +6,7 @@ asserts there are none for the real catalog, and feeds the checks broken inputs 
 from __future__ import annotations
 
 import importlib
+import os
 import pathlib
 import subprocess
 import sys
@@ -22,9 +23,15 @@ def suite_path(entry) -> pathlib.Path:
     return REPO / "suites" / entry.family / f"test_{pathlib.Path(entry.kernel_file).stem}.py"
 
 
+def nested_pytest_environment(**extra: str) -> dict[str, str]:
+    """The environment of a pytest run a test starts: this one's, without the user's PYTEST_ADDOPTS (``-rs``
+    or ``-x`` there change what the nested run prints and does, which the test reads)."""
+    return {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, **extra}
+
+
 def collected_ids(path: pathlib.Path) -> list[str]:
     run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                          str(path)], capture_output=True, text=True, cwd=REPO)
+                          str(path)], capture_output=True, text=True, cwd=REPO, env=nested_pytest_environment())
     return [line.strip() for line in run.stdout.splitlines() if "::" in line]
 
 

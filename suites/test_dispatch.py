@@ -27,8 +27,9 @@ def certificate(tmp_path, monkeypatch):
     certificates.forget_cached()
     FALLBACKS.clear()
 
-    def write(status="certified", digest=None):
-        certificates.write_section(ENTRY, Arch.CPU_INTERP, routable_section(ENTRY, {CELL: {"status": status}}, digest))
+    def write(status="certified", digest=None, **record):
+        certificates.write_section(ENTRY, Arch.CPU_INTERP,
+                                   routable_section(ENTRY, {CELL: {"status": status, **record}}, digest))
 
     yield write
     certificates.forget_cached()
@@ -65,6 +66,15 @@ def test_anything_else_runs_the_stock_op_and_is_counted(certificate, case, reaso
         certificate()
     logits = _logits(rows=40) if case == "uncertified cell" else _logits()
     assert _route(logits) == {("greedy_argmax", reason): 1}
+
+
+def test_only_the_exercised_region_of_a_certified_cell_routes_to_the_kernel(certificate):
+    """A certificate claims what its examples reached: a V or a dtype they never reached (the CPU's size
+    cap, a short run) runs the stock op, with the reason."""
+    certificate(exercised={"R": [1, 16], "V": [1, 1024], "dtype": ["bfloat16"]}, narrowed_by="cpu interpreter size cap")
+    assert _route(_logits(vocab=1024)) == {}
+    assert _route(_logits(vocab=1025)) == {("greedy_argmax", "triton: V=1025 is outside the exercised 1..1024"): 1}
+    assert _route(_logits().float()) == {("greedy_argmax", "triton: dtype=float32 was not exercised (bfloat16)"): 1}
 
 
 def test_an_input_in_no_cell_runs_the_stock_op(certificate):

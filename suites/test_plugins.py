@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from suites.claims import REPO
+from suites.claims import REPO, nested_pytest_environment
 
 pytestmark = pytest.mark.cpu
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.cpu
 def _pytest(*words, rootdir=REPO):
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"),
                            "--rootdir", str(rootdir), *words],
-                          capture_output=True, text=True, cwd=rootdir, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          capture_output=True, text=True, cwd=rootdir, env=nested_pytest_environment(PYTHONPATH=str(REPO)))
 
 
 def _probe(tmp_path, source: str) -> str:

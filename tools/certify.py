@@ -14,6 +14,12 @@ runs one deterministic share of the cells (``tools/shards.py``).  Cells in the q
 (``ops/quarantine.py``) are never launched for the catalog kernel and are recorded as quarantined;
 ``--check-quarantine`` runs exactly those and fails when one now passes.
 
+Every oracle that applies gets its own verdict; a cell's line reads
+``numerics: pass; interface: refusals FAIL (2 rows)`` and each failing oracle has its finding, minimal
+recipe and reproduction.  ``--oracles numerics`` (or a comma list) judges only those oracles: the run is
+labelled "partial: not a certificate" and writes no certificate.  A run ends with a summary line (cells
+certified / passed / failed / quarantined, oracles failed, elapsed time).
+
 Exit status: 0 every cell passed; 1 a cell failed (op, cell, oracle, minimal recipe and a one-line
 reproduction are printed), or a quarantined cell now passes; 2 a usage, import or input error (one line).
 """
@@ -36,7 +42,8 @@ from tools.cli import ArgumentParser, UsageError, run_main
 from tools.isolation import SANITIZER_TOOLS
 from tools.shards import parse_shard
 
-DEFAULT_MAX_EXAMPLES = {"cpu": 6, "cuda": 100}
+# cpu: twice the draws the last of the suites' wrong implementations needed (10: docs/draws.md)
+DEFAULT_MAX_EXAMPLES = {"cpu": 20, "cuda": 100}
 DEFAULT_CELL_TIMEOUT_S = 1800  # a hang is a cell that never ends; this only bounds how long CI waits for one
 
 
@@ -54,12 +61,16 @@ def parse_args(argv):
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cpu runs Triton kernels under the interpreter (default: cpu)")
     parser.add_argument("--max-examples", type=int, metavar="N",
-                        help="Hypothesis draws per cell, besides its fixed corners (default: 6 on cpu, 100 on cuda)")
+                        help="Hypothesis draws per cell, besides its fixed corners (default: 20 on cpu, 100 on cuda; docs/draws.md)")
     parser.add_argument("--seed", type=int, default=0, help="salt for the per-cell seeds (default 0)")
     parser.add_argument("--cell", action="append", default=[], metavar="ID",
                         help="only this cell (repeatable; writes no certificate)")
     parser.add_argument("--replay", metavar="JSON", help="run the battery on this one recipe (needs one --cell)")
     parser.add_argument("--no-shrink", action="store_true", help="report a failure without shrinking it")
+    parser.add_argument("--oracles", metavar="LIST",
+                        help="judge only these oracles: numerics (parity, determinism, batch_invariance, graph_parity, "
+                             "write_guards, stateful), interface (refusals), or a comma list of names; a partial run "
+                             "is not a certificate and writes none (default: every oracle)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH; a PATH ending in "
                         ".html gets a self-contained page of every certificate instead (tools/report.py)")
@@ -107,6 +118,12 @@ def parse_args(argv):
     if args.isolate is False and needs_workers:
         raise UsageError(f"--no-isolate: {needs_workers[0]} runs cells in worker processes")
     args.isolate = args.isolate if args.isolate is not None else bool(needs_workers) or args.device == "cuda"
+    from oracles.battery import ORACLES, parse_oracles
+
+    try:
+        args.oracles = parse_oracles(args.oracles) if args.oracles is not None else ORACLES
+    except ValueError as error:
+        raise UsageError(f"--oracles: {error}") from None
     if args.replay is not None:
         if len(args.cell) != 1 or len(args.op) != 1:
             raise UsageError("--replay needs exactly one --op and one --cell")
@@ -128,8 +145,12 @@ def parse_args(argv):
 
 
 def writes_certificates(args) -> bool:
-    """Whether this run judges the catalog kernels on every cell, the only run that writes certificates."""
-    return not (args.impl or args.cell or args.replay or args.shard or args.check_quarantine or args.sanitize)
+    """Whether this run judges the catalog kernels on every cell with every oracle, the only run that writes
+    certificates (``args.oracles`` parsed)."""
+    from oracles.failures import ORACLES
+
+    return not (args.impl or args.cell or args.replay or args.shard or args.check_quarantine or args.sanitize
+                or tuple(args.oracles) != ORACLES)
 
 
 def check_writable(flag: str, path: str) -> None:
@@ -224,17 +245,35 @@ def check_implementation(spec: str, entries, device: str) -> None:
         raise UsageError(f"--impl: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
 
 
+def impl_root(impl: str) -> str | None:
+    """The directory an ``--impl`` module is found in (what PYTHONPATH must hold to import it again), or
+    None.  Found by looking at files only: the module under judgement is never imported in the judge."""
+    parts = impl.partition(":")[0].split(".")
+    for folder in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path):
+        if not folder:
+            continue
+        base = pathlib.Path(folder).resolve().joinpath(*parts)
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            return str(pathlib.Path(folder).resolve())
+    return None
+
+
 def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, impl: str | None,
                  flags: Sequence[str] = ()) -> str:
-    """The one command that runs this cell again (on this one recipe, when it has a seed)."""
+    """The one command that runs this cell again (on this one recipe, when it has a seed), with the
+    environment it needs: the --impl module's PYTHONPATH, and the Triton interpreter on the CPU."""
     from oracles.battery import recipe_json
 
+    environment = ["TRITON_INTERPRET=1"] if device == "cpu" else []
+    root = impl_root(impl) if impl else None
+    if root:
+        environment.append(f"PYTHONPATH={root}")
     words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device, *flags]
     if impl:
         words += ["--impl", impl]
     if recipe and "seed" in recipe:
         words += ["--replay", recipe_json(recipe)]
-    return " ".join(shlex.quote(w) for w in words)
+    return " ".join([*environment, *(shlex.quote(w) for w in words)])
 
 
 def machine_facts(device) -> dict:
@@ -266,18 +305,31 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
         held = result.annotations["quarantine"]
         return (f"{where}/{result.cell_id}: QUARANTINED ({held['ledger']}: "
                 f"{citation(held['issue'], held['reason'])}): not launched")
-    line = (f"{where}/{result.cell_id}: {result.status.upper()} after {result.examples} examples "
-            f"(kernel {result.worst_kernel_error_ulp:.3g} ULP, stock {result.worst_stock_error_ulp:.3g} ULP, "
-            f"stock disagreements {result.stock_disagreements})")
+    from ops.catalog import entries
+
+    entry = entries().get(result.op)
+    if entry is not None and entry.parity.value == "band":
+        numbers = (f"kernel {result.worst_kernel_error_ulp:.3g} ULP, stock {result.worst_stock_error_ulp:.3g} ULP "
+                   f"vs float64 truth")
+    else:  # bitwise: the only number is how often the stock op itself breaks the contract
+        numbers = f"bitwise; stock op disagreed with the contract on {result.stock_disagreements} examples"
+    line = f"{where}/{result.cell_id}: {result.status.upper()} after {result.examples} examples ({numbers})"
     if seconds is not None:
         line += f" in {seconds:.1f}s"
-    if result.failure is None:
+    line += f"\n  {result.summary()}"
+    narrowed = result.annotations.get("narrowed_by")
+    if narrowed:
+        line += (f"\n  exercised only {_region(result.exercised, result.annotations['declared'])} "
+                 f"(narrowed by {narrowed})")
+    if not result.failures:
         return line
-    failure = result.failure
-    lines = [line,
-             f"  oracle:  {failure.oracle}",
-             f"  finding: {failure.message}",
-             f"  minimal: {recipe_json(failure.recipe or {})}"]
+    lines = [line]
+    for oracle in result.failing():
+        failure = result.failures[oracle]
+        lines += [f"  oracle:  {failure.oracle}",
+                  "  finding: " + failure.message.replace("\n", "\n           "),
+                  f"  minimal: {recipe_json(failure.recipe or {})}",
+                  f"  reproduce: {reproduction(result.op, result.cell_id, device, failure.recipe, impl, flags)}"]
     fault = result.annotations.get("fault")
     if fault:
         lines.append(f"  worker:  {fault['kind']} ({fault['worker']}); its last lines:")
@@ -286,8 +338,12 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
     if sanitizer:
         lines.append(f"  {sanitizer['tool']}:")
         lines += [f"    | {text}" for text in sanitizer["report"][:8]]
-    lines.append(f"  reproduce: {reproduction(result.op, result.cell_id, device, failure.recipe, impl, flags)}")
     return "\n".join(lines)
+
+
+def _region(exercised: dict, declared: dict) -> str:
+    return ", ".join(f"{name} {exercised[name][0]}..{exercised[name][1]} of {lo}..{hi}"
+                     for name, (lo, hi) in declared.items())
 
 
 def isolation_flags(isolation: dict, device: str) -> list[str]:
@@ -420,15 +476,20 @@ def main(argv=None) -> int:
                  "sanitize": args.sanitize, "shard": str(args.shard) if args.shard else None,
                  "quarantine": args.quarantine, "check_quarantine": args.check_quarantine}
     report = {"arch": arch.value, **facts, "impl": args.impl, "max_examples": max_examples, "seed": args.seed,
-              "isolation": isolation, "results": []}
+              "oracles": list(args.oracles), "partial": partial_label(args.oracles), "isolation": isolation,
+              "results": []}
+    started = time.monotonic()
     failed, planned = False, 0
     for backend, entries in runs.items():
         run_failed, run_planned = certify_kernels(args, argv, entries, backend, arch, device, report)
         failed, planned = failed or run_failed, planned + run_planned
     if args.list:
         return 0
+    report["seconds"] = round(time.monotonic() - started, 3)
     if args.check_quarantine and not failed and not args.json:
         print(f"quarantine: {planned} quarantined cells on {arch.value}; each still fails", flush=True)
+    if not args.json:
+        print(closing_summary(report), flush=True)
     if args.json:
         print(json.dumps(report, indent=2))
     from tools.report import write_outputs
@@ -437,13 +498,37 @@ def main(argv=None) -> int:
     return 1 if failed else 0
 
 
+def partial_label(oracles: Sequence[str]) -> str | None:
+    """What a run judging fewer than every oracle says of itself, everywhere it reports."""
+    from oracles.battery import ORACLES, oracles_text
+
+    if tuple(oracles) == ORACLES:
+        return None
+    return f"partial: not a certificate (judged only {oracles_text(oracles)})"
+
+
+def closing_summary(report: dict) -> str:
+    """``summary: 12 cells: 10 certified, 1 failed, 1 quarantined; oracles failed: parity 1; 43.2s``."""
+    from collections import Counter
+
+    statuses = Counter(result["status"] for result in report["results"])
+    failing = Counter(oracle for result in report["results"]
+                      for oracle, verdict in result.get("verdicts", {}).items() if verdict["verdict"] == "fail")
+    counts = ", ".join(f"{statuses[status]} {status}" for status in ("certified", "passed", "failed", "quarantined")
+                       if statuses[status])
+    oracles = ", ".join(f"{oracle} {count}" for oracle, count in failing.items()) or "none"
+    line = (f"summary: {len(report['results'])} cells: {counts or 'none run'}; oracles failed: {oracles}; "
+            f"{report['seconds']:.1f}s")
+    return line + (f"\n{report['partial']}" if report["partial"] else "")
+
+
 def certify_kernels(args, argv, entries, backend: str | None, arch, device, report: dict) -> tuple[bool, int]:
     """Run the cells of ``entries`` — one backend's kernels, or (``backend`` None) the ops an --impl is
     judged on — adding their results to ``report``, and write their certificates.  Returns whether a
     cell failed, and how many cells were planned."""
     from ops import catalog, certificates, quarantine
     from ops.quarantine import QUARANTINED
-    from oracles.battery import CellResult
+    from oracles.battery import PASSED, CellResult, oracles_text
     from tools.certify_worker import CellTask
 
     try:
@@ -464,13 +549,16 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
     max_examples = report["max_examples"]
     command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     facts = {"device": report["device"], "versions": report["versions"]}
-    flags = isolation_flags(report["isolation"], args.device) + (["--backend", backend] if backend else [])
+    flags = isolation_flags(report["isolation"], args.device) + (["--backend", backend] if backend else []) + \
+        (["--oracles", oracles_text(args.oracles)] if report["partial"] else [])
 
 
     durations = {}
 
     def announce(result, seconds):
         durations[result.op, result.cell_id] = seconds or 0.0
+        if args.impl and result.status == certificates.CERTIFIED:
+            result.status = PASSED  # judged, not certified: an --impl run writes no certificate
         if not args.json:
             if sys.stderr.isatty():
                 print("\r\033[K", end="", file=sys.stderr)
@@ -482,7 +570,8 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
             results[entry.name, cell.id] = CellResult(entry.name, cell.id, QUARANTINED, annotations=held.record())
             announce(results[entry.name, cell.id], None)
     tasks = [CellTask(entry.name, cell.id, args.device, args.impl, max_examples, args.seed, not args.no_shrink,
-                      args.replay, backend, args.sanitize, args.cell_timeout or DEFAULT_CELL_TIMEOUT_S)
+                      args.replay, backend, args.sanitize, args.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
+                      tuple(args.oracles))
              for entry, cell, held in planned if args.check_quarantine or not held]
     results.update(run_tasks(args, tasks, announce))
     failed = False
@@ -490,12 +579,12 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
         result = results[entry.name, cell.id]
         if args.check_quarantine:
             result.annotations.update(held.record())
-            if result.status == certificates.CERTIFIED:
+            if result.status in (certificates.CERTIFIED, PASSED):
                 failed = True
                 print(f"{held.where}: {entry.name}/{cell.id} now passes on {arch.value}: delete its entry "
                       f"(the ledger shrinks when a bug is fixed)", file=sys.stderr)
         else:
-            failed |= result.status not in (certificates.CERTIFIED, QUARANTINED)
+            failed |= result.status not in (certificates.CERTIFIED, PASSED, QUARANTINED)
         report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id,
                                   "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
     if writes_certificates(args):

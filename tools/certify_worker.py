@@ -47,6 +47,7 @@ class CellTask:
     backend: str | None = None         # which of the op's kernels (None: its first, as for an --impl)
     sanitizer: str | None = None       # the compute-sanitizer tool the worker runs under, if any
     call_limit_s: float | None = None  # a call of the implementation with no answer by then is a hang
+    oracles: tuple | None = None       # the oracles judged (None: every one)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -127,7 +128,7 @@ def execute(task: CellTask, *, progress=None, watch=None):
     """Run the battery on ``task``'s cell (or replay its one recipe); returns a ``CellResult``."""
     import torch
 
-    from oracles.battery import replay, run_cell
+    from oracles.battery import ORACLES, replay, run_cell
 
     entry = _entry(task.op, task.backend)
     host = implementation_host(task.impl, task.device, task.call_limit_s, sanitized=task.sanitizer is not None)
@@ -148,11 +149,14 @@ def execute(task: CellTask, *, progress=None, watch=None):
     # pointers and no capture succeeds.  Sanitized runs write no certificate; the plain run judges graphs.
     skipped = (f"not run under compute-sanitizer --tool {task.sanitizer}: its stream-ordered allocations "
                "cannot be captured" if task.sanitizer else None)
+    oracles = task.oracles or ORACLES
     if task.replay is not None:
-        result = replay(entry, impl, cell, device, task.replay, watch=watch_both, graph_parity_skipped=skipped)
+        result = replay(entry, impl, cell, device, task.replay, watch=watch_both, graph_parity_skipped=skipped,
+                        oracles=oracles)
     else:
         result = run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
-                          shrink=task.shrink, progress=progress, watch=watch_both, graph_parity_skipped=skipped)
+                          shrink=task.shrink, progress=progress, watch=watch_both, graph_parity_skipped=skipped,
+                          oracles=oracles)
     return _settled(task, host, result)
 
 
@@ -160,17 +164,19 @@ def _settled(task: CellTask, host: "ImplementationHost", result):
     """The cell's result once its host is accounted for: a host that ended or hung fails the cell whatever
     the oracles made of it (with how it ended and its last lines), and any failure retires the host, so
     that nothing the implementation did there reaches the next cell."""
+    from oracles.battery import CERTIFIED, FAILED, PASSED
     from oracles.failures import OracleFailure
     from tools.process_end import exit_in_words
 
     fault = host.fault
     if fault is not None:
-        if result.status == "certified":
-            result.status, result.failure = "failed", OracleFailure(host.oracle, str(fault))
-            result.failure.recipe = host.recipe
+        if result.status in (CERTIFIED, PASSED):
+            failure = OracleFailure(host.oracle, str(fault))
+            failure.recipe = host.recipe
+            result.status, result.failure = FAILED, failure
         result.annotations["fault"] = {"kind": fault.kind, "worker": exit_in_words(fault.exit_status),
                                        "stderr_tail": fault.log_tail}
-    if result.status != "certified":
+    if result.status not in (CERTIFIED, PASSED):
         retire_host(task.impl, task.device, sanitized=task.sanitizer is not None)
     return result
 
@@ -181,7 +187,9 @@ def _host_failure(task: CellTask, host: "ImplementationHost", error: Exception):
 
     failure = error if isinstance(error, OracleFailure) else \
         OracleFailure(host.oracle, f"loading the implementation raised {type(error).__name__}: {error}")
-    return _settled(task, host, CellResult(task.op, task.cell_id, "failed", failure=failure))
+    result = CellResult(task.op, task.cell_id, "failed")
+    result.failure = failure
+    return _settled(task, host, result)
 
 
 def _surface_device_errors(result, device: str, last_oracle: str, last_recipe: dict) -> None:

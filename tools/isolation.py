@@ -170,7 +170,8 @@ def _fault(worker: _Worker, kind: str, message: str, sanitizer: tuple | None) ->
 
     failure = OracleFailure(worker.oracle, message)
     failure.recipe = worker.recipe or None
-    result = CellResult(worker.task.op, worker.task.cell_id, "failed", failure=failure)
+    result = CellResult(worker.task.op, worker.task.cell_id, "failed")
+    result.failure = failure
     # nothing here names the slot: a record must not depend on which GPU happened to run the cell
     result.annotations["fault"] = {"kind": kind, "worker": exit_in_words(worker.process.returncode),
                                    "stderr_tail": last_words(worker.log)}
@@ -279,7 +280,7 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer) -> None:
             from oracles.battery import CellResult
 
             result = CellResult.from_record(worker.task.op, worker.task.cell_id, message[1])
-            if result.status != "certified" or sanitizer:
+            if result.status not in ("certified", "passed") or sanitizer:
                 exit_code = worker.stop()
                 retire(worker)
                 if sanitizer:

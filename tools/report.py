@@ -264,17 +264,37 @@ def _device_flag(arch: str) -> str:
     return "cpu" if arch == "cpu-interp" else "cuda"
 
 
-def failure_lines(run: dict, result: dict) -> list[str]:
-    """Oracle, finding, minimal recipe and reproduction of a failed result of a run report."""
+def failure_lines(run: dict, result: dict, oracle: str | None = None) -> list[str]:
+    """Oracle, finding, minimal recipe and reproduction of a failed result of a run report: of ``oracle``,
+    or of the headline failure."""
+    from oracles.battery import oracles_text
     from tools.certify import isolation_flags, reproduction
 
-    failure = result["failure"]
+    verdict = result.get("verdicts", {}).get(oracle) if oracle else None
+    failure = {"oracle": oracle, "message": verdict["finding"], "recipe": verdict.get("recipe")} if verdict \
+        else result["failure"]
     recipe = failure.get("recipe") or {}
     device = _device_flag(run["arch"])
+    flags = isolation_flags(run.get("isolation", {}), device) + \
+        (["--oracles", oracles_text(run["oracles"])] if run.get("partial") else [])
     return [f"oracle:  {failure['oracle']}", f"finding: {failure['message']}",
             f"minimal: {json.dumps(recipe, sort_keys=True, separators=(',', ':'))}",
-            "reproduce: " + reproduction(result["op"], result["cell"], device, recipe, run.get("impl"),
-                                         isolation_flags(run.get("isolation", {}), device))]
+            "reproduce: " + reproduction(result["op"], result["cell"], device, recipe, run.get("impl"), flags)]
+
+
+def _failing_oracles(result: dict) -> list[str]:
+    return [oracle for oracle, verdict in result.get("verdicts", {}).items() if verdict["verdict"] == "fail"]
+
+
+def _verdicts_html(result: dict) -> str:
+    """The per-oracle verdicts of a run's result: pass / FAIL / n/a (why) / not asked."""
+    shown = []
+    for oracle, verdict in result.get("verdicts", {}).items():
+        word = {"pass": "pass", "fail": "FAIL"}.get(verdict["verdict"], verdict["verdict"])
+        rows = f" ({verdict['rows']} rows)" if verdict["verdict"] == "fail" and "rows" in verdict else ""
+        shown.append(f'<span title="{_escape(verdict.get("why", verdict.get("finding", "")))}">'
+                     f"{_escape(oracle)}: {_escape(word)}{rows}</span>")
+    return "<br>".join(shown)
 
 
 def _run_html(run: dict | None) -> str:
@@ -284,16 +304,21 @@ def _run_html(run: dict | None) -> str:
         return '<p class="note">No run: the page shows the certificate files only.</p>'
     rows = []
     for result in run["results"]:
-        failure = "" if "failure" not in result else "<pre>" + _escape("\n".join(failure_lines(run, result))) + "</pre>"
-        status = result["status"] if result["status"] in ("certified", QUARANTINED) else "failing"
+        oracles = _failing_oracles(result) or ([None] if "failure" in result else [])
+        failure = "".join("<pre>" + _escape("\n".join(failure_lines(run, result, oracle))) + "</pre>"
+                          for oracle in oracles)
+        status = result["status"] if result["status"] in ("certified", QUARANTINED) else \
+            "certified" if result["status"] == "passed" else "failing"
         rows.append(f'<tr><td class="op">{_escape(result["op"])}</td><td>{_escape(result["cell"])}</td>'
                     f'<td class="status s-{status}">{_escape(result["status"])}</td><td>{_escape(result["examples"])}</td>'
-                    f'<td>{_escape(result.get("seconds", ""))}</td><td class="wrap">{failure}</td></tr>')
+                    f'<td>{_escape(result.get("seconds", ""))}</td><td class="wrap">{_verdicts_html(result)}</td>'
+                    f'<td class="wrap">{failure}</td></tr>')
     judged = run.get("impl") or "the catalog kernels"
-    return (f'<p class="meta">{_escape(judged)} on {_escape(run["device"])} ({_escape(run["arch"])}), {_escape(run["max_examples"])} drawn '
-            f'examples per cell besides the corners, seed {_escape(run["seed"])}</p>'
+    partial = f'<p class="note"><b>{_escape(run["partial"])}</b></p>' if run.get("partial") else ""
+    return (f'{partial}<p class="meta">{_escape(judged)} on {_escape(run["device"])} ({_escape(run["arch"])}), '
+            f'{_escape(run["max_examples"])} drawn examples per cell besides the corners, seed {_escape(run["seed"])}</p>'
             '<table class="list"><tr><th>op</th><th>cell</th><th>verdict</th><th>examples</th><th>seconds</th>'
-            "<th>failure</th></tr>" + "".join(rows) + "</table>")
+            "<th>oracles</th><th>failures</th></tr>" + "".join(rows) + "</table>")
 
 
 def roofline_svg(table: BenchTable, width: int = 900) -> str:
@@ -368,20 +393,31 @@ A section is stale when the kernel, reference or a module they use changed since
 
 # -- JUnit -------------------------------------------------------------------------------------------
 def junit_suite(run: dict):
-    """One testcase per (op, cell) of a run report; a failure carries oracle, finding and reproduction."""
+    """One testcase per (op, cell, oracle) of a run report (named ``cell/oracle``; a quarantined cell or a
+    result without verdicts is one ``cell`` case): a failure carries finding and reproduction, an oracle
+    that does not apply or was not asked is skipped with why."""
     from ops.quarantine import QUARANTINED, citation
 
     cases = []
     for result in run["results"]:
-        failure = None
-        if "failure" in result:
-            lines = failure_lines(run, result)
-            failure = (f"{result['failure']['oracle']}: {result['failure']['message']}", "\n".join(lines))
+        classname, seconds = f"certify.{result['op']}", result.get("seconds", 0.0)
         held = result.get("quarantine") if result["status"] == QUARANTINED else None
-        skipped = f"quarantined ({held['ledger']}): {citation(held['issue'], held['reason'])}" if held else None
-        cases.append(junit.testcase(f"certify.{result['op']}", result["cell"], result.get("seconds", 0.0), failure,
-                                    skipped))
-    return junit.testsuite(f"certify-cells {run['arch']} {run.get('impl') or 'catalog kernels'}", cases)
+        if held or not result.get("verdicts"):
+            failure = None
+            if "failure" in result:
+                failure = (f"{result['failure']['oracle']}: {result['failure']['message']}",
+                           "\n".join(failure_lines(run, result)))
+            skipped = f"quarantined ({held['ledger']}): {citation(held['issue'], held['reason'])}" if held else None
+            cases.append(junit.testcase(classname, result["cell"], seconds, failure, skipped))
+            continue
+        for oracle, verdict in result["verdicts"].items():
+            failure = (f"{oracle}: {verdict['finding'].splitlines()[0]}", "\n".join(failure_lines(run, result, oracle))) \
+                if verdict["verdict"] == "fail" else None
+            skipped = f"{verdict['verdict']}: {verdict['why']}" if "why" in verdict else None
+            cases.append(junit.testcase(classname, f"{result['cell']}/{oracle}", seconds / len(result["verdicts"]),
+                                        failure, skipped))
+    partial = f" ({run['partial']})" if run.get("partial") else ""
+    return junit.testsuite(f"certify-cells {run['arch']} {run.get('impl') or 'catalog kernels'}{partial}", cases)
 
 
 def write_outputs(run: dict, report_path: str | None, junit_path: str | None) -> None:

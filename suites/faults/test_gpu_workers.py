@@ -9,14 +9,14 @@ import textwrap
 
 import pytest
 
-from suites.claims import REPO
+from suites.claims import REPO, nested_pytest_environment
 from suites.plugins import gpu_workers
 
 
 def _pytest_xdist(test_file, *words):
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist",
                            "-c", str(REPO / "pyproject.toml"), "--rootdir", str(REPO), str(test_file), *words],
-                          capture_output=True, text=True, cwd=REPO)
+                          capture_output=True, text=True, cwd=REPO, env=nested_pytest_environment())
 
 
 @pytest.mark.cpu

@@ -79,3 +79,29 @@ def missing_refusal(logits):
     if values.dim() != 2 or values.shape[1] == 0:
         return torch.zeros(values.shape[0] if values.dim() else 0, dtype=torch.int64)
     return _first_nan_or_max(values)
+
+
+def bug_between_1000_and_4000_columns(logits):
+    """Right except for 1000 < V < 4000 (a mid-size launch plan), where columns past 1000 are never seen:
+    a bug only draws that land in that band find (the default number of draws is chosen to find it)."""
+    validate(logits)
+    vocab = logits.shape[1]
+    return reference(logits[:, :1000]) if 1000 < vocab < 4000 else reference(logits)
+
+
+TIE_BLOCK = 2048  # columns per split of a row in later_block_wins_ties
+
+
+def later_block_wins_ties(logits):
+    """Splits each row into blocks of 2048 columns, takes each block's first maximum, and merges the
+    blocks keeping the later one on a tie: a tie across blocks goes to the later index (NaN still first)."""
+    validate(logits)
+    values = logits.float()
+    best_index = reference(logits[:, :TIE_BLOCK])
+    best_value = values.gather(1, best_index[:, None])[:, 0] if values.shape[0] else values[:, 0]
+    for start in range(TIE_BLOCK, values.shape[1], TIE_BLOCK):
+        index = reference(logits[:, start:start + TIE_BLOCK]) + start
+        value = values.gather(1, index[:, None])[:, 0]
+        later = ((value >= best_value) & ~best_value.isnan()) | (value.isnan() & ~best_value.isnan())
+        best_index, best_value = torch.where(later, index, best_index), torch.where(later, value, best_value)
+    return best_index

@@ -29,6 +29,8 @@ WRONG = [
     ("negative_zero_below_positive", "decode_small_batch", "parity"),
     ("large_batch_bug", "decode_large_batch", "parity"),
     ("missing_refusal", "decode_small_batch", "refusals"),
+    ("later_block_wins_ties", "decode_small_batch", "parity"),
+    ("bug_between_1000_and_4000_columns", "decode_mid_batch", "parity"),  # its 10th draw: docs/draws.md
 ]
 
 
@@ -77,6 +79,7 @@ def test_cli_accepts_a_correct_impl_and_writes_no_certificate(tmp_path):
     (("--cell", "no_such_cell"), "no cell"),
     (("--max-examples", "-1"), "negative"),
     (("--replay", "{not json"), "--replay"),
+    (("--oracles", "numerics,bogus"), "--oracles: no oracle or group 'bogus'"),
 ])
 def test_cli_usage_errors_exit_2_in_one_line(words, reason):
     run = _certify(*words)

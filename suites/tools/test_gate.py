@@ -26,13 +26,20 @@ def git(root: pathlib.Path, *words: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path) -> pathlib.Path:
-    """This working tree (tracked and untracked, not ignored), committed once on a branch named main."""
+    """This working tree's sources (tracked and untracked, not ignored), committed once on a branch named
+    main.  Certificates come from HEAD: a local ``tools/certify-cells`` run rewrites them in the working
+    tree, and what this tree's state happens to be must not decide a test."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                            check=True, capture_output=True, text=True).stdout.split("\0")
     root = tmp_path / "repo"
     for name in filter(None, files):
         if (REPO / name).is_file():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
+            if name.endswith(".cert.json"):
+                committed = subprocess.run(["git", "show", f"HEAD:{name}"], cwd=REPO, capture_output=True)
+                if committed.returncode == 0:
+                    (root / name).write_bytes(committed.stdout)
+                continue
             shutil.copy2(REPO / name, root / name)
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
@@ -55,11 +62,11 @@ def edit(path: pathlib.Path) -> None:
 
 
 def certify_fresh(root: pathlib.Path, entry, arch: Arch = Arch.SM90) -> None:
-    """Give ``entry``'s certificate in the copy a section of ``arch`` fresh on the copy's sources (which are
-    byte-identical to this tree's, so this tree's digest is the copy's too), whatever is committed here."""
+    """Make ``entry``'s certificate in the copy hold one section, of ``arch``, fresh on the copy's sources
+    (which are byte-identical to this tree's, so this tree's digest is the copy's too), whatever sections
+    are committed here (a fresh cpu-interp one would be made stale by the test's edit too)."""
     certificate = root / pathlib.Path(certificates.certificate_path(entry)).relative_to(REPO)
-    archs = json.loads(certificate.read_text())["archs"] if certificate.exists() else {}
-    archs[arch.value] = {"source_sha256": certificates.source_digest(entry), "cells": {}}
+    archs = {arch.value: {"source_sha256": certificates.source_digest(entry), "cells": {}}}
     certificate.write_text(json.dumps({"op": entry.name, "archs": archs}))
 
 

@@ -158,16 +158,37 @@ def test_certify_cells_writes_the_page_and_junit_with_the_reproduction(tmp_path,
     text = html.unescape(page.read_text())
     assert "<h2>This run</h2>" in text and reproduce in text
     suite = ET.parse(xml).getroot().find("testsuite")
-    assert suite.get("tests") == "2" and suite.get("failures") == "1"
+    # a testcase per (cell, oracle): 7 oracles of 2 cells, graph parity and stateful skipped with why
+    assert suite.get("tests") == "14" and suite.get("failures") == "1" and suite.get("skipped") == "4"
     cases = {case.get("name"): case for case in suite.iter("testcase")}
-    assert cases["empty_batch"].find("failure") is None
-    failure = cases["decode_small_batch"].find("failure")
+    assert cases["empty_batch/parity"].find("failure") is None
+    assert "no CUDA graphs" in cases["decode_small_batch/graph_parity"].find("skipped").get("message")
+    failure = cases["decode_small_batch/parity"].find("failure")
     assert failure.get("message").startswith("parity: vs the contract's reference")
     assert reproduce in failure.text and "oracle:  parity" in failure.text
     json_path = tmp_path / "report.json"
     assert certify.main(["--op", "greedy_argmax", "--impl", f"{IMPLS}:correct_via_max", "--cell", "empty_batch",
                          "--max-examples", "0", "--report", str(json_path)]) == 0
-    assert json.loads(json_path.read_text())["results"][0]["status"] == "certified"
+    # judged, not certified: an --impl run writes no certificate and never says CERTIFIED
+    assert json.loads(json_path.read_text())["results"][0]["status"] == "passed"
+    assert "CERTIFIED" not in capsys.readouterr().out
+
+
+def test_a_partial_run_is_labelled_everywhere_and_writes_no_certificate(tmp_path, capsys):
+    page, xml, report = tmp_path / "report.html", tmp_path / "cells.xml", tmp_path / "report.json"
+    before = {path: path.read_bytes() for path in pathlib.Path("ops").rglob("*.cert.json")}
+    assert certify.main(["--op", "greedy_argmax", "--cell", "empty_batch", "--oracles", "numerics",
+                         "--max-examples", "0", "--report", str(page), "--junit", str(xml)]) == 0
+    assert certify.main(["--op", "greedy_argmax", "--oracles", "refusals", "--max-examples", "0",
+                         "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    label = "partial: not a certificate"
+    assert label in out and "wrote" not in out and "CERTIFIED" not in out
+    assert label in html.unescape(page.read_text()) and label in ET.parse(xml).getroot().find("testsuite").get("name")
+    run = json.loads(report.read_text())
+    assert run["partial"].startswith(label) and run["oracles"] == ["refusals"]
+    assert {result["verdicts"]["parity"]["verdict"] for result in run["results"]} == {"not asked"}
+    assert {path: path.read_bytes() for path in pathlib.Path("ops").rglob("*.cert.json")} == before
 
 
 # -- in a browser ---------------------------------------------------------------------------------------
