@@ -134,8 +134,12 @@ def test_a_corrupt_certificate_falls_back_to_the_stock_op_with_one_warning(certi
     ({"max_examples": 0}, "drew 0 examples"),
     ({"versions": {"torch": "0.0.1"}}, "earned under torch 0.0.1"),
     ({"report_sha256": None}, "no digest of the report"),
-    ({"cells": {CELL: {"status": "certified", "examples": 2, "oracles": ["parity"], "skipped": {}}}}, "examples"),
-    ({"cells": {CELL: {"status": "certified", "examples": 9, "oracles": ["parity"], "skipped": {}}}}, "oracle"),
+    ({"cells": {CELL: {"status": "certified", "examples": 2, "oracles": ["parity"], "skipped": {},
+                       "exercised": {}}}}, "examples"),
+    ({"cells": {CELL: {"status": "certified", "examples": 9, "oracles": ["parity"], "skipped": {},
+                       "exercised": {}}}}, "oracle"),
+    ({"cells": {CELL: {"status": "certified", "examples": 9, "oracles": list(certificates.POLICY.oracles),
+                       "skipped": {}}}}, "region its examples exercised"),
 ])
 def test_dispatch_routes_only_to_sections_that_meet_the_policy(certificate, change, says):
     section = {**routable_section(ENTRY, {CELL: {}}), **change}

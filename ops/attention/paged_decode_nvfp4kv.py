@@ -49,7 +49,6 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.attention import paged_decode as dense_kernel
 from ops.attention.paged_decode import (_dot_operand, _exp_float64_short, _live_positions, _query_in_fp16,
                                         merge_splits, selection_metadata, split_partials)
 from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
@@ -259,8 +258,10 @@ def _float64_as_fp32_pair(value: float) -> tuple[float, float]:
 
 def kernel_limits(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
                   page_select=None) -> str | None:
-    """This kernel's own limits, as ``paged_decode``'s: a host ``sm_scale`` and pages of at least one slot."""
-    return dense_kernel.kernel_limits(q, k_packed, None, page_table, seq_lens, sm_scale, page_select=page_select)
+    """This kernel's own limit: a host ``sm_scale`` (a launch argument; reading a tensor would sync)."""
+    if isinstance(sm_scale, torch.Tensor):
+        return "sm_scale: a tensor; this kernel takes a host number (reading a tensor would sync)"
+    return None
 
 
 def paged_decode_nvfp4kv(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,

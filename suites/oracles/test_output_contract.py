@@ -45,7 +45,7 @@ def _judge(name: str, fn) -> str | None:
     cell, recipe = _first_corner(entry)
     result = replay(entry, Implementation(f"control {fn.__name__}", {name: fn}), cell, DEVICE, recipe,
                     graph_parity_skipped="not asked of a control")
-    return None if result.status == "certified" else f"{result.failure.oracle}: {result.failure.message}"
+    return None if result.failure is None else f"{result.failure.oracle}: {result.failure.message}"
 
 
 # -- band ops: dtype --------------------------------------------------------------------------------
