@@ -8,7 +8,7 @@ A CuTe DSL kernel module offers: ``reachable_plans()`` (every plan its ``launch_
 share one), ``ARCH_TARGETS`` (claimed arch -> compile target) and ``compiled(kernel_key, target)``.
 A failure names the plans and the target.  A block size left to run time is a failure too: the compiler
 can then neither note the thread count (``nvvm.reqntid``) nor bound a register budget by it, and the
-first H200 run of such a kernel never returned (ops/norm/README_section.md).
+first H200 run of such a kernel never returned (docs/ops/rms_norm_gated.md).
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ those same items. Neither rule's decision depends on the baseline accuracy itsel
 ``baseline_only - candidate_only`` (unpaired) or on both counts (McNemar); it only bounds which
 discordance rates are possible (at most 2 (1 - accuracy)).
 
-Outputs: a markdown table and a PNG plot under ``--out`` (default tools/results). Exit 1 when the
+Outputs: a markdown table and a PNG plot under ``--out`` (default docs/results). Exit 1 when the
 simulation contradicts the gate's own statistics (the McNemar false-alarm rate above alpha beyond
 Monte Carlo error, or the simulated 80%-power drop away from ``minimum_detectable_drop``): the
 numbers the gate prints would then be wrong.
@@ -51,7 +51,7 @@ DISCORDANCE_RATES = (0.0, 0.005, 0.01, 0.02, 0.05, 0.10, 0.20, 0.30, 2 * BASELIN
 # what the unpaired rule needs at every rate above).
 DROP_STEP = 0.0005
 DROPS = np.round(np.arange(0.0, 0.08 + DROP_STEP / 2, DROP_STEP), 6)
-DEFAULT_OUT = pathlib.Path(__file__).resolve().parent / "results"
+DEFAULT_OUT = pathlib.Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
 def simulate_tables(pairs: int, background: float, drop: float, reps: int) -> np.ndarray:

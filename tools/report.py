@@ -11,7 +11,7 @@ script, nothing fetched) with:
 2. per (op, cell, arch) record: the worst kernel error against the stock op's and the band the
    kernel is allowed (``max(2 x stock, 1 ULP)``, oracles/band.py), plotted;
 3. this run: each cell's verdict, and for a failure its oracle, finding and reproduction line;
-4. the roofline of every committed ``tools/bench`` table under ``tools/results/``: achieved
+4. the roofline of every committed ``tools/bench`` table under ``docs/results/``: achieved
    bandwidth of kernel, stock op and competitors per case against the device copy measured in the
    same run (launch-plan variants are left out: they are a tuning table, not the shipped kernel).
 
@@ -30,7 +30,7 @@ import pathlib
 from tools import junit
 from tools.cli import UsageError
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+RESULTS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "results"
 STATUS_COLOURS = {  # solid fills: the rendering test finds the grid by these pixels
     "certified": "#2e7d32",
     "stale": "#f0a000",
@@ -323,8 +323,8 @@ def roofline_svg(table: BenchTable, width: int = 900) -> str:
 
 def _bench_html(tables: list[BenchTable], unreadable: list[str]) -> str:
     if not tables:
-        parts = ['<p class="note">No committed tools/bench table under tools/results/ (run '
-                 "<code>tools/bench --out tools/results/bench_&lt;device&gt;.md</code> on a GPU).</p>"]
+        parts = ['<p class="note">No committed tools/bench table under docs/results/ (run '
+                 "<code>tools/bench --out docs/results/bench_&lt;device&gt;.md</code> on a GPU).</p>"]
     else:
         parts = [f'<h3>{_escape(table.path)}</h3><p class="meta">{_escape(table.header)}</p>{roofline_svg(table)}'
                  for table in tables]

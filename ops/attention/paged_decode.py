@@ -109,7 +109,7 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
     # stays (-57), ``_exp_float64_short`` (-25) and 2 stages (-46, 34 KB shared; the last sweep had
     # 2 and 3 stages equal).  Splits of 2048: a row's max moves in ~1 - (1 - 1/t)^G of its t-th tiles
     # (G = 4: 7.7 of 16 tiles rescale, 10.4 of 32), and half the partials (1.6% of the e4m3 bytes).
-    # The H200 sweep of that plan (tools/results/bench_variants_h200_session3_paged_decode.md): 415 us at 2
+    # The H200 sweep of that plan (docs/results/bench_variants_h200_session3_paged_decode.md): 415 us at 2
     # stages, 397 us at 3 (the default), against 420 us for the plan 1.5x its instructions: e4m3 is not
     # bound by issue; K, V and the page entry all arrive by cp.async through the 3-stage pipeline (6 async
     # copies in the ttgir), so neither is it an exposed load. What bounds it is not settled (the H200 has

@@ -36,7 +36,7 @@ from ops.triton_backend import interpreting, sm_count
 from references.gemm import fp8_gemv as contract
 
 E4M3_BITS = 8
-# The H200 sweep at N = K = 8192 (tools/results/bench_variants_h200_session3_gemv_rms.md): M = 1 on CUDA
+# The H200 sweep at N = K = 8192 (docs/results/bench_variants_h200_session3_gemv_rms.md): M = 1 on CUDA
 # cores, 16 or 32 rows x 256 B x 5 stages, 18.2 us (86.8% of copy; the tensor-core plan's best: 22.5 us) — 0.13 issued
 # instructions per weight in the sm_90 loop against 0.19 for the tensor-core one at 32 rows x 4 warps (whose
 # 2 x 2 warps convert every weight twice); M > 1 on tensor cores, 32 rows x 128 B x 6 stages on 2 warps:

@@ -47,7 +47,7 @@ from references.gemm import nvfp4_gemv as contract
 
 E2M1_BITS = 4
 SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for the kernels
-# The third H200 sweep at N = K = 8192 (tools/results/bench_variants_h200_session3_nvfp4_gemv.md): M = 1 on
+# The third H200 sweep at N = K = 8192 (docs/results/bench_variants_h200_session3_nvfp4_gemv.md): M = 1 on
 # CUDA cores, 16 rows x 128 B x 4 stages x 2 warps, float32 decode, scales prefetched, stepped addresses,
 # 19.3 us (45.7% of copy; the second sweep's best, without prefetch and stepping: 23.2 us); M > 1 on tensor
 # cores, 32 rows x 128 B x 6 stages x 4 warps, placed decode, scales prefetched, stepped addresses: M = 16

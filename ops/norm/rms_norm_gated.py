@@ -75,7 +75,7 @@ def launch_plan(width: int, group_size: int, elements_per_thread: int = 16, max_
     # work), 3 programs resident per SM, ~45 SASS instructions issued an element (4 warps: ~41 but 149
     # registers, 12 warps an SM; 16 warps: ~53, the per-row reductions shared by fewer elements).
     # Persistent programs, 2 an SM, each loading its next row before normalizing this one: the H200 sweep's
-    # best (tools/results/bench_variants_h200_session3_gemv_rms.md), 66.2 us at [8192, 4096], 71.5% of copy (one
+    # best (docs/results/bench_variants_h200_session3_gemv_rms.md), 66.2 us at [8192, 4096], 71.5% of copy (one
     # program a row: 71.7 us; 4 an SM: 67.1 us).
     warps = max(1, min(max_warps, group * groups // (32 * elements_per_thread)))
     return LaunchPlan(groups=groups, group=group, num_warps=triton.next_power_of_2(warps), programs_per_sm=2,

@@ -283,7 +283,7 @@ def _aligned(*tensors: torch.Tensor) -> bool:
 
 def operands(x, z, weight, y, group_size, norm_before_gate) -> tuple:
     """(launch plan, x, gate input, weight): the plan for these tensors and the unit-column views of them
-    the kernel reads (``tools/cute-diagnose`` compiles the plan before the call it times)."""
+    the kernel reads (``docs/lab/cute_diagnose.py`` compiles the plan before the call it times)."""
     x, weight = _unit_columns(x), _unit_columns(weight)
     gate_input = x if z is None else _unit_columns(z)  # never read without a gate
     width = x.shape[1]

@@ -73,9 +73,9 @@ class LaunchPlan:
 
 # The default GPU plan, in the terms of a bench_variants label "R x C tile W w leanL": (R * C elements per
 # program, C / 16 blocks per program row at most, W warps, L). (8192, 64, 4, 6) is "8x1024 tile 4w lean6",
-# the H200 sweep's best (tools/results/bench_variants_h200_session3_quantize_paged.md): 45.4 us on
+# the H200 sweep's best (docs/results/bench_variants_h200_session3_quantize_paged.md): 45.4 us on
 # [8192, 8192], 89% of copy (lean1 at 8x512: 51.5 us; lean0, the kernel before: 60.5 us at best); its inline
-# PTX passed the GPU tests (tools/results/pytest_ptx_h200.log).
+# PTX passed the GPU tests (docs/results/pytest_ptx_h200.log).
 DEFAULT_GPU_PLAN = (8192, 64, 4, 6)
 # The interpreter pays about 3 ms per program whatever its size, so it takes 16x larger tiles.
 GPU_TILE_ELEMENTS, MAX_BLOCKS_PER_PROGRAM_ROW, DEFAULT_NUM_WARPS, DEFAULT_LEAN = DEFAULT_GPU_PLAN

@@ -60,7 +60,7 @@ def launch_plan(rows: int, vocab: int, element_size: int, sms: int,
     # Fewer rows than `programs_per_sm` per SM leave SMs idle or short of loads in flight: split rows,
     # keeping chunks of at least 1024 columns so the merge stays negligible.  (H200, 2026-11-29, bf16:
     # 16 programs per SM and 2 KB sweeps timed best of 32 plans at [1024, 262144], 137 us = 92% of copy
-    # bandwidth, and at [256, 152064], 25 us = 2.1x torch.argmax; tools/results/bench_greedy_variants.md)
+    # bandwidth, and at [256, 152064], 25 us = 2.1x torch.argmax; docs/results/bench_greedy_variants.md)
     splits = 1
     if rows < programs_per_sm * sms:
         splits = max(1, min(triton.cdiv(programs_per_sm * sms, max(rows, 1)), triton.cdiv(vocab, 1024)))

@@ -1,7 +1,6 @@
 """tools/accuracy-simulation: the committed table is the tool's own output, the simulation agrees with
 the gate's statistics, and it reports a gate that fires too often."""
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ from tools import accuracy_simulation
 pytestmark = pytest.mark.cpu
 
 SEED_PIN = 915111159818138975
-RESULTS = Path(accuracy_simulation.__file__).resolve().parent / "results"
+RESULTS = accuracy_simulation.DEFAULT_OUT
 
 
 def test_committed_table_is_what_the_tool_writes(tmp_path, capsys):

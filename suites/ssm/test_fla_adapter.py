@@ -1,5 +1,5 @@
 """fla-core's fused_recurrent_gated_delta_rule judged against the gdn contract (a test-only extra: skipped
-where fla-core is not installed).  The whole judgement is ``suites/ssm/fla_report.md``, made by
+where fla-core is not installed).  The whole judgement is ``docs/thirdparty/fla_report.md``, made by
 ``tools/certify-cells``; these pin its two findings about state semantics on small inputs."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""tools/cute-diagnose: where a CuTe DSL launch hangs, on a GPU machine, in well under a minute.
+"""Lab-only, on a GPU machine: where a CuTe DSL launch hangs, in well under a minute.
 
 The first H200 run of ``rms_norm_gated``'s CuTe kernel hit the 120 s cell timeout with no example done
-and no traceback (ops/norm/README_section.md).  This runs, in order, each step announced before and
+and no traceback (docs/ops/rms_norm_gated.md).  This runs, in order, each step announced before and
 after on stdout:
 
 - ``toy``: a one-thread-block CuTe kernel that doubles a value: does any DSL launch return on this
@@ -19,8 +19,11 @@ certifier allows is its job; here: finite where the reference is, and ``amax`` e
 ``max(old, max |y|)``); 1: a case disagreed; a hang exits from faulthandler with status 1 too.
 """
 import faulthandler
+import pathlib
 import sys
 import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the repository root: run from a clone
 
 from tools.cli import ArgumentParser, UsageError, run_main
 
@@ -112,10 +115,10 @@ def norm_case(steps: Steps, case: str, recipe: dict, arch_target: str) -> bool:
 
 
 def main(argv=None) -> int:
-    parser = ArgumentParser(prog="tools/cute-diagnose",
+    parser = ArgumentParser(prog="docs/lab/cute_diagnose.py",
                             description="Run the CuTe rms_norm_gated kernel once per case, announcing each "
                                         "step, with a stack dump if one hangs (GPU machine only).",
-                            epilog="Example: tools/cute-diagnose 2>&1 | tee $OUT/cute-diagnose.log")
+                            epilog="Example: docs/lab/cute_diagnose.py 2>&1 | tee $OUT/cute-diagnose.log")
     parser.add_argument("cases", nargs="*", default=list(CASES), metavar="CASE",
                         help=f"which of {', '.join(CASES)} to run, in that order (default all)")
     parser.add_argument("--step-timeout", type=float, default=25.0, metavar="S",

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # The H200 run of issue 7 (rms_norm_gated, Triton and CuTe DSL), in the two calls the carried DSL needs
-# (ops/norm/README_section.md). Run from the repository root on the GPU machine:
-#   tools/gpu-run-cute.sh triton [EXAMPLES]   call 1: certify the Triton kernel on sm90, bench it
-#   tools/gpu-run-cute.sh cute [EXAMPLES]     call 2: install the carried DSL and quack, certify the CuTe
+# (docs/ops/rms_norm_gated.md). Run from the repository root on the GPU machine:
+#   docs/lab/gpu-run-cute.sh triton [EXAMPLES]   call 1: certify the Triton kernel on sm90, bench it
+#   docs/lab/gpu-run-cute.sh cute [EXAMPLES]     call 2: install the carried DSL and quack, certify the CuTe
 #                                             kernel, judge quack's RMSNorm on plain_rms_norm, bench both
 # EXAMPLES: Hypothesis draws per cell besides its corners (default 30); quack gets a third of them (each
 # new H costs it a compile). Each step has a time limit so that a call ends inside the device tool's 10
 # minutes with its certificate, log and bench table in $OUT (else /tmp/cute-run).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-stage="${1:?usage: tools/gpu-run-cute.sh triton|cute [EXAMPLES]}"
+cd "$(dirname "$0")/../.."
+case "${1:-}" in
+  -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  triton|cute) ;;
+  *) echo "usage: docs/lab/gpu-run-cute.sh triton|cute [EXAMPLES] (see --help)" >&2; exit 2 ;;
+esac
+stage="$1"
 examples="${2:-30}"
 out="${OUT:-/tmp/cute-run}"
 mkdir -p "$out"
@@ -25,7 +30,7 @@ quack() {  # judge quack's RMSNorm through the adapter's entry point $1 on the o
     eval "$exports"
     python3 -c "import cutlass, quack; print('nvidia-cutlass-dsl', cutlass.__version__, '| quack-kernels', quack.__version__)"
     # each step announced, a stack dump if one hangs: whether the host or the kernel would stall certify
-    timeout 60 python3 tools/cute-diagnose
+    timeout 60 python3 docs/lab/cute_diagnose.py
     echo "cute-diagnose: exit $?"
   fi
   timeout 300 python3 tools/certify-cells --op rms_norm_gated --backend "$stage" --device cuda --cell-timeout 120 \

@@ -3,6 +3,8 @@
 # session (ec1d8b7), the ledger checked, and paged_decode re-certified with the cell quarantined
 set -uo pipefail
 export PYTHONUNBUFFERED=1
+# the kernel before this session, importable as gpu.old_paged_decode (run from a clone with its history)
+mkdir -p gpu && git show ec1d8b7:ops/attention/paged_decode.py > gpu/old_paged_decode.py || exit 2
 recipe='{"B": 2, "M": 1, "S": 16, "Hkv": 1, "group": 2, "D": 64, "T": null, "kv_dtype": "bfloat16", "lengths": "ragged", "holes": false, "values": "normal", "layout": "contiguous", "sm_scale": 0.125, "kv_scale": 1.0, "seed": 0}'
 {
 echo "\$ tools/certify-cells --op paged_decode --cell dense_bf16_kv --device cuda --replay '$recipe'"

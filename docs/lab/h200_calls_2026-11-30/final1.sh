@@ -4,7 +4,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-stale=$(PYTHONPATH=. python3 gpu/stale_ops.py 2>/dev/null)
+stale=$(PYTHONPATH=. python3 docs/lab/h200_calls_2026-11-30/stale_ops.py 2>/dev/null)
 echo "stale sm90 certificates: $stale" > $OUT/certify_sm90.log
 ( time timeout ${CERTIFY_LIMIT_S:-230} tools/certify-cells $(printf -- '--op %s ' $stale) --device cuda --backend triton --cell-timeout 150 --max-examples ${EXAMPLES:-6} \
     --gpus all --report $OUT/certify_sm90.json ) >> $OUT/certify_sm90.log 2>&1

@@ -1,0 +1,71 @@
+"""Every executable in tools/ honours the tool conventions: ``--help`` prints its usage and exits 0 without
+doing the work; a flag it does not know exits 2 with one line on stderr, no traceback.  Lab-only scripts
+live under docs/lab/ and are not held to this.  The checker is proved on two hostile tools: one that runs
+its workflow on ``--help`` (what ``gpu-run-cute.sh`` did) and one that answers a bad flag with a traceback.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import stat
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.cpu
+
+TOOLS = pathlib.Path(__file__).resolve().parents[2] / "tools"
+SECONDS = 60  # --help and a bad flag stop before any work; the slowest tool imports torch and scipy first
+
+
+def executables(folder: pathlib.Path = TOOLS) -> list[pathlib.Path]:
+    return sorted(path for path in folder.iterdir()
+                  if path.is_file() and path.stat().st_mode & stat.S_IXUSR and path.suffix != ".py")
+
+
+def convention_breaches(tool: pathlib.Path) -> list[str]:
+    """What ``tool`` gets wrong about ``--help`` and a bad flag; empty when it honours both."""
+    def call(flag):
+        return subprocess.run([str(tool), flag], capture_output=True, text=True, timeout=SECONDS,
+                              stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    breaches = []
+    shown = call("--help")
+    if shown.returncode != 0:
+        breaches.append(f"--help exits {shown.returncode}, not 0")
+    if not shown.stdout.lstrip().lower().startswith("usage"):
+        breaches.append(f"--help does not print its usage first: {shown.stdout[:80]!r}")
+    refused = call("--no-such-flag")
+    lines = refused.stderr.strip().splitlines()
+    if refused.returncode != 2:
+        breaches.append(f"a bad flag exits {refused.returncode}, not 2")
+    if len(lines) != 1 or "Traceback" in refused.stderr:
+        breaches.append(f"a bad flag is not refused in one line on stderr: {refused.stderr[:120]!r}")
+    return breaches
+
+
+def test_tools_has_executables():
+    assert len(executables()) >= 8, [path.name for path in executables()]
+
+
+@pytest.mark.parametrize("tool", executables(), ids=lambda path: path.name)
+def test_tool_honours_the_conventions(tool):
+    assert convention_breaches(tool) == [], f"reproduce: {tool} --help; {tool} --no-such-flag"
+
+
+HOSTILE = {
+    # runs its workflow whatever the flag, and says it passed
+    "runs-on-help": "#!/usr/bin/env bash\necho 'certifying every op...'\nexit 0\n",
+    # argparse reached through a traceback
+    "traceback-on-bad-flag": ("#!/usr/bin/env python3\nimport sys\n"
+                              "if sys.argv[1:] == ['--help']:\n    print('usage: t [--x]')\n    sys.exit(0)\n"
+                              "raise ValueError(sys.argv[1])\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_the_checker_rejects_a_tool_that_breaks_them(name, tmp_path):
+    tool = tmp_path / name
+    tool.write_text(HOSTILE[name], encoding="utf-8")
+    tool.chmod(0o755)
+    assert executables(tmp_path) == [tool]
+    assert convention_breaches(tool) != []
