@@ -36,13 +36,34 @@ from ops.triton_backend import interpreting, sm_count
 from references.gemm import fp8_gemv as contract
 
 E4M3_BITS = 8
-# The H200 sweep at N = K = 8192 (docs/results/bench_variants_h200_session3_gemv_rms.md): M = 1 on CUDA
-# cores, 16 or 32 rows x 256 B x 5 stages, 18.2 us (86.8% of copy; the tensor-core plan's best: 22.5 us) — 0.13 issued
-# instructions per weight in the sm_90 loop against 0.19 for the tensor-core one at 32 rows x 4 warps (whose
-# 2 x 2 warps convert every weight twice); M > 1 on tensor cores, 32 rows x 128 B x 6 stages on 2 warps:
-# M = 16 22.4 us, M = 4 22.4 us (32 rows x 256 B x 4 stages on 4 warps: 23.3 and 22.4).
+
+
+# -- launch plan ----------------------------------------------------------------------------------
+# M = 1 on CUDA cores, M > 1 on tensor cores: the H200 sweep's best at N = K = 8192, 18.2 us at M = 1 (86.8%
+# of copy); every plan timed, and why the CUDA cores win at M = 1, in docs/ops/fp8_gemv.md.
 DEFAULT_M1_SHAPE = PlanShape(block_n=32, step_bytes=256, num_stages=5, num_warps=4, split_below=0.5, cores_at_m1=True)
 DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=2, split_below=0.5)  # M > 1
+
+# Plans for tools/bench --variants around the defaults: tile, step, pipeline depth, warps, split threshold.
+VARIANT_SHAPES = tuple(
+    [PlanShape(block_n=32, step_bytes=step_bytes, num_stages=num_stages, num_warps=4, split_below=0.5)
+     for step_bytes, num_stages in ((128, 4), (128, 6), (256, 3), (256, 4), (256, 6), (512, 3))]
+    + [PlanShape(block_n=32, step_bytes=step_bytes, num_stages=num_stages, num_warps=2, split_below=0.5)
+       for step_bytes in (128, 256) for num_stages in (3, 4, 6)]
+    + [PlanShape(block_n=64, step_bytes=128, num_stages=4, num_warps=4, split_below=2.0),
+       PlanShape(block_n=64, step_bytes=128, num_stages=6, num_warps=4, split_below=0.5),
+       PlanShape(block_n=64, step_bytes=128, num_stages=4, num_warps=8, split_below=0.5)]
+    + [PlanShape(block_n=block_n, step_bytes=step_bytes, num_stages=num_stages, num_warps=4, split_below=split_below,
+                 cores_at_m1=True)
+       for block_n, step_bytes in ((16, 256), (32, 128), (32, 256), (64, 128), (64, 256))
+       for num_stages in (3, 5) for split_below in (0.5, 2.0)]
+    + [PlanShape(block_n=block_n, step_bytes=step_bytes, num_stages=num_stages, num_warps=4, split_below=0.5,
+                 cores_at_m1=True)
+       for block_n, step_bytes in ((16, 128), (16, 256), (32, 128)) for num_stages in (4, 6)]
+    + [PlanShape(block_n=block_n, step_bytes=128, num_stages=4, num_warps=8, split_below=0.5, cores_at_m1=True)
+       for block_n in (32, 64)]
+)
+
 
 # -- kernel ---------------------------------------------------------------------------------------
 # Specialized on K, the chunk and the strides only (see nvfp4_gemv: the loads vectorize on those).
@@ -57,10 +78,9 @@ def _fp8_gemv_tiles(
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     COMPILED: tl.constexpr, NUM_STAGES: tl.constexpr, CUDA_CORES: tl.constexpr,
-    ALIGNED_STEPS: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    start, whole, stop = step_bounds(chunk, depth, BLOCK_K, ALIGNED_STEPS)
+    start, whole, stop = step_bounds(chunk, depth, BLOCK_K)
     columns = start + tl.arange(0, BLOCK_K)
     w_tile = w_ptr + clamp_rows(offs_n, cols)[:, None] * stride_wn + columns[None, :] * stride_wk
     # E4M3 -> float32 is exact on a GPU and under the interpreter (NaN codes aside: not weights)
@@ -115,7 +135,7 @@ def fp8_gemv(x, w, w_scale) -> torch.Tensor:
 
 def bench_variants(x, w, w_scale) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device."""
-    plans = plan_variants(w.shape[0], x.shape[1], E4M3_BITS, sm_count(x.device), x.shape[0])
+    plans = plan_variants(w.shape[0], x.shape[1], E4M3_BITS, sm_count(x.device), x.shape[0], VARIANT_SHAPES)
     return {label: lambda x, w, w_scale, plan=plan: run_plan(x, w, w_scale, plan) for label, plan in plans.items()}
 
 

@@ -9,8 +9,9 @@ may instead run M = 1 on CUDA cores (``core_products``): float32 FMAs of the wei
 row, summed over K once after the last step, with no conversion into the dot's operand layout.
 
 When N alone gives too few programs (fewer row tiles than the plan's ``split_below`` times the SMs),
-K is split: each split writes float32 partials and a second kernel sums them in split order. No atomics: the summation order
-is fixed by the plan, which depends on (N, K) and the device only, so results are deterministic.
+K is split: each split writes float32 partials and a second kernel sums them in split order. No
+atomics: the summation order is fixed by the plan, which depends on (N, K) and the device only, so
+results are deterministic.
 """
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ class PlanShape:
     num_warps: int
     split_below: float    # K is split while the row tiles number fewer than this many times the SMs
     cores_at_m1: bool = False  # M = 1 on CUDA cores (no tensor cores), see ``core_products``
-    aligned_steps: bool = False  # NVFP4: the kernel is told each split starts on a step (see ``step_bounds``)
     float32_decode: bool = False  # NVFP4 on CUDA cores: E2M1_FLOAT32_PTX, not the bf16 table
     placed_decode: bool = False  # NVFP4: E2M1_PLACED_PTX (bit placement, weights times 2**-7), not the table
     prefetch_scales: bool = False  # NVFP4: each step loads the next step's block scales (see nvfp4_gemv)
@@ -50,7 +50,6 @@ class PlanShape:
         """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
         return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps"
                 + ("" if splits is None else f", {splits} splits") + (", M=1 on CUDA cores" if self.cores_at_m1 else "")
-                + (", aligned steps" if self.aligned_steps else "")
                 + (", float32 decode" if self.float32_decode and self.cores_at_m1 else "")
                 + (", placed decode" if self.placed_decode else "")
                 + (", scales prefetched" if self.prefetch_scales else "")
@@ -68,7 +67,6 @@ class GemvPlan:
     num_stages: int
     compiled: bool    # for a GPU: tensor-core dot, inline PTX; else the interpreter's float32 sums
     cuda_cores: bool  # M = 1 products on CUDA cores, summed over K once at the end (``core_products``)
-    aligned_steps: bool
     float32_decode: bool
     placed_decode: bool = False
     prefetch_scales: bool = False
@@ -93,72 +91,31 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
                     num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter,
-                    cuda_cores=m == 1 and shape.cores_at_m1, aligned_steps=shape.aligned_steps and weight_bits == 4,
+                    cuda_cores=m == 1 and shape.cores_at_m1,
                     float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode and weight_bits == 4,
                     placed_decode=shape.placed_decode and weight_bits == 4,
                     prefetch_scales=shape.prefetch_scales and weight_bits == 4,
                     stepped=shape.stepped and weight_bits == 4, max_registers=shape.max_registers)
 
 
-# Plans for tools/bench --variants, around the H200 measurements at N = K = 8192, M = 1 (tools/bench, 30 Nov
-# 2026): E4M3 best at 32 rows x 256 B x 4 stages (22.5 us, M = 16: 24.0 us), NVFP4 at 32 rows x 128 B x 4
-# stages (41.3 us); 64 rows x 256 B spills for NVFP4 (250 us), 16 rows was slower for both. sm_90 SASS:
-# - E4M3, tensor cores: with 4 warps a 32-row tile is split 2 x 2 over the warps and every weight converted
-#   twice (0.19 issued instructions a weight); 2 warps (0.13, 78 to 138 registers) and 64 rows on 4 warps
-#   (wgmma, 0.14, 96 registers) convert it once.
-# - CUDA-core shapes (M = 1 only; M > 1 runs their tensor-core plan) compile without spills to 256 B x 64
-#   rows (E4M3: 0.11 to 0.13 a weight) and 128 B x 32 rows or 256 B x 16 rows (NVFP4).
-# - NVFP4 on CUDA cores: the float32 decode takes 482 instructions a 32 x 128 B step, the bf16 table 575
-#   (tensor cores: 585); 168 registers, 3 programs an SM; 16 rows x 4 warps or 32 rows x 8 warps: 92 and
-#   100 registers, 0.27 instructions a weight against 0.24. Aligned steps and the float32 decode change
-#   NVFP4's kernel only: ``gemv_plan`` drops them for E4M3, whose rows are then not timed twice.
-VARIANT_SHAPES = tuple(
-    [PlanShape(32, step_bytes, num_stages, 4, 0.5) for step_bytes, num_stages in ((128, 4), (256, 3), (256, 4),
-                                                                                   (256, 6), (512, 3))]
-    + [PlanShape(32, step_bytes, num_stages, 2, 0.5) for step_bytes in (128, 256) for num_stages in (3, 4, 6)]
-    + [PlanShape(64, 128, 4, 4, 2.0), PlanShape(64, 128, 6, 4, 0.5), PlanShape(64, 128, 4, 8, 0.5)]
-    + [PlanShape(block_n, step_bytes, num_stages, 4, split_below, cores_at_m1=True)
-       for block_n, step_bytes in ((16, 256), (32, 128), (32, 256), (64, 128), (64, 256))
-       for num_stages in (3, 5) for split_below in (0.5, 2.0)]
-    + [PlanShape(32, 128, 4, 4, 0.5, aligned_steps=True), PlanShape(32, 128, 6, 4, 0.5, aligned_steps=True)]
-    + [PlanShape(block_n, step_bytes, num_stages, 4, 0.5, cores_at_m1=True, aligned_steps=True)
-       for block_n, step_bytes, num_stages in ((16, 256, 4), (32, 128, 4), (32, 128, 6))]
-    + [PlanShape(block_n, step_bytes, num_stages, 4, 0.5, cores_at_m1=True, float32_decode=True)
-       for block_n, step_bytes in ((16, 256), (32, 128)) for num_stages in (3, 4, 6)]
-    + [PlanShape(32, 128, 4, 4, 0.5, cores_at_m1=True, aligned_steps=True, float32_decode=True)]
-    + [PlanShape(block_n, 128, num_stages, num_warps, 0.5, cores_at_m1=True, float32_decode=True)
-       for block_n, num_stages, num_warps in ((16, 4, 4), (16, 6, 4), (32, 4, 8), (64, 4, 8))]
-)
-
-
 def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int,
-                  shapes: tuple = VARIANT_SHAPES) -> dict[str, GemvPlan]:
-    """GPU launch plans of ``shapes`` for ``m`` activation rows, labelled, for the GEMVs'
-    ``bench_variants`` (the same plan reached from two shapes is timed once)."""
+                  shapes: tuple[PlanShape, ...]) -> dict[str, GemvPlan]:
+    """GPU launch plans of ``shapes`` (the op's variant table) for ``m`` activation rows, labelled, for the
+    GEMVs' ``bench_variants`` (the same plan reached from two shapes, e.g. CUDA-core shapes at M > 1, is
+    timed once)."""
     variants = {}
     for shape in shapes:
         plan = gemv_plan(rows, cols, weight_bits, sms, False, shape, m)
-        if plan not in variants.values():  # labelled without the knobs the plan dropped (E4M3: NVFP4's)
-            labelled = dataclasses.replace(shape, aligned_steps=plan.aligned_steps,
-                                           float32_decode=shape.float32_decode and weight_bits == 4,
-                                           placed_decode=plan.placed_decode, prefetch_scales=plan.prefetch_scales,
-                                           stepped=plan.stepped, max_registers=plan.max_registers)
-            variants[labelled.label(plan.splits)] = plan
+        if plan not in variants.values():
+            variants[shape.label(plan.splits)] = plan
     return variants
 
 
 @triton.jit
-def step_bounds(chunk, depth, BLOCK_K: tl.constexpr, ALIGNED: tl.constexpr):
+def step_bounds(chunk, depth, BLOCK_K: tl.constexpr):
     """(start, whole, stop) of this program's split of K: whole steps run start..whole unmasked, then one
-    masked step whole..stop when the split ends inside a step (the last split, K not a multiple).
-
-    ``ALIGNED``: tell the compiler that start is a multiple of BLOCK_K (the plan's chunk is). Then NVFP4's
-    byte loads are 16-byte cp.async vectors and its scales come by cp.async too (sm_90 SASS: 8-byte
-    vectors and a synchronous single-byte global load per scale otherwise), but each scale is then read
-    from shared memory byte by byte: 815 against 591 instructions a step (32 rows x 128 B, tensor cores)."""
+    masked step whole..stop when the split ends inside a step (the last split, K not a multiple)."""
     start = tl.program_id(1) * chunk
-    if ALIGNED:
-        start = tl.multiple_of(start, BLOCK_K)
     stop = tl.minimum(start + chunk, depth)
     return start, start + (stop - start) // BLOCK_K * BLOCK_K, stop
 
@@ -248,7 +205,7 @@ def run_tiles(kernel, x: torch.Tensor, cols: int, weight_args: tuple, scale: tor
         x.view(torch.int16), x.stride(0), x.stride(1), rows, *weight_args, cols, depth,
         y, y.stride(0), partials, plan.chunk,
         BLOCK_M=1 if plan.cuda_cores else ACTIVATION_ROWS, BLOCK_N=plan.block_n, BLOCK_K=plan.block_k, SPLIT=split,
-        COMPILED=plan.compiled, CUDA_CORES=plan.cuda_cores, ALIGNED_STEPS=plan.aligned_steps,
+        COMPILED=plan.compiled, CUDA_CORES=plan.cuda_cores,
         NUM_STAGES=plan.num_stages, num_warps=plan.num_warps, **meta,
         **({"maxnreg": plan.max_registers} if plan.max_registers and plan.compiled else {}),
     )

@@ -47,55 +47,47 @@ from references.gemm import nvfp4_gemv as contract
 
 E2M1_BITS = 4
 SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for the kernels
-# The third H200 sweep at N = K = 8192 (docs/results/bench_variants_h200_session3_nvfp4_gemv.md): M = 1 on
-# CUDA cores, 16 rows x 128 B x 4 stages x 2 warps, float32 decode, scales prefetched, stepped addresses,
-# 19.3 us (45.7% of copy; the second sweep's best, without prefetch and stepping: 23.2 us); M > 1 on tensor
-# cores, 32 rows x 128 B x 6 stages x 4 warps, placed decode, scales prefetched, stepped addresses: M = 16
-# 39.4 us, M = 4 39.3 us (the table decode's best: 42.2 us). The decoded tile still goes through shared
-# memory into the tensor-core operands (STS.128 + LDS.128 a step, sm_90 SASS): the M > 1 bound.
+
+
+# -- launch plan ----------------------------------------------------------------------------------
+# M = 1 on CUDA cores with the float32 decode, M > 1 on tensor cores with the placed decode; both prefetch
+# scales and step addresses. The H200 sweep's best at N = K = 8192: 19.3 us at M = 1 (45.7% of copy); every
+# plan timed, and the sm_90 instruction counts that chose the options, in docs/ops/nvfp4_gemv.md.
 DEFAULT_M1_SHAPE = PlanShape(block_n=16, step_bytes=128, num_stages=4, num_warps=2, split_below=2.0, cores_at_m1=True,
                              float32_decode=True, prefetch_scales=True, stepped=True)
 DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=4, split_below=2.0, placed_decode=True,
                           prefetch_scales=True, stepped=True)  # M > 1
 
-# Plans for tools/bench --variants (NVFP4 only; E4M3 keeps gemv_launch.VARIANT_SHAPES). sm_90 SASS (ptxas,
-# Triton 3.6), N = K = 8192: instructions of one warp a step of the main loop (registers). The loop kept
-# 64-bit pointer tensors and rotated them through the pipeline: ~200 of 513 instructions (IADD3, IMAD.X,
-# IMAD.MOV, SEL); the stepped addresses remove most. Issue bound: 0.25 instructions a weight is 16 us a pass
-# at 4 an SM a clock; 13.6 us (65% of copy) needs about 0.2 at full issue.
-# - tensor cores, 32 x 128 B x 4 warps: table 585 (160), placed 518 (128), placed + prefetch 513 (178),
-#   placed + stepped 437 (96), placed + prefetch + stepped 443 (136), table + prefetch + stepped 525 (136);
-#   64 x 128 B x 8 warps (wgmma, LDSM): placed + stepped 374 (144), + prefetch 372 (148); 32 x 256 B placed +
-#   stepped 834 (255, no spills); 16 x 128 B all three 316 (120); 32 x 128 B x 2 warps 765 (255).
-#   Capped at 128 registers (maxnreg), no spills: 64 x 128 B x 8 warps all three 373 (2 programs an SM,
-#   against 1), 32 x 128 B x 4 warps 448 (4 programs against 3).
-#   The decoded tile still goes through shared memory (STS.128 + LDS.128, and ~80 IMAD.MOV assembling the
-#   HMMA operands from LDS.128 at 4 warps; LDSM at 64 rows x 8 warps).
-# - CUDA cores (M = 1), 16 x 128 B x 4 warps: float32 266 (80), placed 269 (80), float32 + prefetch 291 (96),
-#   float32 + stepped 235 (72), + prefetch 245 (71); 32 x 128 B x 6 stages float32 473 (168), + prefetch +
-#   stepped 430 (128: 4 programs an SM).
-_P = dict(placed_decode=True, prefetch_scales=True, stepped=True)
-_F32 = dict(cores_at_m1=True, float32_decode=True)
-VARIANT_SHAPES = tuple(
-    [PlanShape(32, 128, 4, 4, 0.5), PlanShape(32, 256, 3, 4, 0.5)]  # the table decode's best, for comparison
-    + [PlanShape(32, 128, 4, 4, 0.5, placed_decode=True), PlanShape(32, 128, 4, 4, 0.5, placed_decode=True,
-                                                                    prefetch_scales=True),
-       PlanShape(32, 128, 4, 4, 0.5, placed_decode=True, stepped=True),
-       PlanShape(32, 128, 4, 4, 0.5, prefetch_scales=True, stepped=True),
-       PlanShape(32, 256, 3, 4, 0.5, placed_decode=True, stepped=True)]
-    + [PlanShape(32, 128, num_stages, 4, 0.5, **_P) for num_stages in (3, 4, 6)]
-    + [PlanShape(64, 128, 4, 8, 0.5, placed_decode=True, stepped=True)]
-    + [PlanShape(64, 128, num_stages, 8, split_below, **_P) for num_stages, split_below in ((3, 0.5), (4, 0.5),
-                                                                                             (4, 2.0))]
-    + [PlanShape(16, 128, 4, 4, 0.5, **_P), PlanShape(32, 128, 4, 2, 0.5, **_P)]
-    + [PlanShape(32, 128, 4, 4, 0.5, **_P, max_registers=128)]
-    + [PlanShape(64, 128, num_stages, 8, 0.5, **_P, max_registers=128) for num_stages in (3, 4, 5)]
-    + [PlanShape(16, 128, 4, 4, 0.5, **_F32), PlanShape(16, 128, 4, 4, 0.5, **_F32, prefetch_scales=True),
-       PlanShape(16, 128, 4, 4, 0.5, **_F32, stepped=True)]
-    + [PlanShape(block_n, 128, num_stages, num_warps, 0.5, **_F32, prefetch_scales=True, stepped=True)
-       for block_n, num_stages, num_warps in ((16, 3, 4), (16, 4, 4), (16, 6, 4), (16, 4, 2), (32, 4, 4), (32, 6, 4),
-                                              (32, 4, 8), (64, 4, 8))]
-    + [PlanShape(16, 128, 4, 4, 0.5, cores_at_m1=True, **_P), PlanShape(32, 128, 6, 4, 0.5, cores_at_m1=True, **_P)]
+# Plans for tools/bench --variants: each decode and loop option alone and together, around one tile.
+_TABLE_DECODE_BEST = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=0.5)
+_LEAN_LOOP = dict(placed_decode=True, prefetch_scales=True, stepped=True)
+_CORES_FLOAT32 = dict(cores_at_m1=True, float32_decode=True)
+
+
+def _around(**changes) -> PlanShape:
+    return dataclasses.replace(_TABLE_DECODE_BEST, **changes)
+
+
+VARIANT_SHAPES = (
+    _around(), _around(step_bytes=256, num_stages=3),  # the table decode's best, for comparison
+    _around(placed_decode=True), _around(placed_decode=True, prefetch_scales=True),
+    _around(placed_decode=True, stepped=True), _around(prefetch_scales=True, stepped=True),
+    _around(step_bytes=256, num_stages=3, placed_decode=True, stepped=True),
+    *(_around(num_stages=num_stages, **_LEAN_LOOP) for num_stages in (3, 4, 6)),
+    _around(block_n=64, num_warps=8, placed_decode=True, stepped=True),
+    *(_around(block_n=64, num_stages=num_stages, num_warps=8, split_below=split_below, **_LEAN_LOOP)
+      for num_stages, split_below in ((3, 0.5), (4, 0.5), (4, 2.0))),
+    _around(block_n=16, **_LEAN_LOOP), _around(num_warps=2, **_LEAN_LOOP),
+    _around(max_registers=128, **_LEAN_LOOP),
+    *(_around(block_n=64, num_stages=num_stages, num_warps=8, max_registers=128, **_LEAN_LOOP)
+      for num_stages in (3, 4, 5)),
+    _around(block_n=16, **_CORES_FLOAT32), _around(block_n=16, prefetch_scales=True, **_CORES_FLOAT32),
+    _around(block_n=16, stepped=True, **_CORES_FLOAT32),
+    *(_around(block_n=block_n, num_stages=num_stages, num_warps=num_warps, prefetch_scales=True, stepped=True,
+              **_CORES_FLOAT32)
+      for block_n, num_stages, num_warps in ((16, 3, 4), (16, 4, 4), (16, 6, 4), (16, 4, 2), (32, 4, 4), (32, 6, 4),
+                                             (32, 4, 8), (64, 4, 8))),
+    _around(block_n=16, cores_at_m1=True, **_LEAN_LOOP), _around(num_stages=6, cores_at_m1=True, **_LEAN_LOOP),
 )
 
 # -- kernel ---------------------------------------------------------------------------------------
@@ -343,11 +335,11 @@ def _nvfp4_gemv_tiles(
     # meta
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
     COMPILED: tl.constexpr, PTX_DECODE: tl.constexpr, NUM_STAGES: tl.constexpr, CUDA_CORES: tl.constexpr,
-    ALIGNED_STEPS: tl.constexpr, FLOAT32_DECODE: tl.constexpr, PLACED_DECODE: tl.constexpr,
+    FLOAT32_DECODE: tl.constexpr, PLACED_DECODE: tl.constexpr,
     PREFETCH_SCALES: tl.constexpr, STEPPED: tl.constexpr,
 ):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    start, whole, stop = step_bounds(chunk, depth, BLOCK_K, ALIGNED_STEPS)
+    start, whole, stop = step_bounds(chunk, depth, BLOCK_K)
     if CUDA_CORES:  # M = 1; x read as int32 pairs: stride_xk == 1 and x 4-byte aligned (the host checks)
         # bytes and x's pairs load as [BLOCK_N, BLOCK_K / 2] rows (16-byte vectors), then are viewed as
         # [BLOCK_N, blocks, 8] against the block scales [BLOCK_N, blocks, 1]

@@ -1,9 +1,9 @@
-"""The GEMVs' launch-plan variants (``gemv_launch.VARIANT_SHAPES``) as implementations for the battery.
+"""The GEMVs' launch-plan variants (each op's ``VARIANT_SHAPES``) as implementations for the battery.
 
 ``tools/bench --variants`` times every variant on the device and the lead makes the winner the default:
 each must be a correct GEMV before it can be. A design is what a shape's kernel computes differently
-(tensor-core or CUDA-core products at M = 1; on a GPU also the aligned steps' loads and the float32
-decode). Every design meets every cell's corners (the default plan's in ``test_cell``); on a GPU every
+(tensor-core or CUDA-core products at M = 1, NVFP4's decode and loop options; on a GPU also the
+float32 decode). Every design meets every cell's corners (the default plan's in ``test_cell``); on a GPU every
 tile (rows, step, warps) of every design, its own compiled kernel, meets narrow_outputs' corners (tails
 of K, M = 1 and 16, split K) as well; shapes that differ only in pipeline depth or split threshold are
 not judged again. Under the interpreter the block sizes are fixed (``gemv_launch``), so one shape per design stands
@@ -12,18 +12,18 @@ for the rest.
 from __future__ import annotations
 
 from oracles.battery import Implementation
-from ops.gemm.gemv_launch import VARIANT_SHAPES, PlanShape
+from ops.gemm.gemv_launch import PlanShape
 from ops.triton_backend import interpreting
 
 
 def _design(shape: PlanShape) -> tuple:
     if interpreting():  # the placed decode's twin (values times 2**-7), the prefetch, the stepped loop run here too
         return shape.cores_at_m1, shape.placed_decode, shape.prefetch_scales, shape.stepped
-    return (shape.cores_at_m1, shape.aligned_steps, shape.float32_decode and shape.cores_at_m1, shape.placed_decode,
+    return (shape.cores_at_m1, shape.float32_decode and shape.cores_at_m1, shape.placed_decode,
             shape.prefetch_scales, shape.stepped)
 
 
-def shapes_to_judge(entry, default: PlanShape, shapes: tuple = VARIANT_SHAPES) -> list[tuple]:
+def shapes_to_judge(entry, default: PlanShape, shapes: tuple[PlanShape, ...]) -> list[tuple]:
     """(cell, shape) pairs of the op's variant ``shapes``: one shape per design other than ``default``'s
     (the op's M = 1 default, whose design ``test_cell`` judges) on every cell, and on a GPU one shape per
     other tile on narrow_outputs."""

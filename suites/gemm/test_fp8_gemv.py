@@ -51,7 +51,8 @@ def test_battery_accepts_another_correct_implementation(cell):
     assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
 
 
-@pytest.mark.parametrize("cell, shape", gemv_plans.shapes_to_judge(ENTRY, fp8_gemv.DEFAULT_M1_SHAPE),
+@pytest.mark.parametrize("cell, shape", gemv_plans.shapes_to_judge(ENTRY, fp8_gemv.DEFAULT_M1_SHAPE,
+                                                                   fp8_gemv.VARIANT_SHAPES),
                          ids=lambda value: value.label() if hasattr(value, "label") else value.id)
 def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
     """What tools/bench --variants times must be right: each plan on the corners (see gemv_plans)."""
