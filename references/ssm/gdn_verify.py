@@ -105,12 +105,12 @@ def replay_equivalence(impl, kwargs) -> None:
                                   "(slots no row committed included)", oracle="stateful")
 
 
-def replay_equivalence_of_decode_inputs(impl, kwargs) -> None:
-    """The replay property on gdn_decode's inputs, lifted to ``REPLAY_TOKENS`` drafted tokens per row.
+def verify_inputs_of_decode_inputs(kwargs) -> dict:
+    """gdn_decode's inputs lifted to gdn_verify's: ``REPLAY_TOKENS`` drafted tokens per row.
 
     Token 0 is the drawn input itself; token t rotates each row's q, k, v (and g, beta across v heads)
     by t along the last axis, so tokens differ, keep their distribution (a unit k stays unit), and a
-    padding row's garbage stays in that padding row.
+    padding row's garbage stays in that padding row.  The state and slots are shared, not copied.
     """
     def tokens(x):
         return torch.stack([torch.roll(x, t, dims=-1) for t in range(REPLAY_TOKENS)], dim=1)
@@ -118,9 +118,13 @@ def replay_equivalence_of_decode_inputs(impl, kwargs) -> None:
     lifted = {name: tokens(kwargs[name]) for name in ("q", "k", "v", "g", "beta")}
     batch = kwargs["q"].shape[0]
     num_tokens = torch.full((batch,), REPLAY_TOKENS, dtype=torch.int32, device=kwargs["q"].device)
-    replay_equivalence(impl, {**lifted, "state": kwargs["state"], "slots": kwargs["slots"],
-                              "num_tokens": num_tokens, "scale": kwargs["scale"],
-                              "qk_l2norm": kwargs.get("qk_l2norm", False)})
+    return {**lifted, "state": kwargs["state"], "slots": kwargs["slots"], "num_tokens": num_tokens,
+            "scale": kwargs["scale"], "qk_l2norm": kwargs.get("qk_l2norm", False)}
+
+
+def replay_equivalence_of_decode_inputs(impl, kwargs) -> None:
+    """The replay property on gdn_decode's inputs, lifted by ``verify_inputs_of_decode_inputs``."""
+    replay_equivalence(impl, verify_inputs_of_decode_inputs(kwargs))
 
 
 # -- refused inputs ---------------------------------------------------------------------------------

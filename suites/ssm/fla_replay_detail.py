@@ -16,7 +16,7 @@ import torch
 
 from oracles.bitwise import bit_pattern
 from references.ssm.gdn_decode import live_rows
-from references.ssm.gdn_verify import REPLAY_TOKENS
+from references.ssm.gdn_verify import REPLAY_TOKENS, verify_inputs_of_decode_inputs
 from suites.ssm import fla_adapter
 from suites.ssm.gdn_decode_strategy import build
 
@@ -31,13 +31,8 @@ def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def replay_detail(recipe: dict, device: str) -> list[str]:
     kwargs = build(recipe, device)
-    lifted = {name: torch.stack([torch.roll(kwargs[name], t, dims=-1) for t in range(REPLAY_TOKENS)], dim=1)
-              for name in ("q", "k", "v", "g", "beta")}
-    batch = kwargs["q"].shape[0]
-    num_tokens = torch.full((batch,), REPLAY_TOKENS, dtype=torch.int32, device=device)
-    _, checkpoints = fla_adapter.gdn_verify(**lifted, state=kwargs["state"].clone(), slots=kwargs["slots"],
-                                            num_tokens=num_tokens, scale=kwargs["scale"],
-                                            qk_l2norm=kwargs["qk_l2norm"])
+    lifted = verify_inputs_of_decode_inputs(kwargs)  # the oracle's own lifting
+    _, checkpoints = fla_adapter.gdn_verify(**{**lifted, "state": kwargs["state"].clone()})
     replayed = kwargs["state"].clone()
     live = live_rows(kwargs["slots"], kwargs["state"].shape[0])
     lines = []
