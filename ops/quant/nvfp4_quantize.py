@@ -18,35 +18,18 @@ NVIDIA GPUs (``div.full.f32``, up to 2 ulp off), so the three divisions of the c
 ``out_scale`` moves an element that sits on an E2M1 midpoint. ``IEEE_DIVISION=False`` builds the
 kernel with the plain operators: it is the negative control that the battery must reject on a GPU.
 The E4M3 rounding is integer arithmetic on the float32 bits (Triton's float8 cast is not RNE under
-the interpreter: 28 of 2048 random values came back different, measured with Triton 3.6), and the
-E2M1 rounding one float32 add whose ulp is the E2M1 step: both exact on every device, and pinned
+the interpreter), and the E2M1 rounding one float32 add whose ulp is the E2M1 step: both exact on every device, and pinned
 against the references value by value in ``suites/quant/test_nvfp4_quantize.py``. ``x`` is loaded as
 int32 words, two bf16 bit patterns each: the interpreter's bf16 cast mangles subnormals, which the
 battery found on the tiny-amax inputs of the strategy, and a shift (even element) or a mask (odd) is one
 instruction per element. On a GPU ``bmax / 6`` is a product corrected by two FMAs, proved to be the IEEE
 quotient for every bf16 ``bmax`` (the kernel says how); the interpreter, whose ``tl.fma`` rounds twice,
-keeps ``div_rn`` there. The PTX for sm_90 (compiled offline) has 3 ``div.rn.f32`` per thread (the
-reciprocals of its two blocks, and ``1 / global_scale``), 16-byte loads, 8-byte code stores and no
-``.ftz``; the ``IEEE_DIVISION=False`` build has 5 ``div.full.f32``.
+keeps ``div_rn`` there.
 
-Speed. The kernel is bound by instruction issue, not by memory: on the H200 an 8 x 512 tile on 4
-warps of the first version (a block split over two threads, a NaN test per element) ran at 50% of
-copy bandwidth, 910 SASS instructions per thread for 32 elements. Whole blocks per thread, words loaded
-as pairs, E2M1 clamped at 6, the NaN of ``0 * inf`` avoided per block and the fused quotient (see the
-kernel) bring that to 652 (sm_90a, Triton 3.6, nvdisasm), of which the per-element chain is about 15: the
-multiply, the E2M1 rounding (clamp, binade, one add, the index, the sign), the block max and the packing.
-Of those 652, 449 run on the integer ALU (LOP3, SHF, IADD3, LEA, IMNMX, FMNMX, PRMT, ISETP), which takes a
-warp instruction every other clock per SM sub-partition: ~900 clocks per warp, 124 warps per
-sub-partition on [8192, 8192], 56 us at 1.98 GHz against the 63 us measured: the ALU is the bound. The
-lean path (``LEAN``, default ``DEFAULT_LEAN``) computes the same bits with the rounding in float ops
-(``_e2m1_index_at_bit_22``: FMUL, LOP3, IMNMX, FFMA, FADD), the sign and nibble placement by IMAD and
-LEA.HI, one clamp per element (overflowed blocks ORed with index 7 per word) and 4-byte code stores: 570
-instructions, 285 on the ALU (same tile; 1081 and 548 for 64 elements per thread). LEAN 5 adds two
-GPU-only pieces of inline PTX with interpreter twins: the block scales by ``cvt.rn.satfinite.e4m3x2.f32``
-and the sign bits gathered by PRMT, 8 per 6 instructions: 522 and 253 (981 and 484 at 64 elements),
-about 12 instructions per element plus the per-block scale. At 522 issue clocks per warp, [8192, 8192]
-needs ~33 us of issue against 39 us of copy. LEAN 6 also takes the block max as bf16x2 maxima (513; 964
-at 64 elements per thread, 88 registers).
+Speed. The kernel is bound by instruction issue on the integer ALU, not by memory, so the launch plan
+names an ``E2M1Path``: ways of computing the same codes with fewer ALU instructions (the default takes
+513 SASS instructions per thread on an 8 x 512 tile where the first version took 910). The measurements
+that chose it, per path and tile, are in docs/ops/nvfp4_quantize.md.
 """
 from __future__ import annotations
 
@@ -64,71 +47,104 @@ from references.quant import nvfp4_quantize as contract
 
 # -- launch plan ----------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
+class E2M1Path:
+    """How the kernel computes the codes and block scales. Every path gives the same bits (the quant suite
+    runs each against the default); they differ in instructions on the integer ALU, the kernel's bound.
+    The GPU-only options are inline PTX; under the interpreter their twins run instead."""
+    lean_rounding: bool = False         # the rounding by float ops (``_e2m1_index_at_bit_22``), one clamp
+    #                                     per element; else ``_e2m1_satfinite_rne`` per element
+    placement_by_imad_hi: bool = False  # lean: nibbles placed by IMAD.HI (FMA pipe) rather than LEA.HI (ALU)
+    signs_by_prmt: bool = False         # lean: sign bits gathered 8 at a time by PRMT (GPU)
+    scales_by_cvt: bool = False         # block scales by ``cvt.rn.satfinite.e4m3x2`` (GPU)
+    block_max_by_bf16x2: bool = False   # block max by ``max.xorsign.abs.bf16x2`` (GPU)
+
+    def __post_init__(self):
+        if (self.placement_by_imad_hi or self.signs_by_prmt) and not self.lean_rounding:
+            raise ValueError(f"{self}: placement_by_imad_hi and signs_by_prmt are options of lean_rounding")
+        if self.placement_by_imad_hi and self.signs_by_prmt:
+            raise ValueError(f"{self}: signs_by_prmt places the nibbles by shifts; placement_by_imad_hi does not apply")
+
+    def label(self) -> str:
+        options = (("lean", self.lean_rounding), ("IMAD.HI placement", self.placement_by_imad_hi),
+                   ("PRMT signs", self.signs_by_prmt), ("cvt scales", self.scales_by_cvt),
+                   ("bf16x2 max", self.block_max_by_bf16x2))
+        return " + ".join(name for name, on in options if on) or "per-element"
+
+
+PER_ELEMENT = E2M1Path()
+LEAN = E2M1Path(lean_rounding=True)
+# H200: 45.4 us on [8192, 8192], 89% of copy (docs/ops/nvfp4_quantize.md)
+DEFAULT_PATH = E2M1Path(lean_rounding=True, signs_by_prmt=True, scales_by_cvt=True, block_max_by_bf16x2=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class TileShape:
+    """The tunable half of a plan, independent of the input: what ``bench_variants`` sweeps."""
+    elements: int    # elements per program: short rows are stacked until the tile is full
+    max_blocks: int  # 16-element blocks per program row, at most
+    num_warps: int
+
+
+DEFAULT_GPU_TILE = TileShape(elements=8192, max_blocks=64, num_warps=4)  # 8 x 1024 elements, 64 per thread
+# The interpreter pays about 3 ms per program whatever its size, so it takes 8x larger tiles.
+INTERPRETER_TILE_ELEMENTS = 65536
+
+
+@dataclasses.dataclass(frozen=True)
 class LaunchPlan:
     block_rows: int   # rows per program
     blocks: int       # 16-element blocks per program along a row
     num_warps: int
-    lean: int = 0  # the E2M1 path of _quantize_tiles (LEAN, 0..6): same bits, fewer ALU instructions
+    path: E2M1Path
 
 
-# The default GPU plan, in the terms of a bench_variants label "R x C tile W w leanL": (R * C elements per
-# program, C / 16 blocks per program row at most, W warps, L). (8192, 64, 4, 6) is "8x1024 tile 4w lean6",
-# the H200 sweep's best (docs/results/bench_variants_h200_session3_quantize_paged.md): 45.4 us on
-# [8192, 8192], 89% of copy (lean1 at 8x512: 51.5 us; lean0, the kernel before: 60.5 us at best); its inline
-# PTX passed the GPU tests (docs/results/pytest_ptx_h200.log).
-DEFAULT_GPU_PLAN = (8192, 64, 4, 6)
-# The interpreter pays about 3 ms per program whatever its size, so it takes 16x larger tiles.
-GPU_TILE_ELEMENTS, MAX_BLOCKS_PER_PROGRAM_ROW, DEFAULT_NUM_WARPS, DEFAULT_LEAN = DEFAULT_GPU_PLAN
-INTERPRETER_TILE_ELEMENTS = 65536
-
-
-# The E2M1 paths (LEAN of _quantize_tiles, the L of DEFAULT_GPU_PLAN): 0 the per-element _e2m1_satfinite_rne
-# (652 SASS instructions per thread on the 8 x 512 tile at 4 warps, 449 of them on the integer ALU, which
-# issues a warp instruction every other clock: ~900 ALU clocks per warp, the bound), 1 the lean path
-# (570, 285 on the ALU), 2 the lean path with IMAD.HI placement (594, 259 on the ALU), 3 the lean path with
-# the block scales by cvt.rn.satfinite.e4m3x2 (548, 266 on the ALU), 4 the signs by PRMT (548, 274), 5 both
-# (522, 253), 6 that and the block max by max.xorsign.abs.bf16x2 (513, 227 on the ALU + 14 HMNMX2).
-# sm_90a, Triton 3.6, nvdisasm.
-
-
-def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile_elements: int = GPU_TILE_ELEMENTS,
-                max_blocks: int = MAX_BLOCKS_PER_PROGRAM_ROW, num_warps: int = DEFAULT_NUM_WARPS,
-                lean: int = DEFAULT_LEAN) -> LaunchPlan:
-    tile = INTERPRETER_TILE_ELEMENTS if on_interpreter else tile_elements
-    blocks = min(triton.next_power_of_2(blocks_per_row), max_blocks)
+def launch_plan(rows: int, blocks_per_row: int, on_interpreter: bool, tile: TileShape = DEFAULT_GPU_TILE,
+                path: E2M1Path = DEFAULT_PATH) -> LaunchPlan:
+    elements = INTERPRETER_TILE_ELEMENTS if on_interpreter else tile.elements
+    blocks = min(triton.next_power_of_2(blocks_per_row), tile.max_blocks)
     # short rows are stacked until the tile is full, so K = 16 still moves 8 KB per program
-    block_rows = max(1, min(triton.next_power_of_2(rows), tile // (NVFP4_BLOCK * blocks)))
-    return LaunchPlan(block_rows=block_rows, blocks=blocks, num_warps=num_warps, lean=lean)
+    block_rows = max(1, min(triton.next_power_of_2(rows), elements // (NVFP4_BLOCK * blocks)))
+    return LaunchPlan(block_rows=block_rows, blocks=blocks, num_warps=tile.num_warps, path=path)
 
 
-# (elements per program, warps) of the variants: 16 to 64 elements, one to four whole blocks, per thread
-# (64 elements compiled to 127 registers against 64 for 32 and 40 for 16 before the fused quotient:
-# sm_90a, Triton 3.6, ptxas -v). The lean path: 33 registers at 16 elements, 64 at 32, 111 at 64.
-VARIANT_TILES = ((2048, 2), (2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8), (16384, 8))
-# the fastest plans of the per-element path on the H200 (2026-11-30 01:09): 2x1024 2w 60.5 us, 4x1024 8w
-# 60.8 us, 8x512 8w 61.0 us, the default 8x512 4w 63.0 us
-BASELINE_TILES = ((2048, 2, 64), (4096, 8, 64), (4096, 8, 32), (4096, 4, 32))
+# Tiles of the variants: 16 to 64 elements (one to four whole blocks) per thread.
+VARIANT_TILES = tuple(TileShape(elements=elements, max_blocks=max_blocks, num_warps=num_warps)
+                      for elements, num_warps in ((2048, 2), (2048, 4), (4096, 4), (4096, 8), (8192, 4), (8192, 8),
+                                                  (16384, 8))
+                      for max_blocks in (32, 64))
+# the per-element path's fastest tiles on the H200, for comparison
+PER_ELEMENT_TILES = (TileShape(elements=2048, max_blocks=64, num_warps=2),
+                     TileShape(elements=4096, max_blocks=64, num_warps=8),
+                     TileShape(elements=4096, max_blocks=32, num_warps=8),
+                     TileShape(elements=4096, max_blocks=32, num_warps=4))
+LEAN_PRMT_CVT = E2M1Path(lean_rounding=True, signs_by_prmt=True, scales_by_cvt=True)
+# one option at a time against LEAN or LEAN_PRMT_CVT, at 32 and 64 elements per thread
+ONE_CHANGE_PATHS = (E2M1Path(lean_rounding=True, placement_by_imad_hi=True),
+                    E2M1Path(lean_rounding=True, scales_by_cvt=True),
+                    E2M1Path(lean_rounding=True, signs_by_prmt=True),
+                    DEFAULT_PATH)
+ONE_CHANGE_TILES = (TileShape(elements=4096, max_blocks=32, num_warps=4),
+                    TileShape(elements=8192, max_blocks=64, num_warps=4))
 
 
 def bench_variants(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
     """Launch plans around the default, for ``tools/bench --variants`` to time on the device: the best
-    plans of the per-element E2M1 path (lean 0) for comparison, then the lean paths on every tile."""
+    plans of the per-element E2M1 path for comparison, then the lean paths on every tile."""
     variants = {}
 
-    def add(tile_elements, num_warps, max_blocks, lean):
-        plan = launch_plan(x.shape[0], x.shape[1] // NVFP4_BLOCK, False, tile_elements, max_blocks, num_warps, lean)
-        label = f"{plan.block_rows}x{16 * plan.blocks} tile {num_warps}w lean{lean}"
+    def add(tile: TileShape, path: E2M1Path):
+        plan = launch_plan(x.shape[0], x.shape[1] // NVFP4_BLOCK, False, tile, path)
+        label = f"{plan.block_rows}x{16 * plan.blocks} tile {tile.num_warps}w {path.label()}"
         variants[label] = lambda x, global_scale, plan=plan: run_plan(x, global_scale, plan)
 
-    for tile_elements, num_warps, max_blocks in BASELINE_TILES:
-        add(tile_elements, num_warps, max_blocks, 0)
-    for lean in (1, 5):
-        for tile_elements, num_warps in VARIANT_TILES:
-            for max_blocks in (32, 64):
-                add(tile_elements, num_warps, max_blocks, lean)
-    for lean in (2, 3, 4, 6):  # one change at a time against lean 1 or 5, at 32 and 64 elements per thread
-        for tile_elements, num_warps, max_blocks in ((4096, 4, 32), (8192, 4, 64)):
-            add(tile_elements, num_warps, max_blocks, lean)
+    for tile in PER_ELEMENT_TILES:
+        add(tile, PER_ELEMENT)
+    for path in (LEAN, LEAN_PRMT_CVT):
+        for tile in VARIANT_TILES:
+            add(tile, path)
+    for path in ONE_CHANGE_PATHS:
+        for tile in ONE_CHANGE_TILES:
+            add(tile, path)
     return variants
 
 
@@ -258,7 +274,7 @@ def _max_magnitude_bf16x2(a, b):
 @triton.jit
 def _block_max_bf16x2(words):
     """max |x| of each block from its words ([blocks, rows, 2, 4] int32, two bf16 each) as float32: 7 bf16x2
-    maxima and one float32 max for 16 elements, where the float32 path takes 15 FMNMX (LEAN 6)."""
+    maxima and one float32 max for 16 elements, where the float32 path takes 15 FMNMX (``block_max_by_bf16x2``)."""
     shape: tl.constexpr = [words.shape[0], words.shape[1], 2, 2, 2]  # j = 2 a + b: split takes b, then a
     words_02, words_13 = tl.split(tl.reshape(words, shape))
     words_0, words_2 = tl.split(words_02)
@@ -321,14 +337,13 @@ def _quantize_tiles(
     x_words_ptr, stride_xm, global_scale_ptr, rows, blocks_per_row,
     # outputs
     packed_ptr, stride_pm, scales_ptr, stride_sm,
-    # 256, a runtime value so that ptxas keeps the placement multiplications (LEAN) as IMAD.HI on the FMA
-    # pipe instead of turning them into shift-adds (LEA.HI) on the integer ALU
+    # 256, a runtime value so that ptxas keeps the placement multiplications (PLACEMENT_BY_IMAD_HI) as
+    # IMAD.HI on the FMA pipe instead of turning them into shift-adds (LEA.HI) on the integer ALU
     place_multiplier,
-    # meta
+    # meta: the plan's E2M1Path, option by option
     BLOCK_ROWS: tl.constexpr, BLOCKS: tl.constexpr, IEEE_DIVISION: tl.constexpr, FUSED_QUOTIENT: tl.constexpr,
-    LEAN: tl.constexpr,  # 0: _e2m1_satfinite_rne per element; 1-5: the lean path (2: placement by IMAD.HI,
-    # 3: block scales by cvt.rn.satfinite.e4m3x2 on a GPU, 4: signs by PRMT on a GPU, 5: 3 and 4, 6: 5 and
-    # the block max by max.xorsign.abs.bf16x2 on a GPU)
+    LEAN_ROUNDING: tl.constexpr, PLACEMENT_BY_IMAD_HI: tl.constexpr, SIGNS_BY_PRMT: tl.constexpr,
+    SCALES_BY_CVT: tl.constexpr, BLOCK_MAX_BY_BF16X2: tl.constexpr,
 ):
     # The tile is [blocks, rows, half, 4] words: word (b, r, h, j) holds elements 16 b + 8 h + 2 j and the
     # next of row r. Triton spreads a warp's lanes over the leading dimension after the 4 contiguous
@@ -346,7 +361,7 @@ def _quantize_tiles(
     even = (words << 16).to(tl.float32, bitcast=True)  # [blocks, rows, 2, 4]
     odd = (words & -65536).to(tl.float32, bitcast=True)
 
-    if LEAN == 6 and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
+    if BLOCK_MAX_BY_BF16X2 and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
         block_max = _block_max_bf16x2(words)
     else:
         block_max = tl.max(tl.max(tl.maximum(tl.abs(even), tl.abs(odd)), axis=3), axis=2)
@@ -365,7 +380,7 @@ def _quantize_tiles(
     else:
         scale = global_scale * (block_max / 6.0)
         decode_scale = 1.0 / global_scale
-    if (LEAN == 3 or LEAN >= 5) and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
+    if SCALES_BY_CVT and FUSED_QUOTIENT:  # on a GPU only: the interpreter cannot run PTX
         scale_code, scale_value = _e4m3_satfinite_rne_cvt(scale)
     else:
         scale_code, scale_value = _e4m3_satfinite_rne(scale)
@@ -383,8 +398,8 @@ def _quantize_tiles(
     # -0.0 from its bits: a -0.0 literal reaches the PTX as +0.0 (Triton 3.6)
     addend = tl.where(overflowed, 0, -2147483648).to(tl.float32, bitcast=True)[:, :, None, None]
     floor = tl.where(overflowed, 6.0, 0.0)[:, :, None, None]
-    if LEAN >= 4:
-        # LEAN 1's rounding; the signs gathered from the float32 sign bits 8 at a time by PRMT (sign
+    if SIGNS_BY_PRMT:
+        # the lean rounding; the signs gathered from the float32 sign bits 8 at a time by PRMT (sign
         # replicating byte selects) instead of a mask and an IMAD per element
         y_low = tl.fma(even, multiplier, addend)
         y_high = tl.fma(odd, multiplier, addend)
@@ -398,7 +413,7 @@ def _quantize_tiles(
         half_word = (block[:, :, None] * 2 + tl.arange(0, 2)[None, None, :]).to(tl.int64)
         tl.store(packed_ptr + row.to(tl.int64)[:, :, None] * stride_pm + half_word,
                  packed_words.to(tl.int32, bitcast=True), mask=live[:, :, None])
-    elif LEAN:
+    elif LEAN_ROUNDING:
         # The same codes with fewer instructions on the integer ALU (LOP3, SHF, IADD3, LEA, IMNMX, FMNMX:
         # a warp instruction every other clock): one clamp per element, no floor (y = x + 0 in overflowed
         # blocks, finite, so its sign is the contract's: -0 gives +0, the NaN's code 7; the magnitudes
@@ -410,7 +425,7 @@ def _quantize_tiles(
         low = _nibble_at_bit_28(_e2m1_index_at_bit_22(tl.minimum(tl.abs(y_low), 6.0), FUSED_QUOTIENT), y_low)
         high = _nibble_at_bit_28(_e2m1_index_at_bit_22(tl.minimum(tl.abs(y_high), 6.0), FUSED_QUOTIENT), y_high)
         # byte j of the pair (low nibble element 2j) at bits 24..31, then moved to bits 8j of the word
-        if LEAN == 2:
+        if PLACEMENT_BY_IMAD_HI:
             shift_8 = place_multiplier.to(tl.uint32)
         else:  # constant: ptxas makes each umulhi-and-add one LEA.HI (ALU) where IMAD.HI needs a zeroing move
             shift_8 = tl.full([], 256, tl.uint32)
@@ -456,12 +471,15 @@ def run_plan(x: torch.Tensor, global_scale: torch.Tensor, plan: LaunchPlan, ieee
     grid = (triton.cdiv(rows, plan.block_rows), triton.cdiv(blocks_per_row, plan.blocks))
     words = _as_words(x)
     # the lean path stores whole 32-bit words of codes: K / 2 bytes per row is a multiple of 8
-    out = packed.view(torch.int32) if plan.lean else packed
+    out = packed.view(torch.int32) if plan.path.lean_rounding else packed
     _quantize_tiles[grid](
         words, words.stride(0), global_scale, rows, blocks_per_row,
         out, out.stride(0), block_scales.view(torch.uint8), block_scales.stride(0), 256,
         BLOCK_ROWS=plan.block_rows, BLOCKS=plan.blocks, IEEE_DIVISION=ieee_division,
-        FUSED_QUOTIENT=not interpreting(), LEAN=plan.lean, num_warps=plan.num_warps,
+        FUSED_QUOTIENT=not interpreting(), LEAN_ROUNDING=plan.path.lean_rounding,
+        PLACEMENT_BY_IMAD_HI=plan.path.placement_by_imad_hi, SIGNS_BY_PRMT=plan.path.signs_by_prmt,
+        SCALES_BY_CVT=plan.path.scales_by_cvt, BLOCK_MAX_BY_BF16X2=plan.path.block_max_by_bf16x2,
+        num_warps=plan.num_warps,
     )
     return packed, block_scales
 

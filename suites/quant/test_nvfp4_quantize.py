@@ -259,7 +259,7 @@ def test_kernel_rounding_probes_tell_a_wrong_rounding(probe, reference, wrong):
     assert not torch.equal(reference(values[finite]), wrong(values[finite]))
 
 
-# -- the lean E2M1 path (LEAN 1, 2 of the kernel) -----------------------------------------------------
+# -- the lean E2M1 path (E2M1Path.lean_rounding) ------------------------------------------------------
 @triton.jit
 def _lean_codes(values_ptr, codes_ptr, count, BLOCK: tl.constexpr, FMA_ROUNDS_ONCE: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -347,7 +347,7 @@ def _e4m3_by_cvt(values_ptr, code_ptr, value_ptr, count, BLOCK: tl.constexpr):
 
 @pytest.mark.skipif(interpreting(), reason="inline PTX (cvt.rn.satfinite.e4m3x2.f32) runs on a GPU only")
 def test_kernel_e4m3_by_cvt_is_the_reference_on_every_code_every_tie_and_random_bits():
-    """LEAN 3's block scales: the conversion instruction against the reference, value by value."""
+    """The block scales by cvt (scales_by_cvt): the instruction against the reference, value by value."""
     values = _e4m3_probe_values().to(machine_device())
     code = torch.empty(values.shape, dtype=torch.uint8, device=values.device)
     value = torch.empty_like(values)
@@ -374,7 +374,7 @@ def _prmt(a: np.ndarray, b: np.ndarray, selector: int) -> np.ndarray:
 
 
 def test_prmt_sign_gather_selectors_put_each_sign_on_its_nibble():
-    """LEAN 4's ``_sign_bytes`` (a GPU-only PTX block) modelled in numpy, with the two LOP3 masks after it,
+    """The PRMT signs' ``_sign_bytes`` (a GPU-only PTX block) modelled in numpy, with the two LOP3 masks after it,
     against the interpreter twin's sign bits: bit 8j + 3 from element 2j, 8j + 7 from 2j + 1."""
     source = inspect.getsource(kernel_module._sign_bytes.fn)
     assert "0x00FB" in source and "0xFB00" in source and "0x7610" in source
@@ -399,7 +399,8 @@ def _block_max_by_bf16x2(words_ptr, max_ptr, BLOCKS: tl.constexpr):
 
 @pytest.mark.skipif(interpreting(), reason="inline PTX (max.xorsign.abs.bf16x2) runs on a GPU only")
 def test_block_max_by_bf16x2_is_the_float32_max_of_magnitudes():
-    """LEAN 6's block max against torch on random bf16 bit patterns (subnormals, both zeros, no NaN/inf)."""
+    """The bf16x2 block max (block_max_by_bf16x2) against torch on random bf16 bit patterns (subnormals,
+    both zeros, no NaN/inf)."""
     bits = torch.randint(-(2**15), 2**15, (64, 16), dtype=torch.int16, generator=torch.Generator().manual_seed(7))
     bits[(bits & 0x7F80) == 0x7F80] = 0x0001  # the contract's x is finite
     bits[3] = -(2**15)  # a block of -0.0
