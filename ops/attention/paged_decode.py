@@ -48,6 +48,7 @@ row's splits by their log-sum-exp.  What makes it right:
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import torch
 import triton
@@ -59,6 +60,19 @@ from references.attention import paged_decode as contract
 
 
 # -- launch plan ----------------------------------------------------------------------------------
+class Exp(enum.Enum):
+    """How ``p = exp(s - m)`` is computed; each keeps ``lse`` within the band by its own derivation."""
+    FLOAT64_LIBDEVICE = "float64 libdevice"  # float64 from the subtraction on
+    FLOAT64_SHORT = "float64 short"          # float64 by ``_exp_float64_short``: 8 DFMAs, no branches
+    FP32_CODY_WAITE = "fp32 Cody-Waite"      # fp32 ``_exp_difference``, its rounding carried into float64 l
+
+
+class POperand(enum.Enum):
+    """How ``p`` meets V on the 16-bit tensor cores."""
+    HI_LO_HALVES = "hi + lo halves"  # two 16-bit halves: ~16 bits of p (bf16) or ~22 (fp16)
+    FP16_SCALED = "one fp16 2^15 p"  # e4m3 caches only: 11 bits for every p above 2^-29
+
+
 @dataclasses.dataclass(frozen=True)
 class LaunchPlan:
     block_n: int       # token slots per K/V tile
@@ -71,11 +85,10 @@ class LaunchPlan:
     # computed past the group's power of two (``computed`` in the kernel); 16 rows keep q's fragments
     # whole, fewer duplicate them into the padded rows each tile (IMAD.MOV, ptxas sm_90).
     min_dot_rows: int = 16
-    exp_in_float64: bool = True  # p = exp(s - m) in float64 (libdevice); else fp32 Cody-Waite (_exp_difference)
-    short_exp: bool = False      # the float64 exp by ``_exp_float64_short`` (8 DFMAs, no branches)
-    p_halves: int = 2            # p @ v as 16-bit hi + lo halves of p; 1: one fp16 p (e4m3 caches only)
+    exp: Exp = Exp.FLOAT64_LIBDEVICE
+    p_operand: POperand = POperand.HI_LO_HALVES
     # e4m3 V -> fp16 by inline ``cvt.rn.f16x2.e4m3x2`` where it was loaded (``_e4m3_to_fp16``; the
-    # interpreter runs its twin): no per-element select and repacking (862 -> 755 instructions a tile)
+    # interpreter runs its twin): no per-element select and repacking
     convert_ptx: bool = False
     lazy_rescale: bool = False  # rescale l and acc only in tiles where a row's max moved (the same bits)
 
@@ -89,31 +102,12 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
         e4m3 = {knob: value for knob, value in E4M3_PLAN.items() if knob not in ("num_stages", "split_tokens")}
         return plan if cache_dtype != torch.float8_e4m3fn else dataclasses.replace(plan, **e4m3)
     # Tiles of 16 KB of bf16 K (128 x 64, 64 x 128, 32 x 256 tokens x D), moved by cp.async into a
-    # 3-stage pipeline (metadata -> K/V -> math).  1024 positions per split: the H200 sweep at the
-    # bench shape (D=128, 4 warps, 3 stages) gave 622 us against 650 us at 512 and 726 us at 256 —
-    # fewer partials and programs; the partials stay under 1% of the KV bytes (G x D fp32 per
-    # 1024 x D x 2 x itemsize, the same share at every D), a single 8K row still gets 8 splits per
-    # KV head, and B=64 x Hkv=8 at L=8192 gives 4096 programs (31 per SM).  D=256 runs 8 warps (255
-    # registers at 4).  e4m3 keeps at most 64 tokens a tile: at 128 x 64 with 4 warps Triton 3.6
-    # moves the e4m3 -> fp16 conversion of V after the shared-memory transpose despite the select
-    # (172 shared loads a thread a tile, against 35; ptxas sm_90).
-    # Issue per 64-token tile, warp instructions of one warp at the bench shape (ptxas sm_90, Triton
-    # 3.6; 4 warps a program, so an SM issues the tile in that many clocks, against the 2048 (bf16)
-    # or 1024 (e4m3) clocks its 32 or 16 KB take at full copy bandwidth): bf16 643 at 16 rows with
-    # the float64 exp (139 registers, 66 KB shared: 3 programs per SM); the tile inside one page took
-    # it from 1294.  e4m3 836 with the group's 4 rows, one fp16 p and the float64 exp, 839 with the
-    # Cody-Waite exp (its 29 float64 instructions against 101); capped at 128 registers (862, no
-    # spills) it runs 4 programs per SM, which its 50 KB of shared memory allows.  That plan ran at
-    # 60% of copy (420 us, H200).  Its tile now (hot path, no rescale): 581 with V widened by inline
-    # PTX where loaded (-107: no per-element select and repack), the rescale skipped while the max
-    # stays (-57), ``_exp_float64_short`` (-25) and 2 stages (-46, 34 KB shared; the last sweep had
-    # 2 and 3 stages equal).  Splits of 2048: a row's max moves in ~1 - (1 - 1/t)^G of its t-th tiles
-    # (G = 4: 7.7 of 16 tiles rescale, 10.4 of 32), and half the partials (1.6% of the e4m3 bytes).
-    # The H200 sweep of that plan (docs/results/bench_variants_h200_session3_paged_decode.md): 415 us at 2
-    # stages, 397 us at 3 (the default), against 420 us for the plan 1.5x its instructions: e4m3 is not
-    # bound by issue; K, V and the page entry all arrive by cp.async through the 3-stage pipeline (6 async
-    # copies in the ttgir), so neither is it an exposed load. What bounds it is not settled (the H200 has
-    # not profiled it): e4m3 reads 128 bytes a token and head where bf16 reads 256.
+    # 3-stage pipeline (metadata -> K/V -> math).  Splits of 1024 positions: fewer partials and programs
+    # than 512 or 256 (622 us against 650 and 726 at the bench shape, H200), the partials under 1% of the
+    # KV bytes, and still 8 splits per KV head for one 8K row.  D=256 runs 8 warps (255 registers at 4).
+    # e4m3 keeps at most 64 tokens a tile (wider, Triton converts V after its shared-memory transpose),
+    # a cap of 128 registers (4 programs per SM) and splits of 2048 (its rescales are rarer): 397 us.
+    # The sweeps and instruction counts behind each choice: docs/ops/paged_decode.md.
     # Sparse runs the dense plan (the selection resolved beforehand by ``_resolve_selection``).
     num_warps = 8 if head_dim == 256 else 4
     block_n = 16384 // (2 * head_dim)
@@ -126,8 +120,8 @@ def launch_plan(head_dim: int, cache_dtype: torch.dtype) -> LaunchPlan:
 
 # The e4m3 default's split, stages, row padding, numerics, V conversion and rescale: the one line to change for
 # another sweep winner (bench_variants' e4m3 labels are relative to it).
-E4M3_PLAN = {"split_tokens": 2048, "num_stages": 3, "min_dot_rows": 1, "exp_in_float64": True, "short_exp": True,
-             "p_halves": 1, "convert_ptx": True, "lazy_rescale": True}
+E4M3_PLAN = {"split_tokens": 2048, "num_stages": 3, "min_dot_rows": 1, "exp": Exp.FLOAT64_SHORT,
+             "p_operand": POperand.FP16_SCALED, "convert_ptx": True, "lazy_rescale": True}
 
 
 def _widened(cache_dtype: torch.dtype):
@@ -163,6 +157,9 @@ def _e4m3_to_fp16(x, keep, PTX: tl.constexpr):
                                          dtype=tl.float16, is_pure=True, pack=4)
     else:
         return tl.where(keep != 0, x.to(tl.float16), 0.0)
+
+
+P_SCALE = tl.constexpr(32768.0)  # one fp16 p is 2^15 p (p <= 1): 11 bits for every p above 2^-29
 
 
 def _dot_operand(widened):
@@ -323,6 +320,124 @@ def _resolve_selection(
         tl.store(live_slots_ptr + out_row + entry, tl.where(counted, live_slots, 0), mask=within)
 
 
+@triton.jit
+def _tile_slots(position, end, offs_n, k_tile, v_tile, k_stride_p, k_stride_s, v_stride_p, v_stride_s, num_pages,
+                table_row, table_stride_m, selected_pages_ptr, selected_live_slots_ptr, selected_row,
+                BLOCK_N: tl.constexpr, PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr):
+    """The tile's slots that may be read (``valid``) and their K and V row addresses: a token below
+    ``end`` on a valid page inside the pool, and, sparse, a counted entry's live slot."""
+    n = position + offs_n
+    within = n < end
+    if PAGE_SIZE >= BLOCK_N:
+        # Both powers of two and tiles start at multiples of BLOCK_N: the tile lies in one page, so
+        # its metadata is one scalar load and its addresses a scalar offset from loop-invariant ones
+        # (the per-token division, table gather and 64-bit address arithmetic were ~60% of the loop's
+        # instructions at D=128: ptxas sm_90).  ``position < end <= limit``: the entry exists.
+        first_slot = position % PAGE_SIZE
+        if SPARSE:
+            physical = tl.load(selected_pages_ptr + selected_row + position // PAGE_SIZE)
+            live_slots = tl.load(selected_live_slots_ptr + selected_row + position // PAGE_SIZE)
+            valid = within & (physical >= 0) & (first_slot + offs_n < live_slots)
+        else:
+            physical = tl.load(table_row + (position // PAGE_SIZE) * table_stride_m)
+            valid = within & (physical >= 0) & (physical < num_pages)
+        physical = physical.to(tl.int64)
+        k_rows = k_tile + (physical * k_stride_p + first_slot * k_stride_s)
+        v_rows = v_tile + (physical * v_stride_p + first_slot * v_stride_s)
+    else:
+        if SPARSE:
+            entry = n // PAGE_SIZE
+            slot = n % PAGE_SIZE
+            physical = tl.load(selected_pages_ptr + selected_row + entry, mask=within, other=-1)
+            live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=within, other=0)
+            valid = within & (physical >= 0) & (slot < live_slots)   # -1 unless counted, in the pool
+        else:
+            logical = n // PAGE_SIZE      # dense positions are tokens, and end <= seq_len
+            slot = n % PAGE_SIZE
+            physical = tl.load(table_row + logical * table_stride_m, mask=within, other=-1)
+            valid = within & (physical >= 0) & (physical < num_pages)
+        physical = physical.to(tl.int64)
+        k_rows = k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None]
+        v_rows = v_tile + (physical * v_stride_p + slot * v_stride_s)[:, None]
+    return valid, k_rows, v_rows
+
+
+@triton.jit
+def _rescale(m, m_new, m_base, l, acc, LAZY_RESCALE: tl.constexpr):
+    """The online softmax's correction of ``l`` and ``acc`` for a running max moved from ``m`` to ``m_new``."""
+    if LAZY_RESCALE:
+        # m_new == m (not NaN) in every row gives alpha = exp(0) = 1, or exp(-inf) = 0 on an l and
+        # acc still 0: skipping the rescale keeps the bits, and after a row's first tiles its max
+        # rarely moves (the float64 exp and the acc multiply were ~80 instructions a tile)
+        if tl.sum((m_new != m).to(tl.int32), axis=0) != 0:
+            alpha = tl.exp((m - m_base).to(tl.float64))
+            l = l * alpha
+            acc = acc * alpha.to(tl.float32)[:, None]
+    else:
+        alpha = tl.exp((m - m_base).to(tl.float64))             # float64: it rescales l, hence lse
+        l = l * alpha
+        acc = acc * alpha.to(tl.float32)[:, None]
+    return l, acc
+
+
+@triton.jit
+def _probabilities(scores, finite_scores, m_base, valid, computed, l, EXP_IN_FLOAT64: tl.constexpr,
+                   SHORT_EXP: tl.constexpr):
+    """``p = exp(s - m)`` of the tile (0 on invalid slots and padding rows) as fp32, and ``l`` plus its row
+    sums, kept in float64 (``lse`` depends on it)."""
+    if EXP_IN_FLOAT64 and SHORT_EXP:
+        p_exact = _exp_float64_short(finite_scores, m_base[:, None])
+        p_exact = tl.where(valid[None, :] & computed[:, None], p_exact, 0.0)
+        l = l + tl.sum(p_exact, axis=1)
+        p = p_exact.to(tl.float32)
+    elif EXP_IN_FLOAT64:
+        # float64, from the subtraction on: the GPU's fp32 exp (ex2.approx after a rounded multiply by
+        # log2 e) put lse 1.03 ULP from truth on the H200 (band 1 ULP, stock 0.23) for a 16-token row
+        p_exact = tl.exp(scores.to(tl.float64) - m_base.to(tl.float64)[:, None])
+        p_exact = tl.where(computed[:, None], p_exact, 0.0)
+        l = l + tl.sum(p_exact, axis=1)
+        p = p_exact.to(tl.float32)
+    else:
+        p, p_error = _exp_difference(finite_scores, m_base[:, None])
+        live = valid[None, :] & computed[:, None]
+        p = tl.where(live, p, 0.0)
+        p_error = tl.where(live, p_error, 0.0)
+        l = l + tl.sum(p.to(tl.float64) + p_error.to(tl.float64), axis=1)
+    return p, l
+
+
+@triton.jit
+def _load_v(v_rows, valid, WIDENED: tl.constexpr, OPERAND: tl.constexpr, CONVERT_V: tl.constexpr,
+            PTX: tl.constexpr):
+    """The tile's V as the ``p @ v`` operand (0 on invalid slots), widened where it was loaded."""
+    v = tl.load(v_rows, mask=valid[:, None], other=0.0)
+    if CONVERT_V:
+        v = _e4m3_to_fp16(v, -valid.to(tl.int32)[:, None], PTX)
+    elif WIDENED == tl.float16:
+        # Widen V where it was loaded, 16 bytes a thread, before Triton moves it into the dot
+        # operand through shared memory: the select (a no-op on values: masked slots load 0)
+        # keeps Triton from converting after that move instead, which reads e4m3 V one byte at a
+        # time (64 ld.shared.b8 a thread per 64 x 128 tile; ptxas sm_90, Triton 3.6).
+        v = tl.where(valid[:, None], v.to(WIDENED), 0.0)
+    return v.to(OPERAND)
+
+
+@triton.jit
+def _add_p_times_v(acc, p, v, WIDENED: tl.constexpr, OPERAND: tl.constexpr, P_IN_HALVES: tl.constexpr):
+    """``acc + p @ v`` on the tensor cores, p as 16-bit hi + lo halves or (e4m3) one fp16 ``2^15 p``."""
+    if P_IN_HALVES:
+        p_hi = p.to(WIDENED)
+        p_lo = (p - p_hi.to(tl.float32)).to(WIDENED)
+        acc = tl.dot(p_hi.to(OPERAND), v, acc)
+        acc = tl.dot(p_lo.to(OPERAND), v, acc)
+    else:
+        # fp16 p alone (e4m3 caches), scaled by 2^15 (p <= 1): 11 bits for every p above 2^-29, an
+        # absolute error under 2^-41 below — finer than the stock op's bf16 p (8 bits) everywhere.
+        p_scaled = (p * P_SCALE).to(WIDENED)
+        acc = tl.dot(p_scaled.to(OPERAND), v, acc)
+    return acc
+
+
 # Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
 # head dim, page size, group's power of two, cache dtype and dense/sparse, whatever the batch, table
 # and pool sizes.
@@ -345,10 +460,9 @@ def _decode_splits(
     # meta
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
     PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, WIDENED: tl.constexpr, OPERAND: tl.constexpr,
-    EXP_IN_FLOAT64: tl.constexpr, P_HALVES: tl.constexpr, REAL_ROWS: tl.constexpr, CONVERT_V: tl.constexpr,
+    EXP_IN_FLOAT64: tl.constexpr, P_IN_HALVES: tl.constexpr, REAL_ROWS: tl.constexpr, CONVERT_V: tl.constexpr,
     PTX: tl.constexpr, LAZY_RESCALE: tl.constexpr, SHORT_EXP: tl.constexpr,
 ):
-    P_SCALE: tl.constexpr = 32768.0
     pid = tl.program_id(0)
     split = pid % splits
     kv_head = (pid // splits) % kv_heads
@@ -383,40 +497,10 @@ def _decode_splits(
     l = tl.zeros([GROUP_PAD], tl.float64)
     acc = tl.zeros([GROUP_PAD, D], tl.float32)
     for position in range(start, end, BLOCK_N):
-        n = position + offs_n
-        within = n < end
-        if PAGE_SIZE >= BLOCK_N:
-            # Both powers of two and tiles start at multiples of BLOCK_N: the tile lies in one page, so
-            # its metadata is one scalar load and its addresses a scalar offset from loop-invariant ones
-            # (the per-token division, table gather and 64-bit address arithmetic were ~60% of the loop's
-            # instructions at D=128: ptxas sm_90).  ``position < end <= limit``: the entry exists.
-            first_slot = position % PAGE_SIZE
-            if SPARSE:
-                physical = tl.load(selected_pages_ptr + selected_row + position // PAGE_SIZE)
-                live_slots = tl.load(selected_live_slots_ptr + selected_row + position // PAGE_SIZE)
-                valid = within & (physical >= 0) & (first_slot + offs_n < live_slots)
-            else:
-                physical = tl.load(table_row + (position // PAGE_SIZE) * table_stride_m)
-                valid = within & (physical >= 0) & (physical < num_pages)
-            physical = physical.to(tl.int64)
-            k_rows = k_tile + (physical * k_stride_p + first_slot * k_stride_s)
-            v_rows = v_tile + (physical * v_stride_p + first_slot * v_stride_s)
-        else:
-            if SPARSE:
-                entry = n // PAGE_SIZE
-                slot = n % PAGE_SIZE
-                physical = tl.load(selected_pages_ptr + selected_row + entry, mask=within, other=-1)
-                live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=within, other=0)
-                valid = within & (physical >= 0) & (slot < live_slots)   # -1 unless counted, in the pool
-            else:
-                logical = n // PAGE_SIZE      # dense positions are tokens, and end <= seq_len
-                slot = n % PAGE_SIZE
-                physical = tl.load(table_row + logical * table_stride_m, mask=within, other=-1)
-                valid = within & (physical >= 0) & (physical < num_pages)
-            physical = physical.to(tl.int64)
-            k_rows = k_tile + (physical * k_stride_p + slot * k_stride_s)[:, None]
-            v_rows = v_tile + (physical * v_stride_p + slot * v_stride_s)[:, None]
-
+        valid, k_rows, v_rows = _tile_slots(
+            position, end, offs_n, k_tile, v_tile, k_stride_p, k_stride_s, v_stride_p, v_stride_s, num_pages,
+            table_row, table_stride_m, selected_pages_ptr, selected_live_slots_ptr, selected_row,
+            BLOCK_N, PAGE_SIZE, SPARSE)
         k = tl.load(k_rows, mask=valid[:, None], other=0.0)
         scores = tl.dot(q, tl.trans(k.to(WIDENED).to(OPERAND)))
         if WIDENED == tl.float16:
@@ -426,64 +510,17 @@ def _decode_splits(
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
-        if LAZY_RESCALE:
-            # m_new == m (not NaN) in every row gives alpha = exp(0) = 1, or exp(-inf) = 0 on an l and
-            # acc still 0: skipping the rescale keeps the bits, and after a row's first tiles its max
-            # rarely moves (the float64 exp and the acc multiply were ~80 instructions a tile)
-            if tl.sum((m_new != m).to(tl.int32), axis=0) != 0:
-                alpha = tl.exp((m - m_base).to(tl.float64))
-                l = l * alpha
-                acc = acc * alpha.to(tl.float32)[:, None]
-        else:
-            alpha = tl.exp((m - m_base).to(tl.float64))             # float64: it rescales l, hence lse
-            l = l * alpha
-            acc = acc * alpha.to(tl.float32)[:, None]
-        if EXP_IN_FLOAT64 and SHORT_EXP:
-            p_exact = _exp_float64_short(finite_scores, m_base[:, None])
-            p_exact = tl.where(valid[None, :] & computed[:, None], p_exact, 0.0)
-            l = l + tl.sum(p_exact, axis=1)
-            p = p_exact.to(tl.float32)
-        elif EXP_IN_FLOAT64:
-            # float64, from the subtraction on: the GPU's fp32 exp (ex2.approx after a rounded multiply by
-            # log2 e) put lse 1.03 ULP from truth on the H200 (band 1 ULP, stock 0.23) for a 16-token row
-            p_exact = tl.exp(scores.to(tl.float64) - m_base.to(tl.float64)[:, None])
-            p_exact = tl.where(computed[:, None], p_exact, 0.0)
-            l = l + tl.sum(p_exact, axis=1)
-            p = p_exact.to(tl.float32)
-        else:
-            p, p_error = _exp_difference(finite_scores, m_base[:, None])
-            live = valid[None, :] & computed[:, None]
-            p = tl.where(live, p, 0.0)
-            p_error = tl.where(live, p_error, 0.0)
-            l = l + tl.sum(p.to(tl.float64) + p_error.to(tl.float64), axis=1)
-
-        v = tl.load(v_rows, mask=valid[:, None], other=0.0)
-        if CONVERT_V:
-            v = _e4m3_to_fp16(v, -valid.to(tl.int32)[:, None], PTX)
-        elif WIDENED == tl.float16:
-            # Widen V where it was loaded, 16 bytes a thread, before Triton moves it into the dot
-            # operand through shared memory: the select (a no-op on values: masked slots load 0)
-            # keeps Triton from converting after that move instead, which reads e4m3 V one byte at a
-            # time (64 ld.shared.b8 a thread per 64 x 128 tile; ptxas sm_90, Triton 3.6).
-            v = tl.where(valid[:, None], v.to(WIDENED), 0.0)
-        v = v.to(OPERAND)
-        if P_HALVES == 2:
-            p_hi = p.to(WIDENED)
-            p_lo = (p - p_hi.to(tl.float32)).to(WIDENED)
-            acc = tl.dot(p_hi.to(OPERAND), v, acc)
-            acc = tl.dot(p_lo.to(OPERAND), v, acc)
-        else:
-            # fp16 p alone (e4m3 caches), scaled by 2^15 (p <= 1): 11 bits for every p above 2^-29, an
-            # absolute error under 2^-41 below — finer than the stock op's bf16 p (8 bits) everywhere.
-            p_scaled = (p * P_SCALE).to(WIDENED)
-            acc = tl.dot(p_scaled.to(OPERAND), v, acc)
+        l, acc = _rescale(m, m_new, m_base, l, acc, LAZY_RESCALE)
+        p, l = _probabilities(scores, finite_scores, m_base, valid, computed, l, EXP_IN_FLOAT64, SHORT_EXP)
+        v = _load_v(v_rows, valid, WIDENED, OPERAND, CONVERT_V, PTX)
+        acc = _add_p_times_v(acc, p, v, WIDENED, OPERAND, P_IN_HALVES)
         m = m_new
 
     part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
     written = in_group & (start < limit)
     tl.store(part_m_ptr + part, m, mask=written)
     tl.store(part_l_ptr + part, l, mask=written)
-    if P_HALVES == 1:
+    if not P_IN_HALVES:
         acc = acc * (1.0 / P_SCALE)   # exact: a power of two
     tl.store(part_acc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=written[:, None])
 
@@ -543,7 +580,7 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     if batch * query_heads == 0:
         return o, lse
     widened = _widened(k_cache.dtype)
-    if plan.p_halves == 1 and widened != tl.float16:
+    if plan.p_operand is POperand.FP16_SCALED and widened != tl.float16:
         raise ValueError(f"{plan}: a single 16-bit p is fp16's (e4m3 caches); bf16 p keeps only 8 bits")
     sparse = page_select is not None
     if sparse:
@@ -577,9 +614,9 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
         float(sm_scale) * float(kv_scale),
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=plan.block_n, SPLIT_TOKENS=plan.split_tokens,
-        PAGE_SIZE=page_size, SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened), EXP_IN_FLOAT64=plan.exp_in_float64,
-        SHORT_EXP=plan.short_exp,
-        P_HALVES=plan.p_halves, REAL_ROWS=triton.next_power_of_2(group),
+        PAGE_SIZE=page_size, SPARSE=sparse, WIDENED=widened, OPERAND=_dot_operand(widened),
+        EXP_IN_FLOAT64=plan.exp is not Exp.FP32_CODY_WAITE, SHORT_EXP=plan.exp is Exp.FLOAT64_SHORT,
+        P_IN_HALVES=plan.p_operand is POperand.HI_LO_HALVES, REAL_ROWS=triton.next_power_of_2(group),
         CONVERT_V=plan.convert_ptx and widened == tl.float16, PTX=not interpreting(),
         LAZY_RESCALE=plan.lazy_rescale, num_warps=plan.num_warps,
         num_stages=plan.num_stages, **({} if plan.max_registers is None else {"maxnreg": plan.max_registers}),
@@ -611,14 +648,12 @@ def bytes_moved(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.
 def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> dict:
     """Plans around the default, for ``tools/bench --variants`` to time on the device.
 
-    The H200 sweeps ruled out 8 warps at D=128, splits of 256 and 512, and bf16 tiles of 32 or 128.
-    bf16 keeps the default and two plans.  e4m3: launch-plan knobs (``split``, ``stages``, ``block``,
-    ``register cap``, ``rows``, ``no ptx convert``, ``no lazy rescale``) keep the default's numerics
-    (the last two its bits); ``exp fp32 Cody-Waite``, ``exp float64 libdevice`` and ``p hi+lo`` change
-    how p is computed or multiplied, each within the band by its own derivation; ``round-1 default``
-    is the plan the 01:50 sweep timed as the default (420 us).  SASS per 64-token tile of one warp on
-    the hot path (no rescale), ptxas sm_90: default (3 stages) 627, at 2 stages 581; round-1 default 850;
-    rows 8 586 (2 stages); register cap 168 571 (2 stages; 154 registers: 3 programs per SM)."""
+    bf16 keeps the default and two plans (the sweeps in docs/ops/paged_decode.md ruled out the rest).
+    e4m3: launch-plan knobs (``split``, ``stages``, ``block``, ``register cap``, ``rows``, ``no ptx
+    convert``, ``no lazy rescale``) keep the default's numerics (the last two its bits); ``exp fp32
+    Cody-Waite``, ``exp float64 libdevice`` and ``p hi+lo`` change how p is computed or multiplied, each
+    within the band by its own derivation; ``round-1 default`` is the e4m3 default before the lean tile
+    (splits of 1024, Cody-Waite exp, V converted by Triton, every tile rescaled)."""
     default = launch_plan(q.shape[2], k_cache.dtype)
     replace = dataclasses.replace
     if k_cache.dtype != torch.float8_e4m3fn:
@@ -626,11 +661,11 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
                  "lazy rescale": replace(default, lazy_rescale=True),
                  "split 2048, lazy rescale": replace(default, split_tokens=2048, lazy_rescale=True)}
     else:
-        cody_waite = {"exp_in_float64": False}
+        cody_waite = {"exp": Exp.FP32_CODY_WAITE}
         plans = {
             "default": default,
             "round-1 default": replace(default, split_tokens=1024, num_stages=3, convert_ptx=False,
-                                       lazy_rescale=False, short_exp=False, **cody_waite),
+                                       lazy_rescale=False, **cody_waite),
             "no ptx convert": replace(default, convert_ptx=False),
             "no lazy rescale": replace(default, lazy_rescale=False),
             "rows 8": replace(default, min_dot_rows=8),
@@ -648,9 +683,9 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
             "numerics: exp fp32 Cody-Waite": replace(default, **cody_waite),
             "numerics: exp fp32 Cody-Waite, rows 8": replace(default, min_dot_rows=8, **cody_waite),
             "numerics: exp fp32 Cody-Waite, split 1024": replace(default, split_tokens=1024, **cody_waite),
-            "numerics: p hi+lo": replace(default, p_halves=2),
-            "numerics: exp float64 libdevice": replace(default, short_exp=False),
-            "numerics: exp float64 libdevice, 2 stages": replace(default, short_exp=False, num_stages=2),
+            "numerics: p hi+lo": replace(default, p_operand=POperand.HI_LO_HALVES),
+            "numerics: exp float64 libdevice": replace(default, exp=Exp.FLOAT64_LIBDEVICE),
+            "numerics: exp float64 libdevice, 2 stages": replace(default, exp=Exp.FLOAT64_LIBDEVICE, num_stages=2),
         }
     distinct = {}
     for label, plan in plans.items():
