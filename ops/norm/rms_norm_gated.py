@@ -20,15 +20,11 @@ contract's fp32 arithmetic is written.  Division and square root round to neares
 x and z are read once: their loads ask to be evicted first, leaving L2 to the weight every row reads.
 
 Cost model (H200 bench case [8192, 4096], group 128, gate, amax): 201 MB move in 47 us at copy
-bandwidth, and the per-element arithmetic issues in about as long: libdevice ``exp`` (9 SASS
-instructions), the correctly rounded division of silu (10 on its fast path), the rest ~25 — ~45 issued an
-element at 8 warps a row (ptxas sm_90a, offline), ~47 us on 132 SMs at one instruction a clock per
-scheduler.  So the plan spends no instruction it can avoid: no masks when the row fills the tile, the
+bandwidth, and the per-element arithmetic (~45 SASS instructions an element at 8 warps a row) issues in
+about as long.  So the plan spends no instruction it can avoid: no masks when the row fills the tile, the
 group mean as an exact multiplication by 1/group when the group is a power of two, the GPU's own bf16
-rounding, one relaxed atomic a program.  The first kernel (one row a program, masked, integer bf16
-rounding, acq_rel atomics: the same ~56 instructions an element as its persistent successor) took
-82.8 us; that successor, persistent programs taking one row at a time with nothing in flight between
-rows, 109 us.
+rounding, one relaxed atomic a program.  The counts and the kernels before this one:
+docs/ops/rms_norm_gated.md.
 
 amax: each program takes the largest ``|y|`` of its rows as the 15 low bits of the bf16 pattern —
 ``|y|`` has a clear sign bit, and non-negative bf16 values order as their bit patterns do (+inf below
@@ -51,9 +47,6 @@ from ops.norm import rms_norm_gated_cells as claims
 from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, sm_count
 from references.norm import rms_norm_gated as contract
 
-NO_GATE, NORM_THEN_GATE, GATE_THEN_NORM = 0, 1, 2
-GATE_CODES = {"none": NO_GATE, "norm_then_gate": NORM_THEN_GATE, "gate_then_norm": GATE_THEN_NORM}
-
 
 # -- launch plan ----------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
@@ -70,13 +63,9 @@ class LaunchPlan:
 def launch_plan(width: int, group_size: int, elements_per_thread: int = 16, max_warps: int = 8) -> LaunchPlan:
     group = triton.next_power_of_2(group_size)
     groups = triton.next_power_of_2(width // group_size)
-    # 16 elements a thread: two 16-byte loads of each of x and z in flight per thread.  H200 bench case
-    # [8192, 4096] (ptxas sm_90a, offline): 8 warps a row, 80 registers (one 4-byte spill outside the row's
-    # work), 3 programs resident per SM, ~45 SASS instructions issued an element (4 warps: ~41 but 149
-    # registers, 12 warps an SM; 16 warps: ~53, the per-row reductions shared by fewer elements).
-    # Persistent programs, 2 an SM, each loading its next row before normalizing this one: the H200 sweep's
-    # best (docs/results/bench_variants_h200_session3_gemv_rms.md), 66.2 us at [8192, 4096], 71.5% of copy (one
-    # program a row: 71.7 us; 4 an SM: 67.1 us).
+    # 16 elements a thread: two 16-byte loads of each of x and z in flight per thread (8 warps a row at
+    # H = 4096).  Persistent programs, 2 an SM, each loading its next row before normalizing this one: the
+    # H200 sweep's best, 66.2 us at [8192, 4096], 71.5% of copy (docs/ops/rms_norm_gated.md).
     warps = max(1, min(max_warps, group * groups // (32 * elements_per_thread)))
     return LaunchPlan(groups=groups, group=group, num_warps=triton.next_power_of_2(warps), programs_per_sm=2,
                       prefetch=True)
@@ -115,7 +104,7 @@ def _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stri
     row = tl.cast(row, tl.int64)  # row * stride past 2**31 elements
     x = tl.load(x_ptr + row * x_row_stride + col * x_col_stride, mask=inside, other=0.0, eviction_policy=STREAM)
     z = x
-    if GATE != 0:
+    if GATE != "none":
         z = tl.load(z_ptr + row * z_row_stride + col * z_col_stride, mask=inside, other=0.0,
                     eviction_policy=STREAM)
     return x, z
@@ -130,7 +119,8 @@ def _rms_norm_gated_rows(
     # sizes
     rows, width, group_size, group_divisor, eps,
     # meta
-    GROUPS: tl.constexpr, GROUP: tl.constexpr, GATE: tl.constexpr, WRITE_AMAX: tl.constexpr,
+    GROUPS: tl.constexpr, GROUP: tl.constexpr, WRITE_AMAX: tl.constexpr,
+    GATE: tl.constexpr,        # "none", "norm_then_gate" or "gate_then_norm" (rms_norm_gated_cells.gate_of)
     WHOLE_TILE: tl.constexpr,  # the row fills the tile exactly: no padding lanes, no masks
     STREAM: tl.constexpr,      # eviction policy of the read-once x and z loads
     PREFETCH: tl.constexpr,    # load a program's next row before normalizing this one (persistent plans)
@@ -158,11 +148,11 @@ def _rms_norm_gated_rows(
                                        row, col, inside, GATE, STREAM)
         x = bf16_bits_to_float32(x_bits)
         u = x
-        if GATE != 0:
+        if GATE != "none":
             z = bf16_bits_to_float32(z_bits)
             # silu(z); z * -1 rather than -z (0 - z) lets ptxas fold the sign into exp's first multiply-add
             gate = tl.math.div_rn(z, 1.0 + exp_fp32(z * -1.0))
-            if GATE == 2:
+            if GATE == "gate_then_norm":
                 u = x * gate
         # padding lanes hold 0 and add nothing to a group's sum of squares
         square_sum = tl.sum(u * u, axis=1)
@@ -172,7 +162,7 @@ def _rms_norm_gated_rows(
             mean_square = tl.math.div_rn(square_sum, group_divisor)
         rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(mean_square + eps))
         y = u * rstd[:, None] * w
-        if GATE == 1:
+        if GATE == "norm_then_gate":
             y = y * gate
         y = float32_to_bf16_rne(y)
         tl.store(y_ptr + tl.cast(row, tl.int64) * width + col, y, mask=inside)
@@ -200,7 +190,7 @@ def run_plan(plan: LaunchPlan, x, z, weight, eps, group_size, norm_before_gate=T
     y = torch.empty((rows, width), dtype=torch.bfloat16, device=x.device)
     if y.numel() == 0:
         return y
-    gate = GATE_CODES[claims.gate_of(z, norm_before_gate)]
+    gate = claims.gate_of(z, norm_before_gate)  # "none", "norm_then_gate" or "gate_then_norm"
     gate_input = x if z is None else z
     _rms_norm_gated_rows[(_programs(plan, rows, x.device),)](
         x, x.stride(0), x.stride(1), gate_input, gate_input.stride(0), gate_input.stride(1),
