@@ -37,11 +37,11 @@ def launch_plan(slot_elements: int, interpreted: bool) -> LaunchPlan:
         # about 3 ms per program and per sweep under the interpreter, whatever its size: one program per
         # row sweeps its whole slot in blocks as large as Triton allows
         block = min(2**20, triton.next_power_of_2(slot_elements))
-        return LaunchPlan(block, triton.cdiv(slot_elements, block) * block)
+        return LaunchPlan(block=block, chunk=triton.cdiv(slot_elements, block) * block)
     # 4096 elements (16 KB fp32) per program: a 128x128x32-head slot is 128 programs per row, and a
     # commit of 64 rows is 8192 programs, enough to keep every SM's loads in flight.
     block = min(4096, triton.next_power_of_2(slot_elements))
-    return LaunchPlan(block, block)
+    return LaunchPlan(block=block, chunk=block)
 
 
 # -- kernel ---------------------------------------------------------------------------------------

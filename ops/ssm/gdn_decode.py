@@ -49,17 +49,13 @@ def launch_plan(dk: int, dv: int, interpreted: bool) -> LaunchPlan:
     if interpreted:
         # The interpreter charges per operation, not per element (13 to 45 ms per program and token,
         # measured here): one program per (row, v head).
-        return LaunchPlan(block_k, triton.next_power_of_2(dv), num_warps=4)
+        return LaunchPlan(block_k=block_k, block_v=triton.next_power_of_2(dv), num_warps=4)
     # 32 columns (128 bytes of each fp32 state row, 64 of bf16), all Dk rows, 64 state values per thread:
-    # on the H200 (B=64 HV=32 Dk=Dv=128 fp32, 2026-11-29) [128, 32] on 2 warps took 76.8 us and [128, 64]
-    # on 4 warps 78.7, where every plan at 32 values per thread ([128, 32] / 4 warps 85.4, [128, 16] /
-    # 2 warps 84.4, [128, 8] / 1 warp 94.9) or 16 ([128, 32] / 8 warps 94.7) was slower: more state in
-    # flight per thread hides the memory latency better. [128, 32] on 2 warps compiles to 128 registers for
-    # both state dtypes, no spills (sm_90a, Triton 3.6, ptxas -v), 8 programs per SM; the rule gives
-    # [64, 32] on 1 warp (128 registers, no spills) at Dk = 64. B=64, HV=32, Dv=128 makes 8192 programs.
+    # more state in flight per thread hides the memory latency better ([128, 32] on 2 warps: 76.8 us on
+    # the H200 at B=64 HV=32 Dk=Dv=128 fp32, the best; the other plans in docs/ops/gdn_decode.md).
     block_v = min(triton.next_power_of_2(dv), 32)
     num_warps = max(1, min(8, block_k * block_v // (64 * 32)))
-    return LaunchPlan(block_k, block_v, num_warps)
+    return LaunchPlan(block_k=block_k, block_v=block_v, num_warps=num_warps)
 
 
 # -- kernel ---------------------------------------------------------------------------------------
@@ -214,7 +210,8 @@ def bench_variants(q, k, v, g, beta, state, slots, scale, qk_l2norm=False) -> di
     block_k = triton.next_power_of_2(q.shape[-1])
     variants = {}
     for block_v, num_warps in ((8, 1), (8, 2), (16, 2), (16, 4), (32, 1), (32, 4), (32, 8), (64, 4), (64, 8)):
-        plan = LaunchPlan(block_k, min(block_v, triton.next_power_of_2(v.shape[-1])), num_warps)
+        plan = LaunchPlan(block_k=block_k, block_v=min(block_v, triton.next_power_of_2(v.shape[-1])),
+                          num_warps=num_warps)
         variants[f"block_v={plan.block_v} warps={num_warps}"] = (
             lambda plan=plan, **kwargs: run_plan(plan, **kwargs))
     return variants
