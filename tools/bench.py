@@ -77,8 +77,10 @@ def copy_bandwidth_gbps(device) -> float:
     return 2 * 4 * COPY_ELEMENTS / seconds / 1e9
 
 
-def bench_entry(entry, device, copy_gbps: float, variants: bool, case_done=lambda rows: None) -> list[Row]:
-    """Rows of ``entry``'s bench cases; ``case_done(rows so far)`` after each case."""
+def bench_entry(entry, device, copy_gbps: float, variants: bool, case_done=lambda rows: None,
+                others: dict | None = None) -> list[Row]:
+    """Rows of ``entry``'s bench cases; ``case_done(rows so far)`` after each case.  ``others``
+    (label -> function) are further implementations of the contract timed beside ours (``--impl``)."""
     import importlib
 
     rows = []
@@ -87,7 +89,7 @@ def bench_entry(entry, device, copy_gbps: float, variants: bool, case_done=lambd
         kwargs = case.make(device)
         moved = case.bytes_moved(**kwargs)
         stock_us, stock_timing = median_us(lambda: entry.stock(**kwargs))
-        timed = {"kernel": entry.kernel, "stock": entry.stock, **case.competitors}
+        timed = {"kernel": entry.kernel, "stock": entry.stock, **case.competitors, **(others or {})}
         if variants and hasattr(module, "bench_variants"):
             timed.update({f"variant {name}": fn for name, fn in module.bench_variants(**kwargs).items()})
         for impl, fn in timed.items():
@@ -135,6 +137,9 @@ def main(argv=None) -> int:
     parser = ArgumentParser(prog="tools/bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--op", action="append", default=[], metavar="NAME", help="op to bench (default: all)")
     parser.add_argument("--variants", action="store_true", help="also time the kernels' launch-plan variants")
+    parser.add_argument("--impl", action="append", default=[], metavar="MODULE:ATTR",
+                        help="also time this implementation of the chosen op (repeatable; one --op), e.g. "
+                             "suites.thirdparty.liger_rmsnorm:rms_norm_gated")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--out", metavar="PATH", help="also write the table (markdown, with its command) to PATH")
     args = parser.parse_args(argv)
@@ -148,6 +153,9 @@ def main(argv=None) -> int:
     unknown = [name for name in args.op if name not in registry]
     if unknown:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
+    if args.impl and len(args.op) != 1:
+        raise UsageError("--impl times implementations of one op: name it with one --op")
+    others = {spec: _load(spec) for spec in args.impl}
     device = torch.device("cuda")
     copy_gbps = copy_bandwidth_gbps(device)
     print(f"device {torch.cuda.get_device_name(device)}: copy bandwidth {copy_gbps:.0f} GB/s (read + write)",
@@ -163,7 +171,7 @@ def main(argv=None) -> int:
                 if args.out:  # the table so far: a run cut short by its time limit still leaves its rows
                     _write(args.out, f"{header} (incomplete: stopped in {label}, after its case "
                                      f"{entry_rows[-1].case})\n\n{table(rows + entry_rows)}\n")
-            rows += bench_entry(entry, device, copy_gbps, args.variants, case_done)
+            rows += bench_entry(entry, device, copy_gbps, args.variants, case_done, others)
             print(f"  {name} [{entry.backend}]: done", file=sys.stderr, flush=True)
     text = f"{header}\n\n{table(rows)}\n"
     if args.json:
@@ -175,6 +183,22 @@ def main(argv=None) -> int:
     if args.out:
         _write(args.out, text)
     return 0
+
+
+def _load(spec: str):
+    """``MODULE:ATTR`` -> the function (usage error, one line, when it cannot be had)."""
+    import importlib
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(f"--impl {spec!r}: expected MODULE:ATTR")
+    try:
+        function = getattr(importlib.import_module(module_name), attribute)
+    except Exception as error:  # noqa: BLE001 - any failure to load is a usage error, in one line
+        raise UsageError(f"--impl {spec}: cannot load it: {type(error).__name__}: {error}") from None
+    if not callable(function):
+        raise UsageError(f"--impl {spec}: not callable")
+    return function
 
 
 def _write(path: str, text: str) -> None:
