@@ -453,12 +453,14 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
         remaining = [o for o in live if o not in result.failures]
         if not remaining:
             return
+        refused = result.refused_examples
         for oracle, failure in battery.judge(recipe, remaining, result).items():
             failure.recipe = recipe
             result.failures[oracle] = failure
             if corner:
                 from_corner.add(oracle)
-        result.examples += 1
+        if result.refused_examples == refused:   # a clearly refused input is counted apart, never as judged
+            result.examples += 1
         if progress:
             progress(f"{entry.name}/{cell.id}: {result.examples}/{planned} examples")
 
@@ -492,6 +494,12 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
             flaky_failure.recipe = first.recipe
             flaky_failure.__cause__ = flaky
             result.failures.setdefault("determinism", flaky_failure)
+    if live and result.examples == 0 and result.refused_examples:
+        # refusing an input beyond one's own limits is allowed; refusing every input leaves nothing judged
+        nothing = OracleFailure(live[0], f"refused all {result.refused_examples} examples of the cell: no answer "
+                                         f"was judged (a cell passes only on inputs the implementation answers)")
+        nothing.recipe = None
+        result.failures[live[0]] = nothing
     for oracle in live:
         if oracle in result.failures:
             result.verdicts[oracle] = _fail_verdict(result.failures[oracle])

@@ -314,6 +314,8 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
     else:  # bitwise: the only number is how often the stock op itself breaks the contract
         numbers = f"bitwise; stock op disagreed with the contract on {result.stock_disagreements} examples"
     line = f"{where}/{result.cell_id}: {result.status.upper()} after {result.examples} examples ({numbers})"
+    if result.refused_examples:
+        line += f", {result.refused_examples} more refused clearly (beyond the implementation's own limits)"
     if seconds is not None:
         line += f" in {seconds:.1f}s"
     line += f"\n  {result.summary()}"

@@ -40,7 +40,9 @@ def _live_slots(plane, page_table, positions):
     position = positions.long()
     logical = torch.div(position, slots, rounding_mode="floor")
     in_table = (position >= 0) & (logical < page_table.shape[1])
-    page = torch.gather(page_table.long(), 1, torch.where(in_table, logical, 0))
+    # a -1 column past the table: what an out-of-table position (and every position of an M = 0 table) reads
+    table = torch.nn.functional.pad(page_table.long(), (0, 1), value=-1)
+    page = torch.gather(table, 1, torch.where(in_table, logical, page_table.shape[1]))
     live = in_table & (page >= 0)
     return live, torch.where(live, page, 0), torch.where(live, position % slots, 0)
 
