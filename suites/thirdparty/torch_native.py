@@ -58,5 +58,5 @@ def rollback_save(plane, page_table, positions):
 
 def rollback_restore(plane, page_table, positions, saved, rejected):
     live, page, slot = _live_slots(plane, page_table, positions)
-    write = live & rejected
+    write = live & rejected.bool()
     plane[page[write], slot[write]] = saved[write]
