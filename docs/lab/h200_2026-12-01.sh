@@ -5,7 +5,7 @@
 #   tests            the GPU tests of this session's changes (hostile implementations, separation,
 #                    NVFP4-KV decode, the reshaped kernels)
 #   thirdparty       every third-party adapter (suites/thirdparty, fla-core) judged through the battery
-#   bench            tools/bench over every op, and each third-party implementation beside ours
+#   bench            tools/bench op by op: our kernels, the stock op and its third-party implementations
 # Carried wheels in .whl/ are installed once, by tools/install-wheels when it is there.
 set -uo pipefail
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" ]]; then sed -n '2,9p' "$0" | cut -c3-; exit 0; fi
@@ -54,22 +54,28 @@ thirdparty)
     judge fla_gdn --op gdn_decode --op gdn_verify --op gdn_commit --impl suites.ssm.fla_adapter
     tar cf "$out/thirdparty.tar" -C "$out" thirdparty && rm -r "$out/thirdparty"
     ;;
-bench)
-    timeout "${BENCH_LIMIT_S:-300}" tools/bench --out "$out/bench_h200.md" > /dev/null 2>&1; echo "bench: exit $?"
+bench)  # one tools/bench run an op: our kernels, the stock op and the op's third-party implementations side by side
     mkdir -p "$out/bench"
-    for pair in fp8_gemv:suites.thirdparty.torch_scaled_mm:fp8_gemv \
-                rms_norm_gated:suites.thirdparty.liger_rmsnorm:rms_norm_gated \
-                rms_norm_gated:suites.thirdparty.fla_rmsnorm:rms_norm_gated \
-                nvfp4_quantize:suites.thirdparty.torchao_nvfp4:nvfp4_quantize \
-                paged_decode:suites.thirdparty.sglang_decode:paged_decode \
-                greedy_argmax:suites.thirdparty.torch_native:greedy_argmax \
-                strict_accept:suites.thirdparty.torch_native:strict_accept \
-                rollback_restore:suites.thirdparty.torch_native:rollback_restore; do
-        op=${pair%%:*}; impl=${pair#*:}; label=${impl#suites.thirdparty.}; label=${label%%:*}
-        timeout 90 tools/bench --op "$op" --impl "$impl" --out "$out/bench/${op}_$label.md" > /dev/null 2>&1
-        echo "bench $op $label: exit $?"
-    done
-    tar cf "$out/bench_thirdparty.tar" -C "$out" bench && rm -r "$out/bench"
+    tp=suites.thirdparty
+    while read -r op impls; do
+        args=(--op "$op"); for impl in $impls; do args+=(--impl "$impl"); done
+        timeout "${BENCH_OP_LIMIT_S:-75}" tools/bench "${args[@]}" --out "$out/bench/$op.md" > /dev/null 2>&1
+        echo "bench $op: exit $?"
+    done <<LIST
+greedy_argmax $tp.torch_native:greedy_argmax
+strict_accept $tp.torch_native:strict_accept
+rollback_restore $tp.torch_native:rollback_restore
+rollback_save $tp.torch_native:rollback_save
+fp8_gemv $tp.torch_scaled_mm:fp8_gemv
+nvfp4_gemv
+nvfp4_quantize $tp.torchao_nvfp4:nvfp4_quantize
+rms_norm_gated $tp.liger_rmsnorm:rms_norm_gated $tp.fla_rmsnorm:rms_norm_gated
+paged_decode $tp.sglang_decode:paged_decode
+paged_decode_nvfp4kv
+gdn_decode
+gdn_verify
+LIST
+    tar cf "$out/bench.tar" -C "$out" bench && rm -r "$out/bench"
     ;;
 *) echo "unknown phase $phase (certify|tests|thirdparty|bench)" >&2; exit 2 ;;
 esac
