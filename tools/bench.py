@@ -93,7 +93,13 @@ def bench_entry(entry, device, copy_gbps: float, variants: bool, case_done=lambd
         if variants and hasattr(module, "bench_variants"):
             timed.update({f"variant {name}": fn for name, fn in module.bench_variants(**kwargs).items()})
         for impl, fn in timed.items():
-            time_us, timing = (stock_us, stock_timing) if impl == "stock" else median_us(lambda: fn(**kwargs))
+            try:
+                time_us, timing = (stock_us, stock_timing) if impl == "stock" else median_us(lambda: fn(**kwargs))
+            except Exception as error:  # noqa: BLE001 - another implementation may not serve this case at all
+                if impl not in (others or {}):
+                    raise
+                print(f"  {impl}: not timed on {case.label}: {type(error).__name__}: {error}", file=sys.stderr)
+                continue
             rows.append(Row(f"{entry.name} [{entry.backend}]", case.label, impl, time_us, timing, moved, copy_gbps,
                             stock_us, case.target))
         del kwargs
