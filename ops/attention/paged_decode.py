@@ -54,7 +54,7 @@ import triton
 import triton.language as tl
 
 from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
-from ops.triton_backend import interpreting
+from ops.triton_backend import block_and, interpreting
 from references.attention import paged_decode as contract
 
 
@@ -480,7 +480,7 @@ def _decode_splits(
         m = m_new
 
     part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
-    written = in_group & (start < limit)
+    written = block_and(in_group, start < limit)
     tl.store(part_m_ptr + part, m, mask=written)
     tl.store(part_l_ptr + part, l, mask=written)
     if P_HALVES == 1:
