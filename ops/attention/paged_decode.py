@@ -394,10 +394,10 @@ def _decode_splits(
             if SPARSE:
                 physical = tl.load(selected_pages_ptr + selected_row + position // PAGE_SIZE)
                 live_slots = tl.load(selected_live_slots_ptr + selected_row + position // PAGE_SIZE)
-                valid = within & (physical >= 0) & (first_slot + offs_n < live_slots)
+                valid = block_and(within & (first_slot + offs_n < live_slots), physical >= 0)
             else:
                 physical = tl.load(table_row + (position // PAGE_SIZE) * table_stride_m)
-                valid = within & (physical >= 0) & (physical < num_pages)
+                valid = block_and(within, (physical >= 0) & (physical < num_pages))
             physical = physical.to(tl.int64)
             k_rows = k_tile + (physical * k_stride_p + first_slot * k_stride_s)
             v_rows = v_tile + (physical * v_stride_p + first_slot * v_stride_s)
