@@ -61,16 +61,6 @@ else:
         return tl.where(values == values, rounded, 0x7FC0).to(tl.int16).to(tl.bfloat16, bitcast=True)
 
 
-@triton.jit
-def block_and(block_mask, flag):
-    """``block_mask & flag`` for a scalar ``flag`` (a comparison), kept a bool block under the interpreter.
-
-    The interpreter labels a scalar comparison with its operands' type, so broadcasting it to a block
-    makes int32 data, and from Triton 3.9 a load or store refuses such a mask ("mask has unsupported
-    dtype"); a select of the bool block stays bool there, and compiles to the same ``and`` on a GPU."""
-    return tl.where(flag, block_mask, False)
-
-
 # tl.exp on fp32 compiles to ex2.approx of x * log2(e) on NVIDIA GPUs (error grows with |x|); libdevice's
 # expf is within 2 ulp, and is what torch's exp runs on CUDA.  The interpreter has no libdevice, and
 # numpy's float32 exp (a SIMD path) was measured 1.17 ulp off where torch's was 0.17: there the exp is

@@ -54,7 +54,8 @@ import triton
 import triton.language as tl
 
 from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
-from ops.triton_backend import block_and, interpreting
+from ops.triton_backend import interpreting
+from ops.triton_masks import block_and
 from references.attention import paged_decode as contract
 
 

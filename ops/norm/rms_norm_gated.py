@@ -48,7 +48,8 @@ import triton.language as tl
 
 from ops.catalog import ALL_ARCHS
 from ops.norm import rms_norm_gated_cells as claims
-from ops.triton_backend import bf16_bits_to_float32, block_and, exp_fp32, float32_to_bf16_rne, sm_count
+from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, sm_count
+from ops.triton_masks import block_and
 from references.norm import rms_norm_gated as contract
 
 NO_GATE, NORM_THEN_GATE, GATE_THEN_NORM = 0, 1, 2

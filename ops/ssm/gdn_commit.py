@@ -19,7 +19,8 @@ import triton
 import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, Cell, Entry, OneOf, Parity, Span
-from ops.triton_backend import block_and, interpreting
+from ops.triton_backend import interpreting
+from ops.triton_masks import block_and
 from references.ssm import gdn_commit as contract
 
 _BITS = {2: torch.int16, 4: torch.int32}

@@ -27,7 +27,8 @@ import triton
 import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, OneOf, Parity, Span
-from ops.triton_backend import bf16_bits_to_float32, block_and, exp_fp32, float32_to_bf16_rne, interpreting
+from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, interpreting
+from ops.triton_masks import block_and
 from references.ssm import gdn_decode as contract
 from references.ssm import gdn_verify as verify_contract
 
