@@ -26,7 +26,7 @@ quack() {  # judge quack's RMSNorm through the adapter's entry point $1 on the o
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   if [ "$stage" = cute ]; then
-    exports="$(python3 tools/install-cutlass-dsl --target /tmp/cutlass-dsl)" || exit 1
+    exports="$(python3 tools/install-wheels --target /tmp/cutlass-dsl)" || exit 1
     eval "$exports"
     python3 -c "import cutlass, quack; print('nvidia-cutlass-dsl', cutlass.__version__, '| quack-kernels', quack.__version__)"
     # each step announced, a stack dump if one hangs: whether the host or the kernel would stall certify

@@ -56,6 +56,7 @@ import triton.language as tl
 
 from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import interpreting
+from ops.triton_masks import block_and
 from references.attention import paged_decode as contract
 from references.validation import require_within_limits
 
@@ -338,10 +339,10 @@ def _tile_slots(position, end, offs_n, k_tile, v_tile, k_stride_p, k_stride_s, v
         if SPARSE:
             physical = tl.load(selected_pages_ptr + selected_row + position // PAGE_SIZE)
             live_slots = tl.load(selected_live_slots_ptr + selected_row + position // PAGE_SIZE)
-            valid = within & (physical >= 0) & (first_slot + offs_n < live_slots)
+            valid = block_and(within & (first_slot + offs_n < live_slots), physical >= 0)
         else:
             physical = tl.load(table_row + (position // PAGE_SIZE) * table_stride_m)
-            valid = within & (physical >= 0) & (physical < num_pages)
+            valid = block_and(within, (physical >= 0) & (physical < num_pages))
         physical = physical.to(tl.int64)
         k_rows = k_tile + (physical * k_stride_p + first_slot * k_stride_s)
         v_rows = v_tile + (physical * v_stride_p + first_slot * v_stride_s)
@@ -518,7 +519,7 @@ def _decode_splits(
         m = m_new
 
     part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
-    written = in_group & (start < limit)
+    written = block_and(in_group, start < limit)
     tl.store(part_m_ptr + part, m, mask=written)
     tl.store(part_l_ptr + part, l, mask=written)
     if not P_IN_HALVES:

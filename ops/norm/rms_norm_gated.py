@@ -45,6 +45,7 @@ import triton.language as tl
 from ops.catalog import ALL_ARCHS
 from ops.norm import rms_norm_gated_cells as claims
 from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, sm_count
+from ops.triton_masks import block_and
 from references.norm import rms_norm_gated as contract
 
 
@@ -142,7 +143,7 @@ def _rms_norm_gated_rows(
         if PREFETCH:
             x_bits, z_bits = x_next, z_next
             x_next, z_next = _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride,
-                                       row + programs, col, inside & (row + programs < rows), GATE, STREAM)
+                                       row + programs, col, block_and(inside, row + programs < rows), GATE, STREAM)
         else:
             x_bits, z_bits = _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride,
                                        row, col, inside, GATE, STREAM)

@@ -20,6 +20,7 @@ import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import interpreting
+from ops.triton_masks import block_and
 from references.ssm import gdn_commit as contract
 from references.validation import require_within_limits
 
@@ -63,7 +64,7 @@ def _commit_rows(
     start = part * chunk
     for offset in range(start, start + chunk, BLOCK):
         elements = offset + tl.arange(0, BLOCK)
-        inside = (elements < SLOT_ELEMENTS) & commits
+        inside = block_and(elements < SLOT_ELEMENTS, commits)
         tl.store(target + elements, tl.load(source + elements, mask=inside), mask=inside)
 
 

@@ -28,6 +28,7 @@ import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, OneOf, Parity, Span
 from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, interpreting
+from ops.triton_masks import block_and
 from references.ssm import gdn_decode as contract
 from references.ssm import gdn_verify as verify_contract
 from references.validation import require_within_limits
@@ -108,9 +109,9 @@ def _gdn_tokens(
     live = (slot >= 0) & (slot < num_slots)
     count = tl.load(count_ptr + row * count_stride, mask=count_given != 0, other=tokens)
     count = tl.where(live, tl.minimum(tl.maximum(count, 0), tokens), 0)
-    stores_state = in_block & (live | (write_padding != 0))
+    stores_state = block_and(in_block, live | (write_padding != 0))
 
-    h = tl.load(state_ptr + slot * state_stride_slot + block, mask=in_block & live, other=0.0)
+    h = tl.load(state_ptr + slot * state_stride_slot + block, mask=block_and(in_block, live), other=0.0)
     if STATE_BF16:
         h = bf16_bits_to_float32(h)
     # token 0's addresses; each token moves them on by the token strides
@@ -123,10 +124,10 @@ def _gdn_tokens(
     dst_ptrs = dst_ptr + slot * dst_stride_slot + row * dst_stride_b + block
     for t in range(0, tokens):
         active = t < count
-        k_mask = k_in & active
+        k_mask = block_and(k_in, active)
         q = bf16_bits_to_float32(tl.load(q_ptrs, mask=k_mask, other=0.0))
         k = bf16_bits_to_float32(tl.load(k_ptrs, mask=k_mask, other=0.0))
-        v = bf16_bits_to_float32(tl.load(v_ptrs, mask=v_in & active, other=0.0))
+        v = bf16_bits_to_float32(tl.load(v_ptrs, mask=block_and(v_in, active), other=0.0))
         g = tl.load(g_ptrs, mask=active, other=0.0)
         beta = tl.load(beta_ptrs, mask=active, other=0.0)
         if QK_L2NORM:

@@ -30,7 +30,7 @@ from references.norm import rms_norm_gated as contract
 
 
 def _quack_rmsnorm(x, weight, eps):
-    from quack import rmsnorm  # late: quack needs a GPU and its own wheels (tools/install-cutlass-dsl)
+    from quack import rmsnorm  # late: quack needs a GPU and its own wheels (tools/install-wheels)
 
     return rmsnorm(x, weight, eps=eps)
 

@@ -5,6 +5,8 @@
 - ``dev``: a few more draws, random, with the local database so failures come back first.
 - ``gpu``: many draws per cell, what ``--device cuda`` certification uses.
 - ``nightly``: fresh seeds and many draws; flaky examples are reported as failures.
+- ``smoke``: one draw per cell besides its corners: .ci/run's second toolchain, which checks that every
+  kernel still runs there, not again what the pinned run proved.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ settings.register_profile("ci", max_examples=6, derandomize=True, database=None,
 settings.register_profile("dev", max_examples=12, **_COMMON)
 settings.register_profile("gpu", max_examples=100, database=None, **_COMMON)
 settings.register_profile("nightly", max_examples=400, database=None, **_COMMON)
+settings.register_profile("smoke", max_examples=1, derandomize=True, database=None, **_COMMON)
 
 DEFAULT_PROFILE = "ci"
 
