@@ -19,6 +19,6 @@ ADAPTER_CODE = {"rms_norm_gated": "amax raised in torch from the returned bf16 y
 
 def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
     y = rmsnorm_fn(x, weight, None, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate)
-    if amax is not None:
+    if amax is not None and y.numel():
         torch.maximum(amax, y.float().abs().amax().reshape(1), out=amax)
     return y

@@ -22,6 +22,6 @@ def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
     if z is not None or group_size != x.shape[-1]:
         raise NotImplementedError("liger-kernel's RMSNorm has no gate and no groups within a row")
     y = LigerRMSNormFunction.apply(x, weight, eps, 0.0, "none", False)
-    if amax is not None:
+    if amax is not None and y.numel():
         torch.maximum(amax, y.float().abs().amax().reshape(1), out=amax)
     return y

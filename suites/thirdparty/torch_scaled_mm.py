@@ -7,7 +7,9 @@ and ``b`` column-major.  The contract's activation is bf16, so the adapter quant
 - ``x`` (bf16) is scaled per tensor to e4m3 (``amax / 448`` as its decode scale, 1 where ``amax`` is
   0) — a precision choice of this route, not of the contract (``y = x.float() @ w.float().T * w_scale``
   with x exact): the band judges what it costs;
-- ``M`` is padded to 16 with zero rows, sliced off after.
+- ``M`` is padded to 16 with zero rows and ``K`` to a multiple of 16 with zero columns (cuBLASLt's
+  own limits: exact, zeros add nothing), sliced off after; an empty ``x`` or weight gives an empty or
+  zero ``y`` without a call.
 """
 from __future__ import annotations
 
@@ -15,20 +17,25 @@ import torch
 
 PACKAGE = "torch"
 JUDGED = {"fp8_gemv": "fp8_gemv"}
-ADAPTER_CODE = {"fp8_gemv": "x quantized to e4m3 with a per-tensor scale (amax / 448); M padded to 16"}
+ADAPTER_CODE = {"fp8_gemv": "x quantized to e4m3 with a per-tensor scale (amax / 448); M and K padded to 16"}
 
 E4M3_MAX = 448.0
 ROW_MULTIPLE = 16
 
 
+def _round_up(size: int) -> int:
+    return -(-size // ROW_MULTIPLE) * ROW_MULTIPLE
+
+
 def fp8_gemv(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> torch.Tensor:
-    rows = x.shape[0]
+    (rows, depth), columns = x.shape, w.shape[0]
+    if x.numel() == 0 or w.numel() == 0:
+        return torch.zeros(rows, columns, dtype=torch.bfloat16, device=x.device)
     amax = x.float().abs().amax()
     x_scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax)).reshape(1)
-    x_e4m3 = (x.float() / x_scale).to(torch.float8_e4m3fn)
-    padded = torch.zeros((-(-rows // ROW_MULTIPLE) * ROW_MULTIPLE, x.shape[1]), dtype=torch.float8_e4m3fn,
-                         device=x.device)
-    padded[:rows] = x_e4m3
-    y = torch._scaled_mm(padded, w.t(), scale_a=x_scale, scale_b=w_scale.reshape(1).float(),
-                         out_dtype=torch.bfloat16)
-    return y[:rows]
+    a = torch.zeros(_round_up(rows), _round_up(depth), dtype=torch.float8_e4m3fn, device=x.device)
+    a[:rows, :depth] = (x.float() / x_scale).to(torch.float8_e4m3fn)
+    b = torch.zeros(_round_up(columns), _round_up(depth), dtype=torch.float8_e4m3fn, device=x.device)
+    b[:columns, :depth] = w
+    y = torch._scaled_mm(a, b.t(), scale_a=x_scale, scale_b=w_scale.reshape(1).float(), out_dtype=torch.bfloat16)
+    return y[:rows, :columns]
