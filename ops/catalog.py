@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
+from references.bounds import OneOf, Span
 from references.validation import Refusal
 
 REQUIRE_CERTIFIED_ENV = "KPARITY_REQUIRE_CERTIFIED"
@@ -84,31 +85,6 @@ def stable_seed(*parts: object) -> int:
     """A 63-bit seed from a stable digest of ``parts`` (never Python's salted ``hash``)."""
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
-
-
-@dataclasses.dataclass(frozen=True)
-class Span:
-    """An inclusive integer range of one cell dimension."""
-
-    lo: int
-    hi: int
-
-    def __post_init__(self):
-        if self.lo > self.hi:
-            raise ValueError(f"Span: lo={self.lo} is above hi={self.hi}")
-
-    def __contains__(self, value: object) -> bool:
-        return isinstance(value, int) and self.lo <= value <= self.hi
-
-
-@dataclasses.dataclass(frozen=True)
-class OneOf:
-    """A finite set of choices (dtypes, flags, sizes) of one cell dimension."""
-
-    choices: tuple
-
-    def __contains__(self, value: object) -> bool:
-        return value in self.choices
 
 
 _SNAKE_CASE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")

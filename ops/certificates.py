@@ -27,8 +27,8 @@ def certificate_path(entry: Entry) -> pathlib.Path:
     return pathlib.Path(entry.kernel_file).with_suffix(".cert.json")
 
 
-# The catalog and the certificates themselves describe kernels; they are not part of one.
-_NOT_KERNEL_SOURCES = {"ops", "ops.catalog", "ops.certificates", "references"}
+# The catalog, its cell bounds and the certificates themselves describe kernels; they are not part of one.
+_NOT_KERNEL_SOURCES = {"ops", "ops.catalog", "ops.certificates", "references", "references.bounds"}
 
 
 def modules_used(roots, prefixes: tuple[str, ...], excluded=frozenset()) -> set[str]:

@@ -13,7 +13,7 @@ and once per cell: 7. refused inputs.
 
 A cell runs its fixed corner recipes first, then Hypothesis-drawn ones (seeded from a stable digest
 of the cell id), shrinking a failure to a minimal recipe.  Strategy modules live at
-``suites/<family>/<op>_strategy.py`` and provide ``recipes(cell, device)``, ``corners(cell, device)``
+``references/<family>/<op>_strategy.py`` and provide ``recipes(cell, device)``, ``corners(cell, device)``
 and ``build(recipe, device)``; a recipe's shapes never depend on its ``seed``.
 """
 from __future__ import annotations
@@ -48,7 +48,7 @@ process can name the oracle and the example when the process dies (``tools/isola
 
 
 def strategy_module(entry):
-    return importlib.import_module(f"suites.{entry.family}.{entry.name}_strategy")
+    return importlib.import_module(f"references.{entry.family}.{entry.name}_strategy")
 
 
 @dataclasses.dataclass

@@ -36,9 +36,9 @@ def entry_findings(entry) -> list[str]:
     if not pathlib.Path(entry.reference_file).is_relative_to(REPO / "references"):
         findings.append(f"{entry.name}: its reference {entry.reference_file} is not under references/")
     try:
-        importlib.import_module(f"suites.{entry.family}.{entry.name}_strategy")
+        importlib.import_module(f"references.{entry.family}.{entry.name}_strategy")
     except ImportError as error:
-        findings.append(f"{entry.name}: no strategy module suites/{entry.family}/{entry.name}_strategy.py ({error})")
+        findings.append(f"{entry.name}: no strategy module references/{entry.family}/{entry.name}_strategy.py ({error})")
     suite = suite_path(entry)
     if not suite.exists():
         return findings + [f"{entry.name}: no suite {suite.relative_to(REPO)}"]

@@ -151,12 +151,12 @@ def op_files(entry) -> dict[str, str]:
     for path in certificates.used_sources(entry):
         files.setdefault(relative(path), "a module its kernel or reference uses")
     suite_modules = []
-    for role, stem in (("strategy", f"{entry.name}_strategy"), ("suite", f"test_{entry.name}"),
-                       ("alternative implementations", f"{entry.name}_impls")):
-        path = REPO / "suites" / entry.family / f"{stem}.py"
+    for role, tree, stem in (("strategy", "references", f"{entry.name}_strategy"), ("suite", "suites", f"test_{entry.name}"),
+                             ("alternative implementations", "suites", f"{entry.name}_impls")):
+        path = REPO / tree / entry.family / f"{stem}.py"
         files.setdefault(relative(path), role)  # listed even when absent: adding one is a change
         try:
-            suite_modules.append(importlib.import_module(f"suites.{entry.family}.{stem}").__name__)
+            suite_modules.append(importlib.import_module(f"{tree}.{entry.family}.{stem}").__name__)
         except Exception:  # noqa: BLE001 - absent, or broken: pytest reports a broken one when it runs
             pass
     for name in sorted(certificates.modules_used(suite_modules, PROJECT_PREFIXES)):

@@ -16,7 +16,7 @@ missing) is named on stderr and under ``unavailable_kernels`` in the JSON: it di
 
 Both are findings, each printed with its minimal recipe and the one-line reproduction of
 ``tools/certify-cells --replay`` (a flaky one may need a few repeats to fail). Draws per cell default
-to the ``nightly`` Hypothesis profile's (suites/strategies/profiles.py).
+to the ``nightly`` Hypothesis profile's (references/strategies/profiles.py).
 
 Exit status: 0 no example failed; 1 a flaky or failing example; 2 a usage or input error (one line).
 """
@@ -62,7 +62,7 @@ def parse_args(argv):
 
 
 def nightly_max_examples() -> int:
-    from suites.strategies import profiles  # registers the project's profiles with Hypothesis
+    from references.strategies import profiles  # registers the project's profiles with Hypothesis
 
     return profiles.settings.get_profile("nightly").max_examples
 

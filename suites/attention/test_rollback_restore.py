@@ -16,7 +16,7 @@ from references.attention.paged_slots import bits, rollback_restoration
 from references.attention.rollback_save import rollback_save as reference_save
 from suites.attention import rollback_restore_impls as impls
 from suites.attention import rollback_save_impls
-from suites.attention.rollback_restore_strategy import build, corners
+from references.attention.rollback_restore_strategy import build, corners
 from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, \
     machine_device
 from tools.certify import load_implementation

@@ -26,7 +26,7 @@ from suites.launches import aten_launches
 from references.norm import rms_norm_gated as contract
 from suites.norm import quack_adapter
 from suites.norm import rms_norm_gated_impls as impls
-from suites.norm.rms_norm_gated_strategy import build
+from references.norm.rms_norm_gated_strategy import build
 
 pytestmark = arch_marks(ENTRY.archs)
 

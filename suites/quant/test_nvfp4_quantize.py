@@ -46,7 +46,7 @@ from suites.certification import (
     machine_device,
 )
 from suites.quant import nvfp4_quantize_impls as impls
-from suites.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
+from references.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
 from suites.quant import wrong_encoders
 from suites.quant.exact_rounding import float32_nearest, random_float32
 

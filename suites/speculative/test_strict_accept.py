@@ -18,7 +18,7 @@ from suites.certification import (
 )
 from suites.launches import aten_launches, cuda_launches
 from suites.speculative import strict_accept_impls as impls
-from suites.speculative.strict_accept_strategy import build
+from references.speculative.strict_accept_strategy import build
 
 pytestmark = arch_marks(ENTRY.archs)
 

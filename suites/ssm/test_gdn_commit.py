@@ -7,7 +7,7 @@ import torch
 from ops.ssm.gdn_commit import ENTRY
 from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell,
                                   machine_device)
-from suites.ssm import gdn_commit_strategy as strategy
+from references.ssm import gdn_commit_strategy as strategy
 from suites.ssm.gdn_impls import judged
 
 pytestmark = arch_marks(ENTRY.archs)

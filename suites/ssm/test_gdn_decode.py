@@ -13,7 +13,7 @@ from ops.ssm.gdn_decode import ENTRY
 from references.ssm.gdn_decode import writes_only_live_slots
 from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell,
                                   machine_device)
-from suites.ssm import gdn_decode_strategy as strategy
+from references.ssm import gdn_decode_strategy as strategy
 from suites.ssm.gdn_impls import judged
 
 pytestmark = arch_marks(ENTRY.archs)

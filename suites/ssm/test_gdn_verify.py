@@ -14,7 +14,7 @@ from ops.ssm.gdn_verify import ENTRY
 from references.ssm.gdn_verify import replay_equivalence
 from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell,
                                   machine_device)
-from suites.ssm import gdn_verify_strategy as strategy
+from references.ssm import gdn_verify_strategy as strategy
 from suites.ssm.gdn_impls import judged
 
 pytestmark = arch_marks(ENTRY.archs)

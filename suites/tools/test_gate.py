@@ -96,7 +96,7 @@ def test_shared_modules_strategies_and_uncommitted_files_select_their_ops(repo):
         certify_fresh(repo, entries()[name])
     git(repo, "commit", "-q", "-am", "certified")
     edit(repo / "ops" / "attention" / "rollback_save.py")             # rollback_restore runs this kernel too
-    edit(repo / "suites" / "speculative" / "strict_accept_strategy.py")
+    edit(repo / "references" / "speculative" / "strict_accept_strategy.py")
     edit(repo / "README.md")                                           # touches no op
     (repo / "suites" / "sampling" / "greedy_argmax_impls.py").unlink()  # a removed file is a change too
     found = verdict(gate(repo, "--base", "HEAD", "--dry-run", "--json"))
@@ -104,7 +104,7 @@ def test_shared_modules_strategies_and_uncommitted_files_select_their_ops(repo):
     assert sorted(found["ops"]) == ["greedy_argmax", "rollback_restore", "rollback_save", "strict_accept"]
     assert found["ops"]["rollback_restore"]["changed"] == {
         "ops/attention/rollback_save.py": "a module its kernel or reference uses"}
-    assert found["ops"]["strict_accept"]["changed"] == {"suites/speculative/strict_accept_strategy.py": "strategy"}
+    assert found["ops"]["strict_accept"]["changed"] == {"references/speculative/strict_accept_strategy.py": "strategy"}
     assert found["ops"]["greedy_argmax"]["changed"] == {
         "suites/sampling/greedy_argmax_impls.py": "alternative implementations"}
     assert found["tests"]["ids"][-1] == "suites/test_claims.py"
