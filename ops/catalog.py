@@ -25,6 +25,7 @@ import hashlib
 import importlib
 import inspect
 import os
+import pathlib
 import pkgutil
 import re
 from typing import Any, Callable, Iterable, Mapping
@@ -35,6 +36,7 @@ from references.bounds import OneOf, Span
 from references.validation import Refusal
 
 REQUIRE_CERTIFIED_ENV = "KPARITY_REQUIRE_CERTIFIED"
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 BACKEND_ORDER = ("cute", "triton")
 """Which kernel of an op dispatch tries first when several are certified for an input.  CuTe DSL
@@ -134,6 +136,26 @@ class BenchCase:
     competitors: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class OpFiles:
+    """One kernel's files (absolute paths; a file may not exist yet, and adding it is a change).
+
+    - ``kernel``: ``ops/<family>/<module>.py``: kernel, launch plan, entry and cells.
+    - ``reference``: ``references/<family>/<op>.py``: the contract.
+    - ``strategy``: ``references/<family>/<op>_strategy.py``: the op's inputs, for the battery.
+    - ``suite``: ``suites/<family>/test_<module>.py``: drives every cell of this kernel.
+    - ``implementations``: ``suites/<family>/<op>_impls.py``: the suite's wrong and correct alternatives.
+    - ``certificate``: ``ops/<family>/<module>.cert.json``, beside the kernel.
+    """
+
+    kernel: pathlib.Path
+    reference: pathlib.Path
+    strategy: pathlib.Path
+    suite: pathlib.Path
+    implementations: pathlib.Path
+    certificate: pathlib.Path
+
+
 FALLBACKS: collections.Counter = collections.Counter()
 """(op name, reason) -> number of calls that ran the stock op instead of the kernel."""
 
@@ -221,6 +243,29 @@ class Entry:
     @property
     def reference_file(self) -> str:
         return inspect.getsourcefile(self.reference)
+
+    @property
+    def strategy_module_name(self) -> str:
+        return f"references.{self.family}.{self.name}_strategy"
+
+    @property
+    def strategy_module(self):
+        """The op's input strategy (``recipes``, ``corners``, ``build``: what the battery draws inputs
+        with), shared by all of its kernels."""
+        return importlib.import_module(self.strategy_module_name)
+
+    @property
+    def files(self) -> "OpFiles":
+        """Where this kernel's files are: the one place the project's file layout is written."""
+        kernel = pathlib.Path(self.kernel_file)
+        return OpFiles(
+            kernel=kernel,
+            reference=pathlib.Path(self.reference_file),
+            strategy=REPO / pathlib.Path(*self.strategy_module_name.split(".")).with_suffix(".py"),
+            # the suite is named after the kernel module: an op's second kernel has its own
+            suite=REPO / "suites" / self.family / f"test_{kernel.stem}.py",
+            implementations=REPO / "suites" / self.family / f"{self.name}_impls.py",
+            certificate=kernel.with_suffix(".cert.json"))
 
     # -- certified dispatch ---------------------------------------------------------------------
     def why_not_routed(self, arch: Arch | None, device: torch.device, cell: Cell | None) -> str | None:

@@ -24,7 +24,7 @@ FAILED = "failed"
 
 
 def certificate_path(entry: Entry) -> pathlib.Path:
-    return pathlib.Path(entry.kernel_file).with_suffix(".cert.json")
+    return entry.files.certificate
 
 
 # The catalog, its cell bounds and the certificates themselves describe kernels; they are not part of one.

@@ -12,14 +12,13 @@ op's strategy module turns into tensors on the device):
 and once per cell: 7. refused inputs.
 
 A cell runs its fixed corner recipes first, then Hypothesis-drawn ones (seeded from a stable digest
-of the cell id), shrinking a failure to a minimal recipe.  Strategy modules live at
-``references/<family>/<op>_strategy.py`` and provide ``recipes(cell, device)``, ``corners(cell, device)``
+of the cell id), shrinking a failure to a minimal recipe.  The caller gives the op's strategy module
+(``ops.catalog.Entry.strategy_module``), which provides ``recipes(cell, device)``, ``corners(cell, device)``
 and ``build(recipe, device)``; a recipe's shapes never depend on its ``seed``.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
 from typing import Callable, Mapping
@@ -47,10 +46,6 @@ Watch = Callable[[str, dict], None]
 process can name the oracle and the example when the process dies (``tools/isolation.py``)."""
 
 
-def strategy_module(entry):
-    return importlib.import_module(f"references.{entry.family}.{entry.name}_strategy")
-
-
 @dataclasses.dataclass
 class Implementation:
     """What is being judged: a callable per op name (the op and its contract siblings)."""
@@ -59,9 +54,9 @@ class Implementation:
     functions: Mapping[str, Callable]
 
     @classmethod
-    def of_kernels(cls, entry) -> "Implementation":
-        """The entry's kernel, and its siblings' kernels of the same backend (else their first)."""
-        from ops.catalog import kernels
+    def of_kernels(cls, entry, kernels: Callable[[str], tuple]) -> "Implementation":
+        """The entry's kernel, and its siblings' kernels of the same backend (else their first); ``kernels``
+        names an op's kernels in dispatch order (``ops.catalog.kernels``: the battery knows no catalog)."""
 
         def sibling(name):
             found = kernels(name)
@@ -125,14 +120,14 @@ def _json_number(value: float):
 class Battery:
     """Runs every applicable oracle on one op's implementation, on one device."""
 
-    def __init__(self, entry, impl: Implementation, device: torch.device, strategy=None, watch: Watch | None = None,
+    def __init__(self, entry, impl: Implementation, device: torch.device, strategy, watch: Watch | None = None,
                  graph_parity_skipped: str | None = None):
         self.entry = entry
         self.graph_parity_skipped = graph_parity_skipped  # why graph parity is not asked here (None: it is)
         self.impl = impl
         self.fn = impl[entry.name]
         self.device = torch.device(device)
-        self.strategy = strategy or strategy_module(entry)
+        self.strategy = strategy
         self.watch = watch
         self.recipe: dict = {}
 
@@ -223,7 +218,7 @@ class Battery:
 
 
 def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, seed: int = 0,
-             shrink: bool = True, strategy=None, progress: Callable[[str], None] | None = None,
+             shrink: bool = True, strategy, progress: Callable[[str], None] | None = None,
              watch: Watch | None = None, graph_parity_skipped: str | None = None) -> CellResult:
     """Run the whole battery over one cell: corners, then ``max_examples`` Hypothesis draws."""
     battery = Battery(entry, impl, device, strategy, watch, graph_parity_skipped)
@@ -267,7 +262,7 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
     return result
 
 
-def replay(entry, impl: Implementation, cell, device, recipe: dict, strategy=None,
+def replay(entry, impl: Implementation, cell, device, recipe: dict, strategy,
            watch: Watch | None = None, graph_parity_skipped: str | None = None) -> CellResult:
     """Run the battery on one recipe (what a reproduction line does)."""
     battery = Battery(entry, impl, device, strategy, watch, graph_parity_skipped)

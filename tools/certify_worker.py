@@ -51,11 +51,12 @@ def _entry(op_name: str, backend: str | None):
 
 @functools.lru_cache(maxsize=None)
 def _implementation(impl: str | None, op_name: str, backend: str | None):
+    from ops.catalog import kernels
     from oracles.battery import Implementation
     from tools.certify import load_implementation
 
     entry = _entry(op_name, backend)
-    return load_implementation(impl, [entry])[op_name] if impl else Implementation.of_kernels(entry)
+    return load_implementation(impl, [entry])[op_name] if impl else Implementation.of_kernels(entry, kernels)
 
 
 def execute(task: CellTask, *, progress=None, watch=None):
@@ -73,9 +74,11 @@ def execute(task: CellTask, *, progress=None, watch=None):
     skipped = (f"not run under compute-sanitizer --tool {task.sanitizer}: its stream-ordered allocations "
                "cannot be captured" if task.sanitizer else None)
     if task.replay is not None:
-        return replay(entry, impl, cell, device, task.replay, watch=watch, graph_parity_skipped=skipped)
+        return replay(entry, impl, cell, device, task.replay, entry.strategy_module, watch=watch,
+                      graph_parity_skipped=skipped)
     return run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
-                    shrink=task.shrink, progress=progress, watch=watch, graph_parity_skipped=skipped)
+                    shrink=task.shrink, strategy=entry.strategy_module, progress=progress, watch=watch,
+                    graph_parity_skipped=skipped)
 
 
 def _surface_device_errors(result, device: str, last_oracle: str, last_recipe: dict) -> None:

@@ -113,7 +113,7 @@ def main(argv=None) -> int:
         judged = {entry: (entry.name, implementations[entry.name], []) for entry in entries}
     else:
         entries = [entry for found in claiming.values() for entry in found]
-        judged = {entry: (catalog.kernel_label(entry), Implementation.of_kernels(entry),
+        judged = {entry: (catalog.kernel_label(entry), Implementation.of_kernels(entry, catalog.kernels),
                           ["--backend", entry.backend] if len(catalog.kernels(entry.name)) > 1 else [])
                   for entry in entries}
     pairs = chosen_cells(entries, args.cell)
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
             name, implementation, _ = judged[entry]
             started = time.monotonic()
             result = run_cell(entry, implementation, cell, device, max_examples=max_examples,
-                              seed=seed + run, shrink=not args.no_shrink)
+                              seed=seed + run, shrink=not args.no_shrink, strategy=entry.strategy_module)
             results.append({"op": name, "cell": cell.id, "status": result.status, "examples": result.examples,
                             "seconds": round(time.monotonic() - started, 3)})
             say(f"run {run + 1}/{args.repeat} (seed {seed + run}): {name}/{cell.id}: {result.status} after "
@@ -154,7 +154,8 @@ def main(argv=None) -> int:
         _, implementation, flags = judged[seen["entry"]]
         if "seed" in seen["recipe"]:  # the refusal table has no recipe to replay; its runs count already
             for _ in range(args.replays):
-                outcome = replay(seen["entry"], implementation, seen["cell_obj"], device, seen["recipe"])
+                outcome = replay(seen["entry"], implementation, seen["cell_obj"], device, seen["recipe"],
+                                 seen["entry"].strategy_module)
                 seen["failed" if outcome.failure else "passed"] += 1
         command = reproduction(seen["entry"].name, seen["cell"], args.device, seen["recipe"], args.impl, flags)
         verdict = "flaky" if seen["passed"] else "failing"

@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oracles.battery import strategy_module
 from ops.gemm import fp8_gemv
 from ops.gemm.fp8_gemv import ENTRY, default_plan
 from suites.certification import (
@@ -62,7 +61,7 @@ def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
 def test_corners_reach_both_launch_paths_and_every_kind_of_code():
     """On this device: split-K and one-pass plans, K not a multiple of 64 and K = 1, M = 1 and 16, and
     weights with both zeros, subnormals and ±448, all from the corners alone."""
-    device, strategy = machine_device(), strategy_module(ENTRY)
+    device, strategy = machine_device(), ENTRY.strategy_module
     reached = set()
     for cell in ENTRY.cells:
         for recipe in strategy.corners(cell, device):

@@ -8,7 +8,6 @@ import torch
 import triton
 import triton.language as tl
 
-from oracles.battery import strategy_module
 from ops.gemm import nvfp4_gemv
 from ops.gemm.nvfp4_gemv import E2M1_FLOAT32_PTX, E2M1_PAIRS_PTX, E2M1_PLACED_PTX, ENTRY, PLACED_SCALE, \
     default_plan, dequantize_pairs, dequantize_pairs_float32
@@ -72,7 +71,7 @@ def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
 def test_corners_reach_both_launch_paths_and_the_hard_weights():
     """On this device: split-K and one-pass plans, K not a multiple of 64, M = 1 and 16, and weights
     with zero, subnormal and saturated block scales, all from the corners alone."""
-    device, strategy = machine_device(), strategy_module(ENTRY)
+    device, strategy = machine_device(), ENTRY.strategy_module
     reached = set()
     for cell in ENTRY.cells:
         for recipe in strategy.corners(cell, device):

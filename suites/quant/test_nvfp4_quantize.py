@@ -10,7 +10,6 @@ import torch
 import triton
 import triton.language as tl
 
-from oracles.battery import strategy_module
 import numpy as np
 
 from ops.quant import nvfp4_quantize as kernel_module
@@ -136,7 +135,7 @@ def hard_cases_in(x: torch.Tensor, global_scale: torch.Tensor) -> set[str]:
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_corners_reach_every_hard_case(cell):
     device = machine_device()
-    strategy = strategy_module(ENTRY)
+    strategy = ENTRY.strategy_module
     corners = strategy.corners(cell, device)
     reached = set().union(*(hard_cases_in(**strategy.build(recipe, device)) for recipe in corners))
     assert reached == set(HARD_CASES), f"not reached: {sorted(set(HARD_CASES) - reached)}"

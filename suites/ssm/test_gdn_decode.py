@@ -9,6 +9,7 @@ from oracles.battery import Implementation
 from oracles.determinism import run_on_copy
 from oracles.failures import OracleFailure
 from oracles.tensors import as_outputs, clone_inputs
+from ops.catalog import kernels
 from ops.ssm.gdn_decode import ENTRY
 from references.ssm.gdn_decode import writes_only_live_slots
 from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell,
@@ -61,7 +62,7 @@ def test_pool_check_sees_the_write_through_minus_one_bit_for_bit():
     kwargs = _corner("fp32_state", padding="all", slots="last_slot_free")
     with pytest.raises(OracleFailure, match=r"\[stateful\].*elements the contract does not name"):
         writes_only_live_slots(judged("padding_writes_through_minus_one"), kwargs)
-    writes_only_live_slots(Implementation.of_kernels(ENTRY), kwargs)
+    writes_only_live_slots(Implementation.of_kernels(ENTRY, kernels), kwargs)
 
 
 def test_a_stray_write_inside_the_band_passes_parity_and_fails_the_pool_check():

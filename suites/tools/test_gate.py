@@ -128,7 +128,8 @@ def test_each_kernel_of_an_op_is_judged_on_its_own_certificate(repo, tmp_path):
     assert found["ops"] == {"rms_norm_gated [cute]": {
         "changed": {"ops/norm/rms_norm_gated_cute.py": "kernel, entry and cells"},
         "tests": found["ops"]["rms_norm_gated [cute]"]["tests"]}}
-    assert found["ops"]["rms_norm_gated [cute]"]["tests"][0].startswith("suites/norm/test_rms_norm_gated.py")
+    # the cute kernel's own suite (its launch-plan tests on the CPU), not the Triton kernel's
+    assert found["ops"]["rms_norm_gated [cute]"]["tests"][0].startswith("suites/norm/test_rms_norm_gated_cute.py")
     made_stale = [s for s in found["stale_certificates"] if s["made_stale_by_this_change"]]
     assert [(s["op"], s["arch"]) for s in made_stale] == [("rms_norm_gated [cute]", "sm90")]
     assert "--op rms_norm_gated --device cuda --backend cute" in made_stale[0]["command"]
