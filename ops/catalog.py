@@ -24,6 +24,7 @@ import enum
 import hashlib
 import importlib
 import inspect
+import json
 import os
 import pathlib
 import pkgutil
@@ -32,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
+from ops import certificates
 from references.bounds import OneOf, Span
 from references.validation import Refusal
 
@@ -270,8 +272,6 @@ class Entry:
     # -- certified dispatch ---------------------------------------------------------------------
     def why_not_routed(self, arch: Arch | None, device: torch.device, cell: Cell | None) -> str | None:
         """None when this kernel may run an input of ``cell`` on ``arch``; else the reason, in words."""
-        from ops import certificates  # late: certificates import the catalog types
-
         if cell is None:
             return "no cell holds this input"
         if arch is None:
@@ -390,3 +390,18 @@ def kernel_label(entry: Entry) -> str:
 def op(name: str) -> Entry:
     """The op named ``name`` (call it for certified dispatch over all of its kernels)."""
     return kernels(name)[0]
+
+
+def unjudged_kernels() -> list[dict]:
+    """The kernel modules the catalog left out on this machine (:data:`UNAVAILABLE`: their backend's
+    package is missing), each with why, its source file and the arch sections its certificate holds.  Those
+    sections cannot be judged fresh or stale here (the digest needs the module imported), so the tools show
+    them as *not judged*, never drop them."""
+    entries()  # the catalog's scan is what fills UNAVAILABLE
+    found = []
+    for module, why in sorted(UNAVAILABLE.items()):
+        source = pathlib.Path(*module.split(".")).with_suffix(".py")
+        certificate = REPO / source.with_suffix(".cert.json")
+        archs = list(json.loads(certificate.read_text())["archs"]) if certificate.exists() else []
+        found.append({"module": module, "kernel_file": source.as_posix(), "why": why, "certificate_archs": archs})
+    return found

@@ -15,9 +15,11 @@ import json
 import pathlib
 import sys
 import types
-from typing import Callable
+from typing import Any, Callable
 
-from ops.catalog import Arch, Entry
+# An ``ops.catalog.Entry`` and ``ops.catalog.Arch``: the catalog reads certificates to route calls, so this
+# module names its types without importing it.
+Entry = Arch = Any
 
 CERTIFIED = "certified"
 FAILED = "failed"
@@ -109,26 +111,8 @@ def why_not_certified(entry: Entry, arch: Arch, cell_id: str) -> str | None:
 
 
 def recertify_command(entry: Entry, arch: Arch) -> str:
-    device = "cpu" if arch is Arch.CPU_INTERP else "cuda"
+    device = "cpu" if arch.marker == "cpu" else "cuda"
     return f"tools/certify-cells --op {entry.name} --device {device} --backend {entry.backend}  # on a {arch.value} machine"
-
-
-def unjudged_kernels() -> list[dict]:
-    """The kernel modules the catalog left out on this machine (``catalog.UNAVAILABLE``: their backend's
-    package is missing), each with why, its source file and the arch sections its certificate holds.  Those
-    sections cannot be judged fresh or stale here (the digest needs the module imported), so the tools show
-    them as *not judged*, never drop them."""
-    from ops import catalog
-
-    catalog.entries()  # the catalog's scan is what fills UNAVAILABLE
-    root = pathlib.Path(__file__).resolve().parent.parent
-    found = []
-    for module, why in sorted(catalog.UNAVAILABLE.items()):
-        source = pathlib.Path(*module.split(".")).with_suffix(".py")
-        certificate = root / source.with_suffix(".cert.json")
-        archs = list(json.loads(certificate.read_text())["archs"]) if certificate.exists() else []
-        found.append({"module": module, "kernel_file": source.as_posix(), "why": why, "certificate_archs": archs})
-    return found
 
 
 def write_section(entry: Entry, arch: Arch, section: dict) -> pathlib.Path:

@@ -30,10 +30,13 @@ import sys
 import time
 from typing import Sequence
 
+from tools.certify_worker import CellTask, execute, load_implementation
 from tools.cli import ArgumentParser, UsageError, run_main
-from tools.isolation import SANITIZER_TOOLS
-from tools.shards import parse_shard
+from tools.isolation import SANITIZER_TOOLS, WorkerStartError, cpu_slot, find_sanitizer, gpu_slots, run_isolated
+from tools.report import isolation_flags, reproduction, write_outputs
+from tools.shards import parse_shard, select
 
+# ops, oracles and torch are imported in the functions that use them: --help and usage errors need neither.
 DEFAULT_MAX_EXAMPLES = {"cpu": 6, "cuda": 100}
 DEFAULT_CELL_TIMEOUT_S = 1800  # a hang is a cell that never ends; this only bounds how long CI waits for one
 
@@ -112,45 +115,6 @@ def parse_args(argv):
     return args
 
 
-def load_implementation(spec: str, entries):
-    """``MODULE[:ATTR]`` -> an Implementation for each entry (missing siblings: the reference)."""
-    from oracles.battery import Implementation
-
-    module_name, _, attribute = spec.partition(":")
-    sys.path[:0] = [p for p in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p]
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - any import failure is a usage error, in one line
-        raise UsageError(f"--impl: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
-    if attribute and len(entries) != 1:
-        raise UsageError("--impl MODULE:ATTR judges one op: name it with one --op")
-    implementations = {}
-    for entry in entries:
-        main = attribute or entry.name
-        if not callable(getattr(module, main, None)):
-            raise UsageError(f"--impl: {module_name} has no callable {main!r}")
-        functions = {entry.name: getattr(module, main)}
-        for sibling in entry.siblings:
-            from ops.catalog import op
-
-            functions[sibling] = getattr(module, sibling, None) or op(sibling).reference
-        implementations[entry.name] = Implementation(spec, functions)
-    return implementations
-
-
-def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, impl: str | None,
-                 flags: Sequence[str] = ()) -> str:
-    """The one command that runs this cell again (on this one recipe, when it has a seed)."""
-    from oracles.battery import recipe_json
-
-    words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device, *flags]
-    if impl:
-        words += ["--impl", impl]
-    if recipe and "seed" in recipe:
-        words += ["--replay", recipe_json(recipe)]
-    return " ".join(shlex.quote(w) for w in words)
-
-
 def machine_facts(device) -> dict:
     import torch
     import triton
@@ -208,22 +172,9 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
     return "\n".join(lines)
 
 
-def isolation_flags(isolation: dict, device: str) -> list[str]:
-    """The flags a reproduction line needs to run a cell the way a run did (its report's "isolation")."""
-    flags = ["--isolate"] if isolation.get("isolated") and device == "cpu" else []
-    if isolation.get("cell_timeout") is not None:
-        flags += ["--cell-timeout", f"{isolation['cell_timeout']:g}"]
-    if isolation.get("sanitize"):
-        flags += ["--sanitize", isolation["sanitize"]]
-    if isolation.get("check_quarantine"):
-        flags += ["--check-quarantine"] + (["--quarantine", isolation["quarantine"]] if isolation["quarantine"] else [])
-    return flags
-
-
 def plan(args, entries, arch, ledger) -> list[tuple]:
     """``(entry, cell, quarantined or None)`` for every cell this run covers, in catalog order."""
     from ops import quarantine
-    from tools.shards import select
 
     planned = []
     for entry in entries:
@@ -265,9 +216,6 @@ def certificate_section(entry, results: dict, facts: dict, *, command: str, max_
 
 def run_tasks(args, tasks, on_result) -> dict:
     """Every task's result, keyed by ``(op, cell)``: in worker processes, or in this one."""
-    from tools.certify_worker import execute
-    from tools.isolation import WorkerStartError, cpu_slot, gpu_slots, run_isolated
-
     if not args.isolate:
         results = {}
         for task in tasks:
@@ -293,7 +241,6 @@ def main(argv=None) -> int:
     import torch
 
     from ops import catalog
-    from tools.isolation import find_sanitizer
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device on this machine")
@@ -340,8 +287,6 @@ def main(argv=None) -> int:
         print(f"quarantine: {planned} quarantined cells on {arch.value}; each still fails", flush=True)
     if args.json:
         print(json.dumps(report, indent=2))
-    from tools.report import write_outputs
-
     write_outputs(report, args.report, args.junit)
     return 1 if failed else 0
 
@@ -353,7 +298,6 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
     from ops import catalog, certificates, quarantine
     from ops.quarantine import QUARANTINED
     from oracles.battery import CellResult
-    from tools.certify_worker import CellTask
 
     try:
         ledger = quarantine.load(args.quarantine or quarantine.LEDGER)
@@ -424,8 +368,6 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
 def check_gpus(gpus: str) -> None:
     """--gpus N within what is visible, all of one kind (a certificate section names one device)."""
     import torch
-
-    from tools.isolation import gpu_slots
 
     visible = len(gpu_slots(None))
     if gpus != "all" and int(gpus) > visible:

@@ -15,10 +15,16 @@ import argparse
 import dataclasses
 import faulthandler
 import functools
+import importlib
+import os
 import socket
 import sys
 from multiprocessing.connection import Connection
 
+from tools.cli import UsageError
+
+# ops, oracles and torch are imported in the functions that use them: the runner imports this module (for
+# CellTask) before it has parsed its flags, and a worker chooses the Triton interpreter before Triton loads.
 NO_ORACLE = "isolation"    # where a cell is before its first oracle begins (loading it, or a crash then)
 
 
@@ -42,6 +48,31 @@ class CellTask:
         return self.op, self.cell_id
 
 
+def load_implementation(spec: str, entries):
+    """``MODULE[:ATTR]`` -> an Implementation for each entry (missing siblings: the reference)."""
+    from ops.catalog import op  # here, not at the top: the runner imports this module before torch
+    from oracles.battery import Implementation
+
+    module_name, _, attribute = spec.partition(":")
+    sys.path[:0] = [p for p in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p]
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - any import failure is a usage error, in one line
+        raise UsageError(f"--impl: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
+    if attribute and len(entries) != 1:
+        raise UsageError("--impl MODULE:ATTR judges one op: name it with one --op")
+    implementations = {}
+    for entry in entries:
+        main = attribute or entry.name
+        if not callable(getattr(module, main, None)):
+            raise UsageError(f"--impl: {module_name} has no callable {main!r}")
+        functions = {entry.name: getattr(module, main)}
+        for sibling in entry.siblings:
+            functions[sibling] = getattr(module, sibling, None) or op(sibling).reference
+        implementations[entry.name] = Implementation(spec, functions)
+    return implementations
+
+
 def _entry(op_name: str, backend: str | None):
     from ops.catalog import kernels
 
@@ -53,7 +84,6 @@ def _entry(op_name: str, backend: str | None):
 def _implementation(impl: str | None, op_name: str, backend: str | None):
     from ops.catalog import kernels
     from oracles.battery import Implementation
-    from tools.certify import load_implementation
 
     entry = _entry(op_name, backend)
     return load_implementation(impl, [entry])[op_name] if impl else Implementation.of_kernels(entry, kernels)

@@ -30,7 +30,11 @@ import time
 import hypothesis
 
 from tools import junit
+from tools.certify_worker import load_implementation
 from tools.cli import ArgumentParser, UsageError, run_main
+from tools.report import reproduction
+
+# ops, oracles and torch are imported in the functions that use them: --help and usage errors need neither.
 
 
 def parse_args(argv):
@@ -83,9 +87,7 @@ def main(argv=None) -> int:
     import torch
 
     from ops import catalog
-    from ops import certificates
     from oracles.battery import Implementation, recipe_json, replay, run_cell
-    from tools.certify import load_implementation, reproduction
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device on this machine")
@@ -95,7 +97,7 @@ def main(argv=None) -> int:
     unknown = [name for name in args.op if name not in registry]
     if unknown:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
-    unjudged = certificates.unjudged_kernels()
+    unjudged = catalog.unjudged_kernels()
     for left_out in unjudged:
         print(f"{left_out['module']}: not in the catalog on this machine, not run: {left_out['why']}", file=sys.stderr)
     claiming = {name: [entry for entry in catalog.kernels(name) if arch in entry.archs] for name in args.op or registry}

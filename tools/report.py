@@ -26,9 +26,14 @@ import html
 import json
 import math
 import pathlib
+import shlex
+from typing import Sequence
 
 from tools import junit
 from tools.cli import UsageError
+
+# ops and oracles (torch) are imported in the functions that use them: tools/certify-cells imports this
+# module before it has parsed its flags.
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 STATUS_COLOURS = {  # solid fills: the rendering test finds the grid by these pixels
@@ -256,10 +261,33 @@ def _device_flag(arch: str) -> str:
     return "cpu" if arch == "cpu-interp" else "cuda"
 
 
+def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, impl: str | None,
+                 flags: Sequence[str] = ()) -> str:
+    """The one command that runs this cell again (on this one recipe, when it has a seed)."""
+    from oracles.battery import recipe_json
+
+    words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device, *flags]
+    if impl:
+        words += ["--impl", impl]
+    if recipe and "seed" in recipe:
+        words += ["--replay", recipe_json(recipe)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def isolation_flags(isolation: dict, device: str) -> list[str]:
+    """The flags a reproduction line needs to run a cell the way a run did (its report's "isolation")."""
+    flags = ["--isolate"] if isolation.get("isolated") and device == "cpu" else []
+    if isolation.get("cell_timeout") is not None:
+        flags += ["--cell-timeout", f"{isolation['cell_timeout']:g}"]
+    if isolation.get("sanitize"):
+        flags += ["--sanitize", isolation["sanitize"]]
+    if isolation.get("check_quarantine"):
+        flags += ["--check-quarantine"] + (["--quarantine", isolation["quarantine"]] if isolation["quarantine"] else [])
+    return flags
+
+
 def failure_lines(run: dict, result: dict) -> list[str]:
     """Oracle, finding, minimal recipe and reproduction of a failed result of a run report."""
-    from tools.certify import isolation_flags, reproduction
-
     failure = result["failure"]
     recipe = failure.get("recipe") or {}
     device = _device_flag(run["arch"])
@@ -334,7 +362,7 @@ def _bench_html(tables: list[BenchTable], unreadable: list[str]) -> str:
 
 def render_html(grid: list[GridCell], run: dict | None, tables: list[BenchTable], unreadable: list[str] = (),
                 generated: str | None = None, unjudged: list[dict] = ()) -> str:
-    """The page; ``unjudged``: ``certificates.unjudged_kernels()``, kernels left out of the catalog here."""
+    """The page; ``unjudged``: ``catalog.unjudged_kernels()``, kernels left out of the catalog here."""
     generated = generated or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     kernels = len({square.op for square in grid})
     return f"""<!DOCTYPE html>
@@ -381,7 +409,7 @@ def write_outputs(run: dict, report_path: str | None, junit_path: str | None) ->
     if report_path:
         if report_path.endswith(".html"):
             tables, unreadable = bench_tables()
-            from ops.certificates import unjudged_kernels
+            from ops.catalog import unjudged_kernels
 
             text = render_html(collect_grid(), run, tables, unreadable, unjudged=unjudged_kernels())
         else:

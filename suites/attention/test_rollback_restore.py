@@ -19,7 +19,7 @@ from suites.attention import rollback_save_impls
 from references.attention.rollback_restore_strategy import build, corners
 from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, \
     machine_device
-from tools.certify import load_implementation
+from tools.certify_worker import load_implementation
 
 pytestmark = arch_marks(ENTRY.archs)
 IMPLS = "suites.attention.rollback_restore_impls"
