@@ -43,7 +43,7 @@ REFUSALS_RECIPE = {"refusals": "the contract's table"}
 
 Watch = Callable[[str, dict], None]
 """``watch(oracle, recipe)``: told before each oracle starts on a recipe, so that a runner outside the
-process can name the oracle and the example when the process dies (``tools/isolation.py``)."""
+process can name the oracle and the example when the process dies (``tools/engine/isolation.py``)."""
 
 
 @dataclasses.dataclass

@@ -10,7 +10,7 @@ from hypothesis import settings
 from ops import quarantine
 from ops.catalog import arch_of, kernels
 from oracles.battery import CellResult, Implementation, run_cell
-from tools.certify import describe
+from tools.engine.certify import describe
 
 
 def machine_device() -> torch.device:

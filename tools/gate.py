@@ -39,7 +39,8 @@ import subprocess
 import sys
 import tempfile
 
-from tools import imports, junit
+from tools import imports
+from tools.engine import junit
 from tools.cli import ArgumentParser, UsageError, run_main
 
 # ops (torch) is imported in the functions that use it: --help and usage errors need no torch, and a catalog
@@ -164,7 +165,7 @@ def op_files(entry, graph: dict[str, set[str]]) -> dict[str, str]:
 
 
 def listed_cpu_tests(suite_files: set[str]) -> list[str]:
-    from tools.test_lists import ListFormatError, load_list
+    from tools.engine.test_lists import ListFormatError, load_list
 
     try:
         listed = load_list(CPU_LIST)

@@ -29,10 +29,10 @@ import time
 
 import hypothesis
 
-from tools import junit
-from tools.certify_worker import load_implementation
+from tools.engine import junit
+from tools.engine.worker import load_implementation
 from tools.cli import ArgumentParser, UsageError, run_main
-from tools.report import reproduction
+from tools.engine.report import reproduction
 
 # ops, oracles and torch are imported in the functions that use them: --help and usage errors need neither.
 

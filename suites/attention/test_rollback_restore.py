@@ -19,7 +19,7 @@ from suites.attention import rollback_restore_impls as impls
 from suites.attention import rollback_save_impls
 from suites.certification import arch_marks, assert_rejected, certify_cell, machine_device
 from suites.op_suite import OpSuite
-from tools.certify_worker import load_implementation
+from tools.engine.worker import load_implementation
 
 pytestmark = arch_marks(ENTRY.archs)
 IMPLS = "suites.attention.rollback_restore_impls"

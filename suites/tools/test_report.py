@@ -1,4 +1,4 @@
-"""The certification report (tools/report.py, ``tools/certify-cells --report PATH.html --junit PATH``):
+"""The certification report (tools/engine/report.py, ``tools/certify-cells --report PATH.html --junit PATH``):
 what the grid reads from certificate files, a self-contained page, a browser that shows the grid, and
 JUnit XML a CI system can read."""
 from __future__ import annotations

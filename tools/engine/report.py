@@ -29,13 +29,13 @@ import pathlib
 import shlex
 from typing import Sequence
 
-from tools import junit
+from tools.engine import junit
 from tools.cli import UsageError
 
 # ops and oracles (torch) are imported in the functions that use them: tools/certify-cells imports this
 # module before it has parsed its flags.
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+RESULTS = pathlib.Path(__file__).resolve().parents[1] / "results"
 STATUS_COLOURS = {  # solid fills: the rendering test finds the grid by these pixels
     "certified": "#2e7d32",
     "stale": "#f0a000",

@@ -1,7 +1,7 @@
-"""One (op, cell) through the battery: in this process, or in a worker process that tools/isolation.py runs.
+"""One (op, cell) through the battery: in this process, or in a worker process that tools/engine/isolation.py runs.
 
 ``execute(task)`` is the whole of running a cell; ``tools/certify-cells`` calls it directly when it
-does not isolate, and a worker (``python -m tools.certify_worker --connect SOCKET --device DEVICE``)
+does not isolate, and a worker (``python -m tools.engine.worker --connect SOCKET --device DEVICE``)
 calls it for each task its parent sends.  The worker tells its parent which oracle runs on which
 recipe before each oracle starts, so that when the process dies (an illegal address, a device
 assert, a segfault under the interpreter) or hangs, the parent can still say where.
@@ -150,7 +150,7 @@ def serve(connection: Connection, device: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.certify_worker",
+    parser = argparse.ArgumentParser(prog="python -m tools.engine.worker",
                                      description="A certification worker; tools/certify-cells starts it.")
     parser.add_argument("--connect", required=True, metavar="SOCKET", help="the parent's unix socket")
     parser.add_argument("--device", required=True, choices=("cpu", "cuda"))

@@ -6,11 +6,11 @@ With ``--impl MODULE[:ATTR]`` it judges any implementation of the contract — y
 once per op, on the cells of the op's first kernel, whatever our kernels claim; it writes no
 certificate.
 
-Isolation (``tools/isolation.py``; on by default with ``--device cuda``): each cell runs in a worker
+Isolation (``tools/engine/isolation.py``; on by default with ``--device cuda``): each cell runs in a worker
 process, so an illegal address, a device assert or a hang (``--cell-timeout``) fails that cell with
 the oracle and example that were running, and the run goes on in a fresh worker.  ``--gpus all|N``
 runs one worker per GPU; ``--sanitize TOOL`` runs each cell under compute-sanitizer; ``--shard I/N``
-runs one deterministic share of the cells (``tools/shards.py``).  Cells in the quarantine ledger
+runs one deterministic share of the cells (``tools/engine/shards.py``).  Cells in the quarantine ledger
 (``ops/quarantine.py``) are never launched for the catalog kernel and are recorded as quarantined;
 ``--check-quarantine`` runs exactly those and fails when one now passes.
 
@@ -30,11 +30,11 @@ import sys
 import time
 from typing import Sequence
 
-from tools.certify_worker import CellTask, execute, load_implementation
+from tools.engine.worker import CellTask, execute, load_implementation
 from tools.cli import ArgumentParser, UsageError, run_main
-from tools.isolation import SANITIZER_TOOLS, WorkerStartError, cpu_slot, find_sanitizer, gpu_slots, run_isolated
-from tools.report import isolation_flags, reproduction, write_outputs
-from tools.shards import parse_shard, select
+from tools.engine.isolation import SANITIZER_TOOLS, WorkerStartError, cpu_slot, find_sanitizer, gpu_slots, run_isolated
+from tools.engine.report import isolation_flags, reproduction, write_outputs
+from tools.engine.shards import parse_shard, select
 
 # ops, oracles and torch are imported in the functions that use them: --help and usage errors need neither.
 DEFAULT_MAX_EXAMPLES = {"cpu": 6, "cuda": 100}
@@ -63,7 +63,7 @@ def parse_args(argv):
     parser.add_argument("--no-shrink", action="store_true", help="report a failure without shrinking it")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH; a PATH ending in "
-                        ".html gets a self-contained page of every certificate instead (tools/report.py)")
+                        ".html gets a self-contained page of every certificate instead (tools/engine/report.py)")
     parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell)")
     isolation = parser.add_argument_group("isolation, sanitizers and scale")
     isolation.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
