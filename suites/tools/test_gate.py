@@ -86,7 +86,7 @@ def test_a_kernel_change_names_its_op_its_tests_and_the_certificate_it_made_stal
     stale = {s["arch"]: s for s in found["stale_certificates"] if s["op"] == "greedy_argmax"}
     assert stale["cpu-interp"]["made_stale_by_this_change"] and stale["cpu-interp"]["status_at_base"] == "fresh"
     assert not stale["sm90"]["made_stale_by_this_change"] and stale["sm90"]["status_at_base"] == "stale"
-    assert stale["sm90"]["command"] == certificates.recertify_command(entry, certificates.Arch.SM90)
+    assert stale["sm90"]["command"] == certificates.recertify_command(entry, Arch.SM90)
     assert any("cpu-interp certificate is stale (made stale by this change)" in f and
                "tools/certify-cells --op greedy_argmax --device cpu" in f for f in found["findings"])
 
