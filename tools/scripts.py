@@ -25,7 +25,7 @@ def bench() -> None:
 
 
 def certify_cells() -> None:
-    _run("certify")
+    _run("engine.certify")
 
 
 def check_test_lists() -> None:
