@@ -24,16 +24,21 @@ import enum
 import hashlib
 import importlib
 import inspect
+import json
 import os
+import pathlib
 import pkgutil
 import re
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
+from ops import certificates
+from references.bounds import OneOf, Span
 from references.validation import Refusal
 
 REQUIRE_CERTIFIED_ENV = "KPARITY_REQUIRE_CERTIFIED"
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 BACKEND_ORDER = ("cute", "triton")
 """Which kernel of an op dispatch tries first when several are certified for an input.  CuTe DSL
@@ -86,31 +91,6 @@ def stable_seed(*parts: object) -> int:
     return int.from_bytes(digest[:8], "little") >> 1
 
 
-@dataclasses.dataclass(frozen=True)
-class Span:
-    """An inclusive integer range of one cell dimension."""
-
-    lo: int
-    hi: int
-
-    def __post_init__(self):
-        if self.lo > self.hi:
-            raise ValueError(f"Span: lo={self.lo} is above hi={self.hi}")
-
-    def __contains__(self, value: object) -> bool:
-        return isinstance(value, int) and self.lo <= value <= self.hi
-
-
-@dataclasses.dataclass(frozen=True)
-class OneOf:
-    """A finite set of choices (dtypes, flags, sizes) of one cell dimension."""
-
-    choices: tuple
-
-    def __contains__(self, value: object) -> bool:
-        return value in self.choices
-
-
 _SNAKE_CASE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 
@@ -156,6 +136,26 @@ class BenchCase:
     bytes_moved: Callable[..., int]
     target: str = ""
     competitors: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpFiles:
+    """One kernel's files (absolute paths; a file may not exist yet, and adding it is a change).
+
+    - ``kernel``: ``ops/<family>/<module>.py``: kernel, launch plan, entry and cells.
+    - ``reference``: ``references/<family>/<op>.py``: the contract.
+    - ``strategy``: ``references/<family>/<op>_strategy.py``: the op's inputs, for the battery.
+    - ``suite``: ``suites/<family>/test_<module>.py``: drives every cell of this kernel.
+    - ``implementations``: ``suites/<family>/<op>_impls.py``: the suite's wrong and correct alternatives.
+    - ``certificate``: ``ops/<family>/<module>.cert.json``, beside the kernel.
+    """
+
+    kernel: pathlib.Path
+    reference: pathlib.Path
+    strategy: pathlib.Path
+    suite: pathlib.Path
+    implementations: pathlib.Path
+    certificate: pathlib.Path
 
 
 FALLBACKS: collections.Counter = collections.Counter()
@@ -251,6 +251,29 @@ class Entry:
     def reference_file(self) -> str:
         return inspect.getsourcefile(self.reference)
 
+    @property
+    def strategy_module_name(self) -> str:
+        return f"references.{self.family}.{self.name}_strategy"
+
+    @property
+    def strategy_module(self):
+        """The op's input strategy (``recipes``, ``corners``, ``build``: what the battery draws inputs
+        with), shared by all of its kernels."""
+        return importlib.import_module(self.strategy_module_name)
+
+    @property
+    def files(self) -> "OpFiles":
+        """Where this kernel's files are: the one place the project's file layout is written."""
+        kernel = pathlib.Path(self.kernel_file)
+        return OpFiles(
+            kernel=kernel,
+            reference=pathlib.Path(self.reference_file),
+            strategy=REPO / pathlib.Path(*self.strategy_module_name.split(".")).with_suffix(".py"),
+            # the suite is named after the kernel module: an op's second kernel has its own
+            suite=REPO / "suites" / self.family / f"test_{kernel.stem}.py",
+            implementations=REPO / "suites" / self.family / f"{self.name}_impls.py",
+            certificate=kernel.with_suffix(".cert.json"))
+
     # -- certified dispatch ---------------------------------------------------------------------
     def beyond_limits(self, bound: Mapping[str, Any]) -> str | None:
         """Why the bound call arguments are beyond this kernel's own limits, or None."""
@@ -260,8 +283,6 @@ class Entry:
                        params: Mapping[str, Any] | None = None) -> str | None:
         """None when this kernel may run an input of ``cell`` (of cell parameters ``params``) on ``arch``;
         else the reason, in words."""
-        from ops import certificates  # late: certificates import the catalog types
-
         if cell is None:
             return "no cell holds this input"
         if arch is None:
@@ -384,3 +405,18 @@ def kernel_label(entry: Entry) -> str:
 def op(name: str) -> Entry:
     """The op named ``name`` (call it for certified dispatch over all of its kernels)."""
     return kernels(name)[0]
+
+
+def unjudged_kernels() -> list[dict]:
+    """The kernel modules the catalog left out on this machine (:data:`UNAVAILABLE`: their backend's
+    package is missing), each with why, its source file and the arch sections its certificate holds.  Those
+    sections cannot be judged fresh or stale here (the digest needs the module imported), so the tools show
+    them as *not judged*, never drop them."""
+    entries()  # the catalog's scan is what fills UNAVAILABLE
+    found = []
+    for module, why in sorted(UNAVAILABLE.items()):
+        source = pathlib.Path(*module.split(".")).with_suffix(".py")
+        certificate = REPO / source.with_suffix(".cert.json")
+        archs = list(certificates.read_certificate(certificate)["archs"]) if certificate.exists() else []
+        found.append({"module": module, "kernel_file": source.as_posix(), "why": why, "certificate_archs": archs})
+    return found

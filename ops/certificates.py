@@ -33,10 +33,13 @@ import sys
 import tempfile
 import types
 import warnings
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
-from ops.catalog import Arch, Entry
 from oracles.failures import ORACLES
+
+# An ``ops.catalog.Entry`` and ``ops.catalog.Arch``: the catalog reads certificates to route calls, so this
+# module names its types without importing it.
+Entry = Arch = Any
 
 CERTIFIED = "certified"
 FAILED = "failed"
@@ -110,7 +113,7 @@ def toolchain() -> dict:
 
 
 def certificate_path(entry: Entry) -> pathlib.Path:
-    return pathlib.Path(entry.kernel_file).with_suffix(".cert.json")
+    return entry.files.certificate
 
 
 def report_path(entry: Entry, arch: Arch) -> pathlib.Path:
@@ -120,7 +123,8 @@ def report_path(entry: Entry, arch: Arch) -> pathlib.Path:
 
 
 # The catalog and the certificates themselves describe kernels; they are not part of one.
-_NOT_KERNEL_SOURCES = {"ops", "ops.catalog", "ops.certificates", "references", "oracles"}
+_NOT_KERNEL_SOURCES = {"ops", "ops.catalog", "ops.certificates", "references", "references.bounds",
+                       "oracles"}
 # What a kernel or reference can use of this project and so change the meaning of (number formats,
 # launch helpers, a sibling's kernel, the bit-pattern helpers of the oracles).
 _CODE_PREFIXES = ("ops.", "references.", "oracles.")
@@ -270,26 +274,8 @@ def outside_exercised(record: dict, params: Mapping) -> str | None:
 
 
 def recertify_command(entry: Entry, arch: Arch) -> str:
-    device = "cpu" if arch is Arch.CPU_INTERP else "cuda"
+    device = "cpu" if arch.marker == "cpu" else "cuda"
     return f"tools/certify-cells --op {entry.name} --device {device} --backend {entry.backend}  # on a {arch.value} machine"
-
-
-def unjudged_kernels() -> list[dict]:
-    """The kernel modules the catalog left out on this machine (``catalog.UNAVAILABLE``: their backend's
-    package is missing), each with why, its source file and the arch sections its certificate holds.  Those
-    sections cannot be judged fresh or stale here (the digest needs the module imported), so the tools show
-    them as *not judged*, never drop them."""
-    from ops import catalog
-
-    catalog.entries()  # the catalog's scan is what fills UNAVAILABLE
-    root = pathlib.Path(__file__).resolve().parent.parent
-    found = []
-    for module, why in sorted(catalog.UNAVAILABLE.items()):
-        source = pathlib.Path(*module.split(".")).with_suffix(".py")
-        certificate = root / source.with_suffix(".cert.json")
-        archs = list(read_certificate(certificate)["archs"]) if certificate.exists() else []
-        found.append({"module": module, "kernel_file": source.as_posix(), "why": why, "certificate_archs": archs})
-    return found
 
 
 @contextlib.contextmanager

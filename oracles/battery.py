@@ -20,14 +20,13 @@ corner by halving its integer sizes while it still fails inside the cell.
 
 A cell runs its fixed corner recipes first, then Hypothesis-drawn ones (seeded from a stable digest
 of the cell id).  The result records the region the examples reached (``exercised``), which is all a
-certificate claims.  Strategy modules live at ``suites/<family>/<op>_strategy.py`` and provide
-``recipes(cell, device)``, ``corners(cell, device)`` and ``build(recipe, device)``; a recipe's shapes
-never depend on its ``seed``.
+certificate claims.  The caller gives the op's strategy module (``ops.catalog.Entry.strategy_module``),
+which provides ``recipes(cell, device)``, ``corners(cell, device)`` and ``build(recipe, device)``; a
+recipe's shapes never depend on its ``seed``.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
 import time
@@ -57,11 +56,7 @@ CPU_SIZE_CAP = "cpu interpreter size cap"
 
 Watch = Callable[[str, dict], None]
 """``watch(oracle, recipe)``: told before each oracle starts on a recipe, so that a runner outside the
-process can name the oracle and the example when the process dies (``tools/isolation.py``)."""
-
-
-def strategy_module(entry):
-    return importlib.import_module(f"suites.{entry.family}.{entry.name}_strategy")
+process can name the oracle and the example when the process dies (``tools/engine/isolation.py``)."""
 
 
 def parse_oracles(text: str) -> tuple[str, ...]:
@@ -90,17 +85,16 @@ class Implementation:
     """What is being judged: a callable per op name (the op and its contract siblings).
 
     Certification fills it with functions run by an implementation host, apart from this process
-    (``tools/certify_worker.hosted_implementation``); plain functions, called here, are for the oracles'
+    (``tools/engine/worker.hosted_implementation``); plain functions, called here, are for the oracles'
     unit tests and the suites' fast judging of their many controls only."""
 
     label: str
     functions: Mapping[str, Callable]
 
     @classmethod
-    def of_kernels(cls, entry) -> "Implementation":
-        """The entry's kernel, and its siblings' kernels of the same backend (else their first), in this
-        process (certification runs them in a host: ``tools/certify_worker.hosted_implementation``)."""
-        from ops.catalog import kernels
+    def of_kernels(cls, entry, kernels: Callable[[str], tuple]) -> "Implementation":
+        """The entry's kernel, and its siblings' kernels of the same backend (else their first); ``kernels``
+        names an op's kernels in dispatch order (``ops.catalog.kernels``: the battery knows no catalog)."""
 
         def sibling(name):
             found = kernels(name)
@@ -252,7 +246,7 @@ def narrowing(cell, exercised: dict, device: torch.device) -> dict:
 class Battery:
     """Runs the applicable oracles on one op's implementation, on one device."""
 
-    def __init__(self, entry, impl: Implementation, device: torch.device, strategy=None, watch: Watch | None = None,
+    def __init__(self, entry, impl: Implementation, device: torch.device, strategy, watch: Watch | None = None,
                  graph_parity_skipped: str | None = None, cell=None):
         self.entry = entry
         self.cell_bounds = cell.bounds if cell is not None else {}  # what ``exercised`` is measured against
@@ -260,7 +254,7 @@ class Battery:
         self.impl = impl
         self.fn = impl[entry.name]
         self.device = torch.device(device)
-        self.strategy = strategy or strategy_module(entry)
+        self.strategy = strategy
         self.watch = watch
         self.recipe: dict = {}
 
@@ -430,7 +424,7 @@ def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) 
 
 
 def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, seed: int = 0,
-             shrink: bool = True, strategy=None, progress: Callable[[str], None] | None = None,
+             shrink: bool = True, strategy, progress: Callable[[str], None] | None = None,
              watch: Watch | None = None, graph_parity_skipped: str | None = None,
              oracles: Iterable[str] = ORACLES) -> CellResult:
     """Run the battery over one cell: corners, then ``max_examples`` Hypothesis draws, judging the
@@ -531,7 +525,7 @@ def _status(result: CellResult) -> str:
     return PASSED if any(v["verdict"] == NOT_ASKED for v in result.verdicts.values()) else CERTIFIED
 
 
-def replay(entry, impl: Implementation, cell, device, recipe: dict, strategy=None,
+def replay(entry, impl: Implementation, cell, device, recipe: dict, strategy,
            watch: Watch | None = None, graph_parity_skipped: str | None = None,
            oracles: Iterable[str] = ORACLES) -> CellResult:
     """Run the battery on one recipe (what a reproduction line does)."""

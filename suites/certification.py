@@ -8,9 +8,9 @@ import torch
 from hypothesis import settings
 
 from ops import quarantine
-from ops.catalog import arch_of
+from ops.catalog import arch_of, kernels
 from oracles.battery import CellResult, Implementation, run_cell
-from tools.certify import describe
+from tools.engine.certify import describe
 
 
 def machine_device() -> torch.device:
@@ -53,8 +53,9 @@ def certify_cell(entry, cell, impl: Implementation | None = None, **options) -> 
     if held:
         pytest.skip(f"quarantined: {held.describe()}")
     options.setdefault("graph_parity_skipped", None if impl is None else "not asked of this implementation")
-    impl = impl or Implementation.of_kernels(entry)
+    impl = impl or Implementation.of_kernels(entry, kernels)
     options.setdefault("max_examples", settings.default.max_examples)
+    options.setdefault("strategy", entry.strategy_module)
     return run_cell(entry, impl, cell, machine_device(), **options)
 
 

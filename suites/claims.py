@@ -5,7 +5,6 @@ asserts there are none for the real catalog, and feeds the checks broken inputs 
 """
 from __future__ import annotations
 
-import importlib
 import os
 import pathlib
 import subprocess
@@ -15,12 +14,7 @@ from ops import certificates
 from ops.catalog import Arch
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-
-
-def suite_path(entry) -> pathlib.Path:
-    """``ops/<family>/<module>.py`` is driven by ``suites/<family>/test_<module>.py`` (an op's second
-    kernel, ``rms_norm_gated_cute.py``, by ``test_rms_norm_gated_cute.py``)."""
-    return REPO / "suites" / entry.family / f"test_{pathlib.Path(entry.kernel_file).stem}.py"
+STRATEGY_FUNCTIONS = ("recipes", "corners", "build")  # what the battery calls
 
 
 def nested_pytest_environment(**extra: str) -> dict[str, str]:
@@ -36,17 +30,20 @@ def collected_ids(path: pathlib.Path) -> list[str]:
 
 
 def entry_findings(entry) -> list[str]:
-    """Reference, cells, strategy and a suite that drives every cell through the battery."""
+    """Reference, cells, strategy and a suite that drives every cell through the battery (the files
+    ``entry.files`` names: an op's second kernel, ``rms_norm_gated_cute.py``, has its own suite)."""
     findings = []
     if not entry.cells:
         findings.append(f"{entry.name}: declares no cells")
     if not pathlib.Path(entry.reference_file).is_relative_to(REPO / "references"):
         findings.append(f"{entry.name}: its reference {entry.reference_file} is not under references/")
     try:
-        importlib.import_module(f"suites.{entry.family}.{entry.name}_strategy")
+        missing = [name for name in STRATEGY_FUNCTIONS if not callable(getattr(entry.strategy_module, name, None))]
+        if missing:
+            findings.append(f"{entry.name}: its strategy module {entry.strategy_module_name} lacks {', '.join(missing)}")
     except ImportError as error:
-        findings.append(f"{entry.name}: no strategy module suites/{entry.family}/{entry.name}_strategy.py ({error})")
-    suite = suite_path(entry)
+        findings.append(f"{entry.name}: no strategy module {entry.strategy_module_name} ({error})")
+    suite = entry.files.suite
     if not suite.exists():
         return findings + [f"{entry.name}: no suite {suite.relative_to(REPO)}"]
     ids = collected_ids(suite)

@@ -95,7 +95,7 @@ def wrong_implementations(op_names, only):
 def main(argv=None) -> int:
     import ops  # noqa: F401 - chooses the Triton interpreter before Triton loads
 
-    from tools.certify import load_implementation
+    from tools.engine.worker import load_implementation
 
     parser = argparse.ArgumentParser(prog="python -m suites.measure_draws", description=__doc__.splitlines()[0])
     parser.add_argument("--op", action="append", default=[], help="only this op (repeatable)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oracles.battery import Implementation, run_cell, strategy_module
+from oracles.battery import Implementation, run_cell
 from ops.catalog import entries
 from suites.contract_only import attention, gemm, norm, quant, sampling, speculative, ssm
 
@@ -71,7 +71,7 @@ def judge(op_name: str, functions: dict, strategy=None, max_examples: int = DRAW
     """The battery's results on each cell of ``op_name`` (or ``cells``)."""
     entry = entries()[op_name]
     impl = Implementation(f"contract-only {op_name}", functions)
-    strategy = strategy or FirstCorners(strategy_module(entry))
+    strategy = strategy or FirstCorners(entry.strategy_module)
     return [run_cell(entry, impl, cell, DEVICE, max_examples=max_examples, shrink=False, strategy=strategy)
             for cell in (cells or entry.cells)]
 

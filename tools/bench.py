@@ -117,7 +117,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-# The columns of ``table``, read back by ``read_table`` (tools/report.py plots the committed tables).
+# The columns of ``table``, read back by ``read_table`` (tools/engine/report.py plots the committed tables).
 _TABLE_FIELDS = {"op": str, "case": str, "impl": str, "time (us)": float, "timed as": str, "vs stock": float,
                  "GB/s": float, "% of copy": float, "target": str}
 

@@ -1,7 +1,7 @@
 """tools/check-test-lists: every listed id collects, and every collected test is listed for its arch.
 
 Both directions, with ``file:line``:
-- schema: each list parses as a test-db list (see tools/test_lists.py);
+- schema: each list parses as a test-db list (see tools/engine/test_lists.py);
 - duplicates: an id listed twice in one file;
 - stale ids: a listed id that selects no collected test;
 - wrong arch: a listed id whose tests do not carry the list's arch marker;
@@ -19,7 +19,7 @@ import pathlib
 import sys
 
 from tools.cli import ArgumentParser, UsageError, run_main
-from tools.test_lists import ARCH_MARKERS, ListFormatError, all_list_paths, load_list, matches
+from tools.engine.test_lists import ARCH_MARKERS, ListFormatError, all_list_paths, load_list, matches
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

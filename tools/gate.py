@@ -31,7 +31,6 @@ import); 2 a usage error (an unknown revision, not a git checkout), in one line.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import pathlib
@@ -40,15 +39,17 @@ import subprocess
 import sys
 import tempfile
 
-from tools import junit
+from tools import imports
+from tools.engine import junit
 from tools.cli import ArgumentParser, UsageError, run_main
+
+# ops (torch) is imported in the functions that use it: --help and usage errors need no torch, and a catalog
+# that does not import is a finding of the gate, not a traceback.
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CPU_LIST = REPO / "test_lists" / "l0_cpu.yml"
 CLAIMS_GATES = "suites/test_claims.py"
 MAIN_REFS = ("main", "origin/main")
-# What an op's suite imports from this project: a change there changes what the suite checks.
-PROJECT_PREFIXES = ("ops.", "references.", "oracles.", "suites.", "tools.")
 
 
 def parse_args(argv):
@@ -143,33 +144,28 @@ def relative(path) -> str:
 
 
 # -- which ops a change touches ---------------------------------------------------------------------
-def op_files(entry) -> dict[str, str]:
-    """Every file whose change touches ``entry``, relative to the repo -> its role for the op."""
+def op_files(entry, graph: dict[str, set[str]]) -> dict[str, str]:
+    """Every file whose change touches ``entry``, relative to the repo -> its role for the op; ``graph``:
+    the project's import graph (``tools.imports.import_graph``), read from the sources, not imported."""
     from ops import certificates
 
-    files = {relative(entry.kernel_file): "kernel, entry and cells", relative(entry.reference_file): "reference"}
+    found = entry.files
+    files = {relative(found.kernel): "kernel, entry and cells", relative(found.reference): "reference"}
     for path in certificates.used_sources(entry):
         files.setdefault(relative(path), "a module its kernel or reference uses")
-    suite_modules = []
-    for role, stem in (("strategy", f"{entry.name}_strategy"), ("suite", f"test_{entry.name}"),
-                       ("alternative implementations", f"{entry.name}_impls")):
-        path = REPO / "suites" / entry.family / f"{stem}.py"
+    roles = (("strategy", found.strategy), ("suite", found.suite), ("alternative implementations", found.implementations))
+    for role, path in roles:
         files.setdefault(relative(path), role)  # listed even when absent: adding one is a change
-        try:
-            suite_modules.append(importlib.import_module(f"suites.{entry.family}.{stem}").__name__)
-        except Exception:  # noqa: BLE001 - absent, or broken: pytest reports a broken one when it runs
-            pass
-    for name in sorted(certificates.modules_used(suite_modules, PROJECT_PREFIXES)):
-        files.setdefault(relative(sys.modules[name].__file__), "test machinery its suite uses")
+    modules = imports.module_files(REPO)
+    by_file = {path.resolve(): name for name, path in modules.items()}
+    for name in sorted(imports.reachable(graph, [by_file[path.resolve()] for _, path in roles
+                                                 if path.resolve() in by_file])):
+        files.setdefault(relative(modules[name]), "test machinery its suite uses")
     return files
 
 
-def suite_file(entry) -> str:
-    return f"suites/{entry.family}/test_{entry.name}.py"
-
-
 def listed_cpu_tests(suite_files: set[str]) -> list[str]:
-    from tools.test_lists import ListFormatError, load_list
+    from tools.engine.test_lists import ListFormatError, load_list
 
     try:
         listed = load_list(CPU_LIST)
@@ -212,12 +208,12 @@ def readable_certificates(kernels) -> list[dict]:
     returns the kernels the catalog left out here (``certificates.unjudged_kernels``)."""
     if not kernels:
         return []
-    from ops import certificates
+    from ops import catalog, certificates
 
     try:
         for entry in kernels:
             certificates.load(entry)
-        return certificates.unjudged_kernels()
+        return catalog.unjudged_kernels()
     except certificates.CertificateError as error:
         raise UsageError(str(error)) from None
 
@@ -310,13 +306,15 @@ def main(argv=None) -> int:
         findings.append(f"the catalog does not import: {type(error).__name__}: {error}")
         kernels = ()
     unjudged = readable_certificates(kernels)
+    graph = imports.import_graph(REPO)
     ops, suites = {}, {}  # by kernel: "op", or "op [backend]" for an op of several kernels
     for entry in kernels:
-        touched = {path: role for path, role in op_files(entry).items() if path in changed}
+        touched = {path: role for path, role in op_files(entry, graph).items() if path in changed}
         if touched:
             label = catalog.kernel_label(entry)
-            ops[label] = {"changed": touched, "tests": listed_cpu_tests({suite_file(entry)})}
-            suites[label] = suite_file(entry)
+            suite = relative(entry.files.suite)
+            ops[label] = {"changed": touched, "tests": listed_cpu_tests({suite})}
+            suites[label] = suite
     ids = list(dict.fromkeys(test for op in ops.values() for test in op["tests"]))
     if changed:
         ids.append(CLAIMS_GATES)

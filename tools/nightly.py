@@ -16,7 +16,7 @@ missing) is named on stderr and under ``unavailable_kernels`` in the JSON: it di
 
 Both are findings, each printed with its minimal recipe and the one-line reproduction of
 ``tools/certify-cells --replay`` (a flaky one may need a few repeats to fail). Draws per cell default
-to the ``nightly`` Hypothesis profile's (suites/strategies/profiles.py).
+to the ``nightly`` Hypothesis profile's (references/strategies/profiles.py).
 
 Exit status: 0 no example failed; 1 a flaky or failing example; 2 a usage or input error (one line).
 """
@@ -29,8 +29,12 @@ import time
 
 import hypothesis
 
-from tools import junit
+from tools.engine import junit
+from tools.engine.worker import load_implementation
 from tools.cli import ArgumentParser, UsageError, run_main
+from tools.engine.report import reproduction
+
+# ops, oracles and torch are imported in the functions that use them: --help and usage errors need neither.
 
 
 def parse_args(argv):
@@ -62,7 +66,7 @@ def parse_args(argv):
 
 
 def nightly_max_examples() -> int:
-    from suites.strategies import profiles  # registers the project's profiles with Hypothesis
+    from references.strategies import profiles  # registers the project's profiles with Hypothesis
 
     return profiles.settings.get_profile("nightly").max_examples
 
@@ -83,9 +87,7 @@ def main(argv=None) -> int:
     import torch
 
     from ops import catalog
-    from ops import certificates
     from oracles.battery import Implementation, recipe_json, replay, run_cell
-    from tools.certify import load_implementation, reproduction
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device on this machine")
@@ -95,7 +97,7 @@ def main(argv=None) -> int:
     unknown = [name for name in args.op if name not in registry]
     if unknown:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
-    unjudged = certificates.unjudged_kernels()
+    unjudged = catalog.unjudged_kernels()
     for left_out in unjudged:
         print(f"{left_out['module']}: not in the catalog on this machine, not run: {left_out['why']}", file=sys.stderr)
     claiming = {name: [entry for entry in catalog.kernels(name) if arch in entry.archs] for name in args.op or registry}
@@ -113,7 +115,7 @@ def main(argv=None) -> int:
         judged = {entry: (entry.name, implementations[entry.name], []) for entry in entries}
     else:
         entries = [entry for found in claiming.values() for entry in found]
-        judged = {entry: (catalog.kernel_label(entry), Implementation.of_kernels(entry),
+        judged = {entry: (catalog.kernel_label(entry), Implementation.of_kernels(entry, catalog.kernels),
                           ["--backend", entry.backend] if len(catalog.kernels(entry.name)) > 1 else [])
                   for entry in entries}
     pairs = chosen_cells(entries, args.cell)
@@ -133,7 +135,7 @@ def main(argv=None) -> int:
             name, implementation, _ = judged[entry]
             started = time.monotonic()
             result = run_cell(entry, implementation, cell, device, max_examples=max_examples,
-                              seed=seed + run, shrink=not args.no_shrink)
+                              seed=seed + run, shrink=not args.no_shrink, strategy=entry.strategy_module)
             results.append({"op": name, "cell": cell.id, "status": result.status, "examples": result.examples,
                             "seconds": round(time.monotonic() - started, 3)})
             say(f"run {run + 1}/{args.repeat} (seed {seed + run}): {name}/{cell.id}: {result.status} after "
@@ -154,7 +156,8 @@ def main(argv=None) -> int:
         _, implementation, flags = judged[seen["entry"]]
         if "seed" in seen["recipe"]:  # the refusal table has no recipe to replay; its runs count already
             for _ in range(args.replays):
-                outcome = replay(seen["entry"], implementation, seen["cell_obj"], device, seen["recipe"])
+                outcome = replay(seen["entry"], implementation, seen["cell_obj"], device, seen["recipe"],
+                                 seen["entry"].strategy_module)
                 seen["failed" if outcome.failure else "passed"] += 1
         command = reproduction(seen["entry"].name, seen["cell"], args.device, seen["recipe"], args.impl, flags)
         verdict = "flaky" if seen["passed"] else "failing"

@@ -84,7 +84,7 @@ def norm_case(steps: Steps, case: str, recipe: dict, arch_target: str) -> bool:
 
     from ops.norm import rms_norm_gated_cute as cute_kernel
     from references.norm import rms_norm_gated as contract
-    from suites.norm.rms_norm_gated_strategy import build
+    from references.norm.rms_norm_gated_strategy import build
 
     kwargs = build(recipe, "cuda")
     x, z = kwargs["x"], kwargs["z"]

@@ -13,15 +13,10 @@ import triton.language as tl
 from ops.attention.paged_decode import ENTRY, _exp_difference, _exp_float64_short
 from references.attention import paged_decode as contract
 from suites.attention import paged_decode_impls as impls
-from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, judged,
-                                  machine_device)
+from suites.certification import arch_marks, machine_device
+from suites.op_suite import OpSuite
 
 pytestmark = arch_marks(ENTRY.archs)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
 
 
 # (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it)
@@ -34,19 +29,11 @@ WRONG = [
     ("lse_in_log2", "sparse_e4m3_kv", "parity"),
     ("split_from_batch", "dense_bf16_kv", "batch_invariance"),
 ]
+SUITE = OpSuite.of_module(ENTRY, impls, wrong=WRONG, correct="correct_fp32")
 
-
-@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, cell_id, oracle):
-    impl = judged(ENTRY, impls, name)
-    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=10, shrink=False)
-    assert_rejected(result, oracle, impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_implementation(cell):
-    impl = judged(ENTRY, impls, "correct_fp32")
-    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test(max_examples=10)
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test()
 
 
 # -- the reference, by hand ---------------------------------------------------------------------------

@@ -14,20 +14,15 @@ from ops.attention.rollback_restore import ENTRY
 from ops.certificates import used_sources
 from references.attention.paged_slots import bits, rollback_restoration
 from references.attention.rollback_save import rollback_save as reference_save
+from references.attention.rollback_restore_strategy import build, corners
 from suites.attention import rollback_restore_impls as impls
 from suites.attention import rollback_save_impls
-from suites.attention.rollback_restore_strategy import build, corners
-from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, \
-    machine_device
-from tools.certify import load_implementation
+from suites.certification import arch_marks, assert_rejected, certify_cell, machine_device
+from suites.op_suite import OpSuite
+from tools.engine.worker import load_implementation
 
 pytestmark = arch_marks(ENTRY.archs)
 IMPLS = "suites.attention.rollback_restore_impls"
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
 
 
 def test_a_new_seed_changes_the_step_but_no_shape():
@@ -73,20 +68,21 @@ def _wrong(name: str) -> Implementation:
                                               "rollback_save": reference_save})
 
 
-# (wrong restore, the oracle of the battery that catches it first)
+# (wrong restore, the cell whose corners reach its bug, the oracle of the battery that catches it first)
 WRONG = [
-    ("restores_all_rows", "parity"),
-    ("restores_kept_rows", "parity"),
-    ("writes_through_minus_one_position", "parity"),
-    ("ignores_minus_one_page", "parity"),
-    ("past_table_lands_in_last_page", "parity"),
-    ("writes_slot_padding", "stateful"),      # right on every element: only the whole-storage check sees it
+    ("restores_all_rows", "head_slots", "parity"),
+    ("restores_kept_rows", "head_slots", "parity"),
+    ("writes_through_minus_one_position", "head_slots", "parity"),
+    ("ignores_minus_one_page", "head_slots", "parity"),
+    ("past_table_lands_in_last_page", "head_slots", "parity"),
+    ("writes_slot_padding", "head_slots", "stateful"),      # right on every element: only the whole-storage check sees it
 ]
+SUITE = OpSuite(ENTRY, _wrong, wrong=WRONG, correct=Implementation(
+    IMPLS, {"rollback_save": impls.rollback_save, "rollback_restore": impls.rollback_restore}))
 
-
-@pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, oracle):
-    assert_rejected(certify_cell(ENTRY, ENTRY.cell("head_slots"), _wrong(name), max_examples=0), oracle, name)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test()
+test_battery_accepts_another_correct_pair = SUITE.accepts_test(max_examples=2)
 
 
 @pytest.mark.parametrize("name", [w[0] for w in WRONG])
@@ -108,12 +104,6 @@ def test_stateful_oracle_needs_the_sibling_save_from_the_implementation():
     impl = Implementation("wrong save sibling", {"rollback_restore": impls.rollback_restore,
                                                  "rollback_save": rollback_save_impls.saves_the_next_slot})
     assert_rejected(certify_cell(ENTRY, ENTRY.cell("head_slots"), impl, max_examples=0), "stateful", impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_pair(cell):
-    impl = Implementation(IMPLS, {"rollback_save": impls.rollback_save, "rollback_restore": impls.rollback_restore})
-    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=2), impl.label)
 
 
 # -- tools/certify-cells --impl MODULE with both functions -----------------------------------------

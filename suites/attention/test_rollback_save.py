@@ -2,22 +2,22 @@
 kernel's restore as its sibling), and the battery against wrong saves."""
 from __future__ import annotations
 
-import pytest
-
 from oracles.battery import Implementation
 from ops.attention.rollback_save import ENTRY
 from references.attention.rollback_restore import rollback_restore as reference_restore
 from suites.attention import rollback_restore_impls as pair
 from suites.attention import rollback_save_impls as impls
-from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell
+from suites.certification import arch_marks
+from suites.op_suite import OpSuite
 
 pytestmark = arch_marks(ENTRY.archs)
 IMPLS = "suites.attention.rollback_save_impls"
 
 
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
+def wrong_save(name: str) -> Implementation:
+    """The save ``name`` of rollback_save_impls beside the contract's restore."""
+    return Implementation(f"{IMPLS}:{name}", {"rollback_save": getattr(impls, name),
+                                              "rollback_restore": reference_restore})
 
 
 # (wrong save, the cell whose corners reach its bug, the oracle that must catch it)
@@ -28,18 +28,11 @@ WRONG = [
     ("values_through_float32", "row_slots", "parity"),
     ("missing_refusal", "row_slots", "refusals"),
 ]
+SUITE = OpSuite(ENTRY, wrong_save, wrong=WRONG, correct=Implementation(
+    "suites.attention.rollback_restore_impls",
+    {"rollback_save": pair.rollback_save, "rollback_restore": pair.rollback_restore}))
 
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test()
+test_battery_accepts_another_correct_pair = SUITE.accepts_test(max_examples=2)
 
-@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, cell_id, oracle):
-    impl = Implementation(f"{IMPLS}:{name}", {"rollback_save": getattr(impls, name),
-                                              "rollback_restore": reference_restore})
-    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=0)
-    assert_rejected(result, oracle, impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_pair(cell):
-    impl = Implementation("suites.attention.rollback_restore_impls",
-                          {"rollback_save": pair.rollback_save, "rollback_restore": pair.rollback_restore})
-    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=2), impl.label)

@@ -15,7 +15,7 @@ import pytest
 
 from suites.certification import machine_device
 from suites.claims import REPO
-from tools.certify_worker import CellTask, execute
+from tools.engine.worker import CellTask, execute
 
 HOSTILE = "suites.faults.hostile_impls"
 CORRECT = "suites.sampling.greedy_argmax_impls:correct_via_max"

@@ -17,9 +17,9 @@ from ops.sampling.greedy_argmax import ENTRY
 from oracles.battery import CellResult
 from suites.certification import machine_device
 from suites.claims import REPO
-from tools.certify import certificate_section
-from tools.certify_worker import CellTask, execute
-from tools.isolation import Slot, cpu_slot, gpu_slots, run_isolated
+from tools.engine.certify import certificate_section
+from tools.engine.worker import CellTask, execute
+from tools.engine.isolation import Slot, cpu_slot, gpu_slots, run_isolated
 
 pytestmark = [pytest.mark.cpu, pytest.mark.sm90]
 FAULTY = "suites.faults.faulty_kernels"

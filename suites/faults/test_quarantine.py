@@ -16,8 +16,8 @@ from ops.sampling.greedy_argmax import ENTRY
 from oracles.battery import CellResult
 from suites import certification
 from suites.claims import REPO
-from tools import certify
-from tools.certify import certificate_section
+from tools.engine import certify
+from tools.engine.certify import certificate_section
 
 pytestmark = pytest.mark.cpu
 IMPLS = "suites.sampling.greedy_argmax_impls"

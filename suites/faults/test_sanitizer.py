@@ -55,7 +55,7 @@ def test_a_sanitized_cell_says_why_graph_parity_is_not_run():
     """On the H200 every capture under compute-sanitizer failed (its stream-ordered allocations do not exist
     until a graph is instantiated), failing the catalog kernel's cell: a sanitized cell skips the oracle,
     saying why, and the unsanitized run (the one that writes certificates) judges graphs."""
-    from tools.certify_worker import CellTask, execute
+    from tools.engine.worker import CellTask, execute
 
     sanitized = execute(CellTask("greedy_argmax", "decode_small_batch", "cpu", sanitizer="memcheck"))
     plain = execute(CellTask("greedy_argmax", "decode_small_batch", "cpu"))

@@ -9,8 +9,8 @@ import pytest
 
 from ops import catalog
 from suites.claims import REPO
-from tools import certify
-from tools.shards import Shard, parse_shard, partition_problems, select
+from tools.engine import certify
+from tools.engine.shards import Shard, parse_shard, partition_problems, select
 
 pytestmark = pytest.mark.cpu
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.cpu
 
 
 def _workers_of(parent: int) -> list[int]:
-    """Pids of the live tools.certify_worker processes whose parent is ``parent``."""
+    """Pids of the live tools.engine.worker processes whose parent is ``parent``."""
     found = []
     for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -24,7 +24,7 @@ def _workers_of(parent: int) -> list[int]:
             command = (stat.parent / "cmdline").read_bytes()
         except (OSError, IndexError):
             continue
-        if int(fields[1]) == parent and fields[0] != "Z" and b"tools.certify_worker" in command:
+        if int(fields[1]) == parent and fields[0] != "Z" and b"tools.engine.worker" in command:
             found.append(int(stat.parent.name))
     return found
 

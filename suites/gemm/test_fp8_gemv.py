@@ -4,51 +4,31 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oracles.battery import strategy_module
 from ops.gemm import fp8_gemv
 from ops.gemm.fp8_gemv import ENTRY, default_plan
-from suites.certification import (
-    arch_marks,
-    assert_certified,
-    assert_rejected,
-    cell_params,
-    certify_cell,
-    judged,
-    machine_device,
-)
+from suites.certification import arch_marks, assert_certified, certify_cell, machine_device
 from suites.gemm import fp8_gemv_impls as impls
 from suites.gemm import gemv_plans
+from suites.op_suite import OpSuite
 
 pytestmark = arch_marks(ENTRY.archs)
 
 
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
-
-
-# (wrong implementation, the oracle that must catch it): the corners of narrow_outputs reach every bug.
+# (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it)
 # summation_order_varies (determinism) is judged in test_gemv_on_gpu.py (see test_nvfp4_gemv.py).
 WRONG = [
-    ("scale_forgotten", "parity"),
-    ("read_as_e5m2", "parity"),
-    ("tail_dropped", "parity"),
-    ("bf16_accumulation", "parity"),
-    ("float16_activations", "parity"),
-    ("missing_refusal", "refusals"),
+    ("scale_forgotten", "narrow_outputs", "parity"),
+    ("read_as_e5m2", "narrow_outputs", "parity"),
+    ("tail_dropped", "narrow_outputs", "parity"),
+    ("bf16_accumulation", "narrow_outputs", "parity"),
+    ("float16_activations", "narrow_outputs", "parity"),
+    ("missing_refusal", "narrow_outputs", "refusals"),
 ]
+SUITE = OpSuite.of_module(ENTRY, impls, wrong=WRONG, correct="correct_via_float32_sums")
 
-
-@pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, oracle):
-    impl = judged(ENTRY, impls, name)
-    assert_rejected(certify_cell(ENTRY, ENTRY.cell("narrow_outputs"), impl, max_examples=0), oracle, impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_implementation(cell):
-    impl = judged(ENTRY, impls, "correct_via_float32_sums")
-    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test()
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test()
 
 
 @pytest.mark.parametrize("cell, shape", gemv_plans.shapes_to_judge(ENTRY, fp8_gemv.DEFAULT_M1_SHAPE,
@@ -63,7 +43,7 @@ def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
 def test_corners_reach_both_launch_paths_and_every_kind_of_code():
     """On this device: split-K and one-pass plans, K not a multiple of 64 and K = 1, M = 1 and 16, and
     weights with both zeros, subnormals and ±448, all from the corners alone."""
-    device, strategy = machine_device(), strategy_module(ENTRY)
+    device, strategy = machine_device(), ENTRY.strategy_module
     reached = set()
     for cell in ENTRY.cells:
         for recipe in strategy.corners(cell, device):

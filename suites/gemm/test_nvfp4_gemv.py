@@ -8,56 +8,36 @@ import torch
 import triton
 import triton.language as tl
 
-from oracles.battery import strategy_module
 from ops.gemm import nvfp4_gemv
 from ops.gemm.nvfp4_gemv import E2M1_FLOAT32_PTX, E2M1_PAIRS_PTX, E2M1_PLACED_PTX, ENTRY, PLACED_SCALE, \
     default_plan, dequantize_pairs, dequantize_pairs_float32
 from references.formats import E4M3_MAX, e2m1_decode
-from suites.certification import (
-    arch_marks,
-    assert_certified,
-    assert_rejected,
-    cell_params,
-    certify_cell,
-    judged,
-    machine_device,
-)
+from suites.certification import arch_marks, assert_certified, certify_cell, machine_device
 from suites.gemm import gemv_plans
 from suites.gemm import nvfp4_gemv_impls as impls
+from suites.op_suite import OpSuite
 
 pytestmark = arch_marks(ENTRY.archs)
 
 
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
-
-
-# (wrong implementation, the oracle that must catch it): the corners of narrow_outputs reach every bug.
+# (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it)
 # summation_order_varies (determinism) is judged in test_gemv_on_gpu.py: the CPU's sizes are too small
 # for a float32 reordering to move a bf16 output (0 of 25 examples did, measured).
 WRONG = [
-    ("high_nibble_first", "parity"),
-    ("scale_per_32_elements", "parity"),
-    ("global_scale_forgotten", "parity"),
-    ("e2m1_read_as_linear", "parity"),
-    ("tail_dropped", "parity"),
-    ("bf16_accumulation", "parity"),
-    ("float16_activations", "parity"),
-    ("missing_refusal", "refusals"),
+    ("high_nibble_first", "narrow_outputs", "parity"),
+    ("scale_per_32_elements", "narrow_outputs", "parity"),
+    ("global_scale_forgotten", "narrow_outputs", "parity"),
+    ("e2m1_read_as_linear", "narrow_outputs", "parity"),
+    ("tail_dropped", "narrow_outputs", "parity"),
+    ("bf16_accumulation", "narrow_outputs", "parity"),
+    ("float16_activations", "narrow_outputs", "parity"),
+    ("missing_refusal", "narrow_outputs", "refusals"),
 ]
+SUITE = OpSuite.of_module(ENTRY, impls, wrong=WRONG, correct="correct_via_float32_sums")
 
-
-@pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, oracle):
-    impl = judged(ENTRY, impls, name)
-    assert_rejected(certify_cell(ENTRY, ENTRY.cell("narrow_outputs"), impl, max_examples=0), oracle, impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_implementation(cell):
-    impl = judged(ENTRY, impls, "correct_via_float32_sums")
-    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test()
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test()
 
 
 @pytest.mark.parametrize("cell, shape", gemv_plans.shapes_to_judge(ENTRY, nvfp4_gemv.DEFAULT_M1_SHAPE,
@@ -72,7 +52,7 @@ def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
 def test_corners_reach_both_launch_paths_and_the_hard_weights():
     """On this device: split-K and one-pass plans, K not a multiple of 64, M = 1 and 16, and weights
     with zero, subnormal and saturated block scales, all from the corners alone."""
-    device, strategy = machine_device(), strategy_module(ENTRY)
+    device, strategy = machine_device(), ENTRY.strategy_module
     reached = set()
     for cell in ENTRY.cells:
         for recipe in strategy.corners(cell, device):

@@ -13,27 +13,15 @@ import torch
 
 from ops.norm import rms_norm_gated as kernel
 from ops.norm.rms_norm_gated import ENTRY
-from suites.certification import (
-    arch_marks,
-    assert_certified,
-    assert_rejected,
-    cell_params,
-    certify_cell,
-    judged,
-    machine_device,
-)
-from suites.launches import aten_launches
 from references.norm import rms_norm_gated as contract
+from references.norm.rms_norm_gated_strategy import build
+from suites.certification import arch_marks, assert_certified, assert_rejected, certify_cell, judged, machine_device
+from suites.launches import aten_launches
 from suites.norm import quack_adapter
 from suites.norm import rms_norm_gated_impls as impls
-from suites.norm.rms_norm_gated_strategy import build
+from suites.op_suite import OpSuite
 
 pytestmark = arch_marks(ENTRY.archs)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
 
 
 # whole tiles (group 128 of H 512, a power of two), padded groups (group 24 of H 72), eps 0, strided x and z
@@ -76,13 +64,11 @@ WRONG = [
     ("rstd_follows_row_slot", "plain_rms_norm", "batch_invariance"),
     ("missing_refusal", "empty_batch", "refusals"),
 ]
+SUITE = OpSuite.of_module(ENTRY, impls, wrong=WRONG, correct="correct_in_float64")
 
-
-@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, cell_id, oracle):
-    impl = judged(ENTRY, impls, name)
-    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=8, shrink=False)
-    assert_rejected(result, oracle, impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test(max_examples=8)
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test(["per_head_decode", "gated_whole_row"])
 
 
 def test_amax_from_fp32_values_passes_every_oracle_but_the_property():
@@ -91,12 +77,6 @@ def test_amax_from_fp32_values_passes_every_oracle_but_the_property():
     impl = judged(ENTRY, impls, "amax_before_rounding")
     blind = dataclasses.replace(ENTRY, properties=())
     assert_certified(certify_cell(blind, ENTRY.cell("per_head_decode"), impl, max_examples=8), impl.label)
-
-
-@pytest.mark.parametrize("cell_id", ["per_head_decode", "gated_whole_row"])
-def test_battery_accepts_another_correct_implementation(cell_id):
-    impl = judged(ENTRY, impls, "correct_in_float64")
-    assert_certified(certify_cell(ENTRY, ENTRY.cell(cell_id), impl), impl.label)
 
 
 def test_stock_op_is_a_torch_composition_of_many_kernels():

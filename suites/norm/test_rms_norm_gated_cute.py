@@ -15,14 +15,12 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed here 
 
 from ops.norm import rms_norm_gated_cute as cute_kernel  # noqa: E402
 from ops.norm.rms_norm_gated_cute import ENTRY  # noqa: E402
-from suites.certification import arch_marks, assert_certified, cell_params, certify_cell  # noqa: E402
+from suites.certification import arch_marks  # noqa: E402
+from suites.op_suite import OpSuite  # noqa: E402
 
 pytestmark = arch_marks(ENTRY.archs)
 
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
+test_cell = OpSuite(ENTRY).cell_test()
 
 
 @pytest.mark.cpu

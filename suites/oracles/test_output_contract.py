@@ -11,7 +11,7 @@ import torch
 
 from ops.catalog import op
 from oracles.band import FLOOR_ULP, check_band, row_ulp
-from oracles.battery import Implementation, replay, strategy_module
+from oracles.battery import Implementation, replay
 from oracles.bitwise import check_bitwise
 from oracles.failures import OracleFailure
 
@@ -36,7 +36,7 @@ class _FakesEquality(torch.Tensor):
 
 def _first_corner(entry):
     cell = entry.cells[0]
-    return cell, strategy_module(entry).corners(cell, DEVICE)[0]
+    return cell, entry.strategy_module.corners(cell, DEVICE)[0]
 
 
 def _judge(name: str, fn) -> str | None:

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tools.test_lists import ARCH_MARKERS
+from tools.engine.test_lists import ARCH_MARKERS
 
 
 def machine_marker() -> str | None:

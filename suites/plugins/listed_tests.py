@@ -2,15 +2,15 @@
 
 An id that selects nothing is an error (a list must not rot silently), as is a list that fails its
 schema.  ``--test-stage`` keeps only the blocks whose ``terms.stage`` matches.  ``--shard I/N`` then
-keeps shard I of N of the selected tests, by a stable digest of each node id (``tools/shards.py``):
+keeps shard I of N of the selected tests, by a stable digest of each node id (``tools/engine/shards.py``):
 N runners given ``--shard 1/N`` .. ``--shard N/N`` run every selected test exactly once between them.
 """
 from __future__ import annotations
 
 import pytest
 
-from tools.shards import parse_shard, select
-from tools.test_lists import ListFormatError, load_lists, matches
+from tools.engine.shards import parse_shard, select
+from tools.engine.test_lists import ListFormatError, load_lists, matches
 
 
 def pytest_addoption(parser):

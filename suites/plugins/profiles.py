@@ -1,7 +1,7 @@
 """Loads the project's Hypothesis profiles; ``ci`` unless ``--hypothesis-profile`` names another."""
 from __future__ import annotations
 
-from suites.strategies.profiles import load_profile
+from references.strategies.profiles import load_profile
 
 
 def pytest_configure(config):

@@ -31,7 +31,7 @@ from references.formats import (
     unpack_nibbles,
 )
 from suites.quant import wrong_encoders
-from suites.quant.hard_cases import BLOCKS_PER_ROW, midpoint_landing_rows, nvfp4_hard_rows
+from references.quant.hard_cases import BLOCKS_PER_ROW, midpoint_landing_rows, nvfp4_hard_rows
 
 pytestmark = pytest.mark.cpu
 

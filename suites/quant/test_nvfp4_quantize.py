@@ -10,7 +10,6 @@ import torch
 import triton
 import triton.language as tl
 
-from oracles.battery import strategy_module
 import numpy as np
 
 from ops.quant import nvfp4_quantize as kernel_module
@@ -36,57 +35,37 @@ from references.formats import (
     nvfp4_global_scale,
     nvfp4_quantize,
 )
-from suites.certification import (
-    arch_marks,
-    assert_certified,
-    assert_rejected,
-    cell_params,
-    certify_cell,
-    judged,
-    machine_device,
-)
+from references.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
+from suites.certification import arch_marks, cell_params, machine_device
+from suites.op_suite import OpSuite
 from suites.quant import nvfp4_quantize_impls as impls
-from suites.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
 from suites.quant import wrong_encoders
 from suites.quant.exact_rounding import float32_nearest, random_float32
 
 pytestmark = arch_marks(ENTRY.archs)
 
 
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
-
-
-# (wrong implementation, the oracle that must catch it); the corners of decode_activations reach
-# every global-scale mode, hence every bug below, without a single Hypothesis draw.
+# (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it); the
+# corners of decode_activations reach every global-scale mode, hence every bug below, without a draw.
 WRONG = [
-    ("approximate_division_emulated", "parity"),
-    ("torch_one_division", "parity"),
-    ("trtllm_block_max_test", "parity"),
-    ("torchao_scale_clamp", "parity"),
-    ("ties_away_from_zero", "parity"),
-    ("sign_from_comparison", "parity"),
-    ("high_nibble_first", "parity"),
-    ("flushed_subnormal_scales", "parity"),
-    ("flushed_subnormal_inputs", "parity"),
-    ("tail_left_zero", "parity"),
-    ("rows_read_as_contiguous", "parity"),
-    ("missing_refusal", "refusals"),
+    ("approximate_division_emulated", "decode_activations", "parity"),
+    ("torch_one_division", "decode_activations", "parity"),
+    ("trtllm_block_max_test", "decode_activations", "parity"),
+    ("torchao_scale_clamp", "decode_activations", "parity"),
+    ("ties_away_from_zero", "decode_activations", "parity"),
+    ("sign_from_comparison", "decode_activations", "parity"),
+    ("high_nibble_first", "decode_activations", "parity"),
+    ("flushed_subnormal_scales", "decode_activations", "parity"),
+    ("flushed_subnormal_inputs", "decode_activations", "parity"),
+    ("tail_left_zero", "decode_activations", "parity"),
+    ("rows_read_as_contiguous", "decode_activations", "parity"),
+    ("missing_refusal", "decode_activations", "refusals"),
 ]
+SUITE = OpSuite.of_module(ENTRY, impls, wrong=WRONG, correct="correct_via_grid_search")
 
-
-@pytest.mark.parametrize("name, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, oracle):
-    impl = judged(ENTRY, impls, name)
-    result = certify_cell(ENTRY, ENTRY.cell("decode_activations"), impl, max_examples=0)
-    assert_rejected(result, oracle, impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_implementation(cell):
-    impl = judged(ENTRY, impls, "correct_via_grid_search")
-    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test()
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test()
 
 
 # -- the strategy reaches the hard cases on purpose -------------------------------------------------
@@ -136,7 +115,7 @@ def hard_cases_in(x: torch.Tensor, global_scale: torch.Tensor) -> set[str]:
 @pytest.mark.parametrize("cell", cell_params(ENTRY))
 def test_corners_reach_every_hard_case(cell):
     device = machine_device()
-    strategy = strategy_module(ENTRY)
+    strategy = ENTRY.strategy_module
     corners = strategy.corners(cell, device)
     reached = set().union(*(hard_cases_in(**strategy.build(recipe, device)) for recipe in corners))
     assert reached == set(HARD_CASES), f"not reached: {sorted(set(HARD_CASES) - reached)}"

@@ -7,17 +7,12 @@ import sys
 import pytest
 
 from ops.sampling.greedy_argmax import ENTRY
-from suites.certification import arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, judged
+from suites.certification import arch_marks, assert_certified, certify_cell, judged
+from suites.op_suite import OpSuite
 from suites.sampling import greedy_argmax_impls as impls
 
 pytestmark = arch_marks(ENTRY.archs)
 IMPLS = "suites.sampling.greedy_argmax_impls"
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
-
 
 # (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it)
 WRONG = [
@@ -32,25 +27,17 @@ WRONG = [
     ("later_block_wins_ties", "decode_small_batch", "parity"),
     ("bug_between_1000_and_4000_columns", "decode_mid_batch", "parity"),  # its 10th draw: docs/draws.md
 ]
+SUITE = OpSuite.of_module(ENTRY, impls, wrong=WRONG, correct="correct_via_max")
 
-
-@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, cell_id, oracle):
-    impl = judged(ENTRY, impls, name)
-    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=10, shrink=False)
-    assert_rejected(result, oracle, impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test(max_examples=10)
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test()
 
 
 def test_large_batch_bug_hides_from_small_batches():
     """The large-batch control is right below 256 rows: only a cell reaching that path exposes it."""
     impl = judged(ENTRY, impls, "large_batch_bug")
     assert_certified(certify_cell(ENTRY, ENTRY.cell("decode_mid_batch"), impl, max_examples=4), impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_implementation(cell):
-    impl = judged(ENTRY, impls, "correct_via_max")
-    assert_certified(certify_cell(ENTRY, cell, impl), impl.label)
 
 
 def _certify(*words):

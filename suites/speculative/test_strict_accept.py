@@ -7,25 +7,13 @@ import torch
 
 from ops.speculative.strict_accept import ENTRY
 from references.speculative.strict_accept import STOCK_LAUNCHES, stock
-from suites.certification import (
-    arch_marks,
-    assert_certified,
-    assert_rejected,
-    cell_params,
-    certify_cell,
-    judged,
-    machine_device,
-)
+from references.speculative.strict_accept_strategy import build
+from suites.certification import arch_marks, assert_certified, certify_cell, judged, machine_device
 from suites.launches import aten_launches, cuda_launches
+from suites.op_suite import OpSuite
 from suites.speculative import strict_accept_impls as impls
-from suites.speculative.strict_accept_strategy import build
 
 pytestmark = arch_marks(ENTRY.archs)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
 
 
 # (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it)
@@ -38,25 +26,17 @@ WRONG = [
     ("large_batch_bug", "large_batch", ("parity", "batch_invariance")),  # either sees it first
     ("missing_refusal", "small_batch", "refusals"),
 ]
+SUITE = OpSuite.of_module(ENTRY, impls, wrong=WRONG, correct="correct_column_loop")
 
-
-@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, cell_id, oracle):
-    impl = judged(ENTRY, impls, name)
-    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=4, shrink=False)
-    assert_rejected(result, oracle, impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test(max_examples=4)
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test(max_examples=2)
 
 
 def test_large_batch_bug_hides_from_small_batches():
     """The large-batch control is right up to 64 rows: only a cell reaching that path exposes it."""
     impl = judged(ENTRY, impls, "large_batch_bug")
     assert_certified(certify_cell(ENTRY, ENTRY.cell("small_batch"), impl, max_examples=2), impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_implementation(cell):
-    impl = judged(ENTRY, impls, "correct_column_loop")
-    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=2), impl.label)
 
 
 def test_a_new_seed_changes_the_step_but_no_shape():

@@ -18,7 +18,7 @@ from oracles.bitwise import bit_pattern
 from references.ssm.gdn_decode import live_rows
 from references.ssm.gdn_verify import REPLAY_TOKENS, verify_inputs_of_decode_inputs
 from suites.ssm import fla_adapter
-from suites.ssm.gdn_decode_strategy import build
+from references.ssm.gdn_decode_strategy import build
 
 
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from oracles.tensors import as_outputs, clone_inputs
 from ops.catalog import ALL_ARCHS, op
 from references.ssm.gdn_verify import replay_equivalence
 from suites.certification import arch_marks, machine_device
-from suites.ssm import gdn_verify_strategy as strategy
+from references.ssm import gdn_verify_strategy as strategy
 
 pytestmark = arch_marks(ALL_ARCHS)
 fla_adapter = pytest.importorskip("suites.ssm.fla_adapter", reason="fla-core is not installed (a test-only extra)")

@@ -1,40 +1,28 @@
 """gdn_commit: every cell through the battery (bitwise), and the battery against wrong commits."""
 from __future__ import annotations
 
-import pytest
+import functools
+
 import torch
 
 from ops.ssm.gdn_commit import ENTRY
-from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell,
-                                  machine_device)
-from suites.ssm import gdn_commit_strategy as strategy
+from references.ssm import gdn_commit_strategy as strategy
+from suites.certification import arch_marks, machine_device
+from suites.op_suite import OpSuite
 from suites.ssm.gdn_impls import judged
 
 pytestmark = arch_marks(ENTRY.archs)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
 
 
 WRONG = [
     ("zero_accepted_wraps", "fp32_state", "parity"),
     ("commit_through_minus_one", "bf16_state", "parity"),
 ]
+SUITE = OpSuite(ENTRY, functools.partial(judged, op="gdn_commit"), wrong=WRONG, correct="gdn_commit")
 
-
-@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, cell_id, oracle):
-    impl = judged(name, op="gdn_commit")
-    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=4, shrink=False)
-    assert_rejected(result, oracle, impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_implementation(cell):
-    impl = judged("gdn_commit", op="gdn_commit")
-    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=1), impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test(max_examples=4)
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test(max_examples=1)
 
 
 def test_accepted_counts_past_the_draft_commit_its_last_checkpoint():

@@ -9,19 +9,15 @@ from oracles.battery import Implementation
 from oracles.determinism import run_on_copy
 from oracles.failures import OracleFailure
 from oracles.tensors import as_outputs, clone_inputs
+from ops.catalog import kernels
 from ops.ssm.gdn_decode import ENTRY
 from references.ssm.gdn_decode import writes_only_live_slots
-from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell,
-                                  machine_device)
-from suites.ssm import gdn_decode_strategy as strategy
+from references.ssm import gdn_decode_strategy as strategy
+from suites.certification import arch_marks, machine_device
+from suites.op_suite import OpSuite
 from suites.ssm.gdn_impls import judged
 
 pytestmark = arch_marks(ENTRY.archs)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
 
 
 # (wrong implementation, the cell whose corners reach its bug, the oracles that may catch it first)
@@ -35,19 +31,11 @@ WRONG = [
     ("stray_write_within_band", "fp32_state", "stateful"),
     ("missing_refusal", "fp32_state", "refusals"),
 ]
+SUITE = OpSuite(ENTRY, judged, wrong=WRONG, correct="gdn_decode")
 
-
-@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, cell_id, oracle):
-    impl = judged(name)
-    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=4, shrink=False)
-    assert_rejected(result, oracle, impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_implementation(cell):
-    impl = judged("gdn_decode")
-    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=1), impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test(max_examples=4)
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test(max_examples=1)
 
 
 def _corner(cell_id: str, **fields) -> dict:
@@ -61,7 +49,7 @@ def test_pool_check_sees_the_write_through_minus_one_bit_for_bit():
     kwargs = _corner("fp32_state", padding="all", slots="last_slot_free")
     with pytest.raises(OracleFailure, match=r"\[stateful\].*elements the contract does not name"):
         writes_only_live_slots(judged("padding_writes_through_minus_one"), kwargs)
-    writes_only_live_slots(Implementation.of_kernels(ENTRY), kwargs)
+    writes_only_live_slots(Implementation.of_kernels(ENTRY, kernels), kwargs)
 
 
 def test_a_stray_write_inside_the_band_passes_parity_and_fails_the_pool_check():

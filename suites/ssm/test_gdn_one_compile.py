@@ -17,7 +17,7 @@ from triton.runtime.jit import JITFunction, create_function_from_signature
 
 from ops.ssm import gdn_decode as decode
 from ops.ssm import gdn_verify as verify
-from suites.ssm import gdn_verify_strategy as strategy
+from references.ssm import gdn_verify_strategy as strategy
 
 pytestmark = pytest.mark.cpu
 

@@ -2,6 +2,8 @@
 and the battery against wrong verifies."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -12,36 +14,23 @@ from oracles.tensors import as_outputs, clone_inputs
 from ops.catalog import op
 from ops.ssm.gdn_verify import ENTRY
 from references.ssm.gdn_verify import replay_equivalence
-from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell,
-                                  machine_device)
-from suites.ssm import gdn_verify_strategy as strategy
+from references.ssm import gdn_verify_strategy as strategy
+from suites.certification import arch_marks, assert_rejected, certify_cell, machine_device
+from suites.op_suite import OpSuite
 from suites.ssm.gdn_impls import judged
 
 pytestmark = arch_marks(ENTRY.archs)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_cell(cell):
-    assert_certified(certify_cell(ENTRY, cell))
 
 
 WRONG = [
     ("verify_writes_the_pool", "fp32_state", "write_guards"),
     ("garbage_past_count", "fp32_state", "parity"),
 ]
+SUITE = OpSuite(ENTRY, functools.partial(judged, op="gdn_verify"), wrong=WRONG, correct="gdn_verify")
 
-
-@pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
-def test_battery_rejects(name, cell_id, oracle):
-    impl = judged(name, op="gdn_verify")
-    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=4, shrink=False)
-    assert_rejected(result, oracle, impl.label)
-
-
-@pytest.mark.parametrize("cell", cell_params(ENTRY))
-def test_battery_accepts_another_correct_implementation(cell):
-    impl = judged("gdn_verify", op="gdn_verify")
-    assert_certified(certify_cell(ENTRY, cell, impl, max_examples=1), impl.label)
+test_cell = SUITE.cell_test()
+test_battery_rejects = SUITE.rejects_test(max_examples=4)
+test_battery_accepts_another_correct_implementation = SUITE.accepts_test(max_examples=1)
 
 
 def test_battery_rejects_an_fp32_running_state():

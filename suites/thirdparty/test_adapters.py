@@ -15,7 +15,7 @@ import importlib.util
 import pytest
 import torch
 
-from oracles.battery import Implementation, run_cell, strategy_module
+from oracles.battery import Implementation, run_cell
 from ops.catalog import entries
 
 pytestmark = pytest.mark.cpu
@@ -34,7 +34,7 @@ def _judge(op_name: str, module, cell_id: str, oracles=None, max_examples: int =
     functions = {name: getattr(module, name) for name in (op_name, *entry.siblings) if hasattr(module, name)}
     options = {"oracles": oracles} if oracles else {}
     return run_cell(entry, Implementation(module.__name__, functions), entry.cell(cell_id), DEVICE,
-                    max_examples=max_examples, shrink=False, strategy=strategy_module(entry), **options)
+                    max_examples=max_examples, shrink=False, strategy=entry.strategy_module, **options)
 
 
 def test_every_adapter_names_its_package_its_ops_and_its_own_code():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ops.catalog import op
-from oracles.battery import strategy_module
+
 from suites.claims import REPO
 from tools import certify
 from tools.cli import UsageError
@@ -21,7 +21,7 @@ CELL = "decode_small_batch"
 
 
 def _corner() -> dict:
-    return strategy_module(ENTRY).corners(ENTRY.cell(CELL), torch.device("cpu"))[0]
+    return ENTRY.strategy_module.corners(ENTRY.cell(CELL), torch.device("cpu"))[0]
 
 
 def _refused(*words: str) -> str:

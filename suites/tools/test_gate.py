@@ -94,7 +94,7 @@ def test_a_kernel_change_names_its_op_its_tests_and_the_certificate_it_made_stal
     stale = {s["arch"]: s for s in found["stale_certificates"] if s["op"] == "greedy_argmax"}
     assert stale["cpu-interp"]["made_stale_by_this_change"] and stale["cpu-interp"]["status_at_base"] == "fresh"
     assert not stale["sm90"]["made_stale_by_this_change"] and stale["sm90"]["status_at_base"] == "stale"
-    assert stale["sm90"]["command"] == certificates.recertify_command(entry, certificates.Arch.SM90)
+    assert stale["sm90"]["command"] == certificates.recertify_command(entry, Arch.SM90)
     assert any("cpu-interp certificate is stale (made stale by this change)" in f and
                "tools/certify-cells --op greedy_argmax --device cpu" in f for f in found["findings"])
 
@@ -104,7 +104,7 @@ def test_shared_modules_strategies_and_uncommitted_files_select_their_ops(repo):
         certify_fresh(repo, entries()[name])
     git(repo, "commit", "-q", "-am", "certified")
     edit(repo / "ops" / "attention" / "rollback_save.py")             # rollback_restore runs this kernel too
-    edit(repo / "suites" / "speculative" / "strict_accept_strategy.py")
+    edit(repo / "references" / "speculative" / "strict_accept_strategy.py")
     edit(repo / "README.md")                                           # touches no op
     (repo / "suites" / "sampling" / "greedy_argmax_impls.py").unlink()  # a removed file is a change too
     found = verdict(gate(repo, "--base", "HEAD", "--dry-run", "--json"))
@@ -112,7 +112,7 @@ def test_shared_modules_strategies_and_uncommitted_files_select_their_ops(repo):
     assert sorted(found["ops"]) == ["greedy_argmax", "rollback_restore", "rollback_save", "strict_accept"]
     assert found["ops"]["rollback_restore"]["changed"] == {
         "ops/attention/rollback_save.py": "a module its kernel or reference uses"}
-    assert found["ops"]["strict_accept"]["changed"] == {"suites/speculative/strict_accept_strategy.py": "strategy"}
+    assert found["ops"]["strict_accept"]["changed"] == {"references/speculative/strict_accept_strategy.py": "strategy"}
     assert found["ops"]["greedy_argmax"]["changed"] == {
         "suites/sampling/greedy_argmax_impls.py": "alternative implementations"}
     assert found["tests"]["ids"][-1] == "suites/test_claims.py"
@@ -136,7 +136,8 @@ def test_each_kernel_of_an_op_is_judged_on_its_own_certificate(repo, tmp_path):
     assert found["ops"] == {"rms_norm_gated [cute]": {
         "changed": {"ops/norm/rms_norm_gated_cute.py": "kernel, entry and cells"},
         "tests": found["ops"]["rms_norm_gated [cute]"]["tests"]}}
-    assert found["ops"]["rms_norm_gated [cute]"]["tests"][0].startswith("suites/norm/test_rms_norm_gated.py")
+    # the cute kernel's own suite (its launch-plan tests on the CPU), not the Triton kernel's
+    assert found["ops"]["rms_norm_gated [cute]"]["tests"][0].startswith("suites/norm/test_rms_norm_gated_cute.py")
     made_stale = [s for s in found["stale_certificates"] if s["made_stale_by_this_change"]]
     assert [(s["op"], s["arch"]) for s in made_stale] == [("rms_norm_gated [cute]", "sm90")]
     assert "--op rms_norm_gated --device cuda --backend cute" in made_stale[0]["command"]

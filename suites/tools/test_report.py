@@ -1,4 +1,4 @@
-"""The certification report (tools/report.py, ``tools/certify-cells --report PATH.html --junit PATH``):
+"""The certification report (tools/engine/report.py, ``tools/certify-cells --report PATH.html --junit PATH``):
 what the grid reads from certificate files, a self-contained page, a browser that shows the grid, and
 JUnit XML a CI system can read."""
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pytest
 from ops import certificates
 from ops.catalog import Arch, entries, kernels
 from suites.certification import routable_section
-from tools import bench, certify, report
+from tools import bench
+from tools.engine import certify, report
 
 pytestmark = pytest.mark.cpu
 

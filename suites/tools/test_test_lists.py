@@ -11,7 +11,7 @@ import pytest
 
 from ops import quarantine
 from suites.claims import REPO
-from tools.test_lists import ListFormatError, load_list
+from tools.engine.test_lists import ListFormatError, load_list
 
 pytestmark = pytest.mark.cpu
 

@@ -28,11 +28,11 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from ops.catalog import Span
 from references.attention.paged_slots import bits, live_slots
-from suites.strategies.layouts import LAYOUTS, ND_LAYOUTS, nd_view, row_view
-from suites.strategies.shapes import seeds, sizes
-from suites.strategies.values import random_bits
+from references.bounds import Span
+from references.strategies.layouts import LAYOUTS, ND_LAYOUTS, nd_view, row_view
+from references.strategies.shapes import seeds, sizes
+from references.strategies.values import random_bits
 
 MASKS = ("mixed", "suffix", "all_rejected", "all_kept")
 SPARE_PAGES = 2

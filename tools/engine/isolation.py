@@ -2,7 +2,7 @@
 
 Each *slot* (one GPU, or the CPU) holds one worker at a time: a fresh interpreter started with
 ``subprocess`` (spawn semantics: nothing of this process, CUDA state least of all, is inherited),
-``python -m tools.certify_worker``, talking back over a unix socket.  Spawn, not ``multiprocessing``'s
+``python -m tools.engine.worker``, talking back over a unix socket.  Spawn, not ``multiprocessing``'s
 own launcher, because ``--sanitize`` must put ``compute-sanitizer`` in front of the interpreter.
 
 - A worker tells which oracle runs on which recipe before each one starts; when it dies (an illegal
@@ -35,13 +35,13 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Callable
 
-from tools.certify_worker import NO_ORACLE, CellTask
+from tools.engine.worker import NO_ORACLE, CellTask
 from tools.process_end import exit_in_words, last_words
 
 if TYPE_CHECKING:  # the battery (torch, Hypothesis) loads with the first result, not with --help
     from oracles.battery import CellResult
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 STARTUP_LIMIT_S = 300      # importing torch and Triton, and a CUDA context; far beyond what it takes
 EXIT_LIMIT_S = 120         # a retired worker's exit (a sanitizer writes its report then)
 SANITIZER_EXIT = 99
@@ -105,7 +105,7 @@ class _Worker:
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(self.address))
         self.server.listen(1)
-        command = [sys.executable, "-m", "tools.certify_worker", "--connect", str(self.address), "--device", device]
+        command = [sys.executable, "-m", "tools.engine.worker", "--connect", str(self.address), "--device", device]
         env = {**os.environ, **slot.env,
                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
         if sanitize:

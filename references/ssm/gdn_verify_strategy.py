@@ -1,4 +1,4 @@
-"""Inputs for ``gdn_verify``: T drafted tokens per row over a slot pool (see ``suites/ssm/gdn_inputs.py``).
+"""Inputs for ``gdn_verify``: T drafted tokens per row over a slot pool (see ``references/ssm/gdn_inputs.py``).
 
 Besides the decode fields a recipe has ``T`` and ``tokens``: every row drafting ``full`` T tokens,
 ``mixed`` counts in 1..T, or ``ones``; tokens past a row's count hold NaN.
@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from suites.ssm.gdn_decode_strategy import corner_recipes
-from suites.ssm.gdn_inputs import Builder, draw_kinds, draw_shape, fits
-from suites.strategies.shapes import sizes
+from references.ssm.gdn_decode_strategy import corner_recipes
+from references.ssm.gdn_inputs import Builder, draw_kinds, draw_shape, fits
+from references.strategies.shapes import sizes
 
 TOKEN_COUNTS = ("full", "mixed", "ones")
 

@@ -16,10 +16,10 @@ import torch
 from hypothesis import strategies as st
 
 from references.formats import E4M3_MAX, e4m3_satfinite_rne
-from suites.gemm.gemv_inputs import activations, corner_shapes, draw_shape
-from suites.strategies.layouts import LAYOUTS
-from suites.strategies.shapes import seeds
-from suites.strategies.values import FINITE_MODES
+from references.gemm.gemv_inputs import activations, corner_shapes, draw_shape
+from references.strategies.layouts import LAYOUTS
+from references.strategies.shapes import seeds
+from references.strategies.values import FINITE_MODES
 
 WEIGHT_MODES = ("all_codes", "gaussian", "log_uniform")
 SCALE_MODES = ("pow2", "random")

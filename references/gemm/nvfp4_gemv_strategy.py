@@ -15,11 +15,11 @@ import torch
 from hypothesis import strategies as st
 
 from references.formats import NVFP4_BLOCK, nvfp4_quantize
-from suites.gemm.gemv_inputs import activations, corner_shapes, draw_shape
-from suites.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
-from suites.strategies.layouts import LAYOUTS
-from suites.strategies.shapes import seeds
-from suites.strategies.values import FINITE_MODES
+from references.gemm.gemv_inputs import activations, corner_shapes, draw_shape
+from references.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
+from references.strategies.layouts import LAYOUTS
+from references.strategies.shapes import seeds
+from references.strategies.values import FINITE_MODES
 
 WEIGHT_MIXES = {"hard": HARD_BLOCK_KINDS, "random": ("random",)}
 SCALE_MODES = tuple(mode for mode in GLOBAL_SCALE_MODES if mode not in ("huge_amax", "tiny_amax"))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from suites.strategies.shapes import seeds, sizes
+from references.strategies.shapes import seeds, sizes
 
 VALUES = ("typical", "edges", "large")
 PADDING = ("none", "some", "ends", "all")

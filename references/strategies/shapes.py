@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from ops.catalog import Span
+from references.bounds import Span
 
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 

@@ -26,7 +26,7 @@ import yaml
 from ops.strict_yaml import YamlFileError, compose_file
 
 ARCH_MARKERS = ("cpu", "sm90", "sm100", "sm103", "sm107")
-LISTS_DIR = pathlib.Path(__file__).resolve().parent.parent / "test_lists"
+LISTS_DIR = pathlib.Path(__file__).resolve().parents[2] / "test_lists"
 
 
 class ListFormatError(ValueError):

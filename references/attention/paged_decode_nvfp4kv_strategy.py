@@ -1,6 +1,6 @@
 """Inputs for ``paged_decode_nvfp4kv``: ``paged_decode``'s recipes and metadata, with K and V in NVFP4.
 
-A recipe is ``paged_decode``'s (``suites/attention/paged_decode_strategy.py``: shapes, lengths, holes,
+A recipe is ``paged_decode``'s (``references/attention/paged_decode_strategy.py``: shapes, lengths, holes,
 selections, value modes, layouts, seed; drawn for a bf16 cache of the same cell bounds) plus three
 NVFP4 fields.  ``build`` builds ``paged_decode``'s call for the bf16 cache — the same tables, lengths,
 selections and query, NaN in every slot no row attends — then quantizes the attended K and V with
@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from ops.catalog import Cell, OneOf, stable_seed
 from references.formats.e2m1 import E2M1_MAX, E2M1_MIDPOINTS
 from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_global_scale, nvfp4_quantize
-from suites.attention import paged_decode_strategy as dense
-from suites.strategies.layouts import nd_view
+from references.attention import paged_decode_strategy as dense
+from references.strategies.layouts import nd_view
 
 CODES = ("quantized", "midpoints", "every_code")
 BLOCK_SCALES = ("quantized", "zero_and_subnormal")

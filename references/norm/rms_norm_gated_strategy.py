@@ -23,9 +23,9 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from ops.catalog import Span
-from suites.strategies.layouts import LAYOUTS, row_view
-from suites.strategies.shapes import seeds, sizes
+from references.bounds import Span
+from references.strategies.layouts import LAYOUTS, row_view
+from references.strategies.shapes import seeds, sizes
 
 GATES = ("none", "norm_then_gate", "gate_then_norm")
 WEIGHT_LAYOUTS = ("contiguous", "column_offset", "strided")

@@ -2,16 +2,16 @@
 
 A recipe: ``{"R", "V", "dtype", "layout", "values", "seed"}`` — sizes from the cell (edges favoured),
 one of the legal row layouts with NaN garbage between rows, and a value mode that plants NaN, +-inf,
-signed zeros, subnormals, ties and tail maxima (``suites/strategies/values.py``).
+signed zeros, subnormals, ties and tail maxima (``references/strategies/values.py``).
 """
 from __future__ import annotations
 
 import torch
 from hypothesis import strategies as st
 
-from suites.strategies.layouts import LAYOUTS, row_view
-from suites.strategies.shapes import seeds, sizes
-from suites.strategies.values import MODES, row_values
+from references.strategies.layouts import LAYOUTS, row_view
+from references.strategies.shapes import seeds, sizes
+from references.strategies.values import MODES, row_values
 
 # The interpreter costs milliseconds per program and per tile op: on the CPU keep R * V under 2**18
 # elements (R = 1024 rows of up to 256 columns, or one row of 262144), so one example (about ten calls

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from suites.strategies.layouts import LAYOUTS, row_view
-from suites.strategies.shapes import seeds, sizes
+from references.strategies.layouts import LAYOUTS, row_view
+from references.strategies.shapes import seeds, sizes
 
 ROW_MODES = ("mixed", "all_accepted", "all_rejected")
 VOCABS = ("small", "wide")

@@ -1,7 +1,7 @@
 """What the GEMV strategies share: (M, N, K) inside a cell, corner shapes, and the activations.
 
 A GEMV recipe holds ``M, N, K`` (K a multiple of ``k_step``: 16 for NVFP4, 1 for E4M3), the activation
-value mode (``suites/strategies/values.FINITE_MODES``) and row layout (``suites/strategies/layouts``),
+value mode (``references/strategies/values.FINITE_MODES``) and row layout (``references/strategies/layouts``),
 plus the weight's own keys, which each op's strategy adds. Sizes favour the edges: M = 1 and 16, N one
 either side of a 64-row tile, K not a multiple of 64.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from suites.strategies.layouts import LAYOUTS, row_view
-from suites.strategies.shapes import multiples, sizes
-from suites.strategies.values import FINITE_MODES, finite_rows
+from references.strategies.layouts import LAYOUTS, row_view
+from references.strategies.shapes import multiples, sizes
+from references.strategies.values import FINITE_MODES, finite_rows
 
 # An example calls the kernel 4 times (parity, determinism, write guards twice) and quantizes its weight
 # with the reference: 2**15 weights keep it within a second or two on a loaded 2-core machine.

@@ -6,11 +6,11 @@ With ``--impl MODULE[:ATTR]`` it judges any implementation of the contract — y
 once per op, on the cells of the op's first kernel, whatever our kernels claim; it writes no
 certificate.
 
-Isolation (``tools/isolation.py``; on by default with ``--device cuda``): each cell runs in a worker
+Isolation (``tools/engine/isolation.py``; on by default with ``--device cuda``): each cell runs in a worker
 process, so an illegal address, a device assert or a hang (``--cell-timeout``) fails that cell with
 the oracle and example that were running, and the run goes on in a fresh worker.  ``--gpus all|N``
 runs one worker per GPU; ``--sanitize TOOL`` runs each cell under compute-sanitizer; ``--shard I/N``
-runs one deterministic share of the cells (``tools/shards.py``).  Cells in the quarantine ledger
+runs one deterministic share of the cells (``tools/engine/shards.py``).  Cells in the quarantine ledger
 (``ops/quarantine.py``) are never launched for the catalog kernel and are recorded as quarantined;
 ``--check-quarantine`` runs exactly those and fails when one now passes.
 
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib
 import json
 import math
 import os
@@ -39,8 +38,12 @@ import time
 from typing import Sequence
 
 from tools.cli import ArgumentParser, UsageError, run_main
-from tools.isolation import SANITIZER_TOOLS
-from tools.shards import parse_shard
+from tools.engine.isolation import SANITIZER_TOOLS, WorkerStartError, cpu_slot, find_sanitizer, gpu_slots, run_isolated
+from tools.engine.report import isolation_flags, reproduction, write_outputs
+from tools.engine.shards import parse_shard, select
+from tools.engine.worker import CellTask, execute, hosted_implementation, implementation_host, retire_host
+
+# ops, oracles and torch are imported in the functions that use them: --help and usage errors need neither.
 
 # cpu: twice the draws the last of the suites' wrong implementations needed (10: docs/draws.md)
 DEFAULT_MAX_EXAMPLES = {"cpu": 20, "cuda": 100}
@@ -73,7 +76,7 @@ def parse_args(argv):
                              "is not a certificate and writes none (default: every oracle)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH; a PATH ending in "
-                        ".html gets a self-contained page of every certificate instead (tools/report.py)")
+                        ".html gets a self-contained page of every certificate instead (tools/engine/report.py)")
     parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell)")
     isolation = parser.add_argument_group("isolation, sanitizers and scale")
     isolation.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
@@ -170,9 +173,7 @@ def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
     """A ``--replay`` recipe must be one the cell's strategy could draw: exactly its keys (those of the
     cell's corner recipes), sizes inside the cell's bounds, and inputs that build and lie in the cell;
     else a usage error naming the key (a malformed recipe is not a finding about the kernel)."""
-    from oracles.battery import strategy_module
-
-    strategy = strategy_module(entry)
+    strategy = entry.strategy_module
     corner_keys = [set(corner) for corner in strategy.corners(cell, device)]
     allowed, required = set().union(*corner_keys), set.intersection(*corner_keys)
     unknown, missing = sorted(set(recipe) - allowed), sorted(required - set(recipe))
@@ -196,39 +197,11 @@ def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
                          f"bound {cell.bounds[name]}")
 
 
-def load_implementation(spec: str, entries):
-    """``MODULE[:ATTR]`` -> an Implementation for each entry (missing siblings: the reference), imported
-    into this process: for the suites and ``tools/nightly`` only.  Certification imports an --impl in an
-    implementation host instead (``check_implementation``, ``tools/certify_worker.py``)."""
-    from oracles.battery import Implementation
-
-    module_name, _, attribute = spec.partition(":")
-    sys.path[:0] = [p for p in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p]
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - any import failure is a usage error, in one line
-        raise UsageError(f"--impl: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
-    if attribute and len(entries) != 1:
-        raise UsageError("--impl MODULE:ATTR judges one op: name it with one --op")
-    implementations = {}
-    for entry in entries:
-        main = attribute or entry.name
-        if not callable(getattr(module, main, None)):
-            raise UsageError(f"--impl: {module_name} has no callable {main!r}")
-        functions = {entry.name: getattr(module, main)}
-        for sibling in entry.siblings:
-            from ops.catalog import op
-
-            functions[sibling] = getattr(module, sibling, None) or op(sibling).reference
-        implementations[entry.name] = Implementation(spec, functions)
-    return implementations
-
 
 def check_implementation(spec: str, entries, device: str) -> None:
     """A bad ``--impl`` is a usage error here, not a failure of every cell.  It is imported in an
     implementation host, never in this process (which then serves the first cells, when they run here)."""
     from oracles.failures import OracleFailure
-    from tools.certify_worker import hosted_implementation, implementation_host, retire_host
 
     module_name, _, attribute = spec.partition(":")
     if attribute and len(entries) != 1:
@@ -243,37 +216,6 @@ def check_implementation(spec: str, entries, device: str) -> None:
     except (Exception, OracleFailure) as error:  # noqa: BLE001 - any import failure is a usage error, in one line
         retire_host(spec, device)
         raise UsageError(f"--impl: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
-
-
-def impl_root(impl: str) -> str | None:
-    """The directory an ``--impl`` module is found in (what PYTHONPATH must hold to import it again), or
-    None.  Found by looking at files only: the module under judgement is never imported in the judge."""
-    parts = impl.partition(":")[0].split(".")
-    for folder in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path):
-        if not folder:
-            continue
-        base = pathlib.Path(folder).resolve().joinpath(*parts)
-        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
-            return str(pathlib.Path(folder).resolve())
-    return None
-
-
-def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, impl: str | None,
-                 flags: Sequence[str] = ()) -> str:
-    """The one command that runs this cell again (on this one recipe, when it has a seed), with the
-    environment it needs: the --impl module's PYTHONPATH, and the Triton interpreter on the CPU."""
-    from oracles.battery import recipe_json
-
-    environment = ["TRITON_INTERPRET=1"] if device == "cpu" else []
-    root = impl_root(impl) if impl else None
-    if root:
-        environment.append(f"PYTHONPATH={root}")
-    words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device, *flags]
-    if impl:
-        words += ["--impl", impl]
-    if recipe and "seed" in recipe:
-        words += ["--replay", recipe_json(recipe)]
-    return " ".join([*environment, *(shlex.quote(w) for w in words)])
 
 
 def machine_facts(device) -> dict:
@@ -348,22 +290,9 @@ def _region(exercised: dict, declared: dict) -> str:
                      for name, (lo, hi) in declared.items())
 
 
-def isolation_flags(isolation: dict, device: str) -> list[str]:
-    """The flags a reproduction line needs to run a cell the way a run did (its report's "isolation")."""
-    flags = ["--isolate"] if isolation.get("isolated") and device == "cpu" else []
-    if isolation.get("cell_timeout") is not None:
-        flags += ["--cell-timeout", f"{isolation['cell_timeout']:g}"]
-    if isolation.get("sanitize"):
-        flags += ["--sanitize", isolation["sanitize"]]
-    if isolation.get("check_quarantine"):
-        flags += ["--check-quarantine"] + (["--quarantine", isolation["quarantine"]] if isolation["quarantine"] else [])
-    return flags
-
-
 def plan(args, entries, arch, ledger) -> list[tuple]:
     """``(entry, cell, quarantined or None)`` for every cell this run covers, in catalog order."""
     from ops import quarantine
-    from tools.shards import select
 
     planned = []
     for entry in entries:
@@ -405,8 +334,6 @@ def certificate_section(entry, results: dict, facts: dict, *, command: str, max_
 
 def run_tasks(args, tasks, on_result) -> dict:
     """Every task's result, keyed by ``(op, cell)``: in worker processes, or in this one."""
-    from tools.certify_worker import execute
-    from tools.isolation import WorkerStartError, cpu_slot, gpu_slots, run_isolated
 
     if not args.isolate:
         results = {}
@@ -433,7 +360,6 @@ def main(argv=None) -> int:
     import torch
 
     from ops import catalog
-    from tools.isolation import find_sanitizer
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device on this machine")
@@ -456,7 +382,6 @@ def main(argv=None) -> int:
         runs = {None: [registry[name] for name in (args.op or registry)]}
         check_implementation(args.impl, runs[None], args.device)
         if args.isolate:  # the workers start hosts of their own
-            from tools.certify_worker import retire_host
 
             retire_host(args.impl, args.device)
     else:  # each backend's kernels are a run of their own (a worker task names its backend)
@@ -494,7 +419,6 @@ def main(argv=None) -> int:
         print(closing_summary(report), flush=True)
     if args.json:
         print(json.dumps(report, indent=2))
-    from tools.report import write_outputs
 
     write_outputs(report, args.report, args.junit)
     return 1 if failed else 0
@@ -531,7 +455,6 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
     from ops import catalog, certificates, quarantine
     from ops.quarantine import QUARANTINED
     from oracles.battery import PASSED, CellResult, oracles_text
-    from tools.certify_worker import CellTask
 
     try:
         ledger = quarantine.load(args.quarantine or quarantine.LEDGER)
@@ -624,7 +547,6 @@ def check_gpus(gpus: str) -> None:
     """--gpus N within what is visible, all of one kind (a certificate section names one device)."""
     import torch
 
-    from tools.isolation import gpu_slots
 
     visible = len(gpu_slots(None))
     if gpus != "all" and int(gpus) > visible:

@@ -1,11 +1,11 @@
-"""One (op, cell) through the battery: in this process, or in a worker process that tools/isolation.py runs.
+"""One (op, cell) through the battery: in this process, or in a worker process that tools/engine/isolation.py runs.
 
 Either way the implementation under judgement runs in an implementation host (``tools/impl_executor.py``),
 one per implementation, reused from cell to cell and replaced after a cell that failed: the battery,
 Hypothesis and the verdict stay here, where the implementation cannot reach them.
 
 ``execute(task)`` is the whole of running a cell; ``tools/certify-cells`` calls it directly when it
-does not isolate, and a worker (``python -m tools.certify_worker --connect SOCKET --device DEVICE``)
+does not isolate, and a worker (``python -m tools.engine.worker --connect SOCKET --device DEVICE``)
 calls it for each task its parent sends.  The worker tells its parent which oracle runs on which
 recipe before each oracle starts, so that when the process dies (an illegal address, a device
 assert, a segfault under the interpreter) or hangs, the parent can still say where.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import faulthandler
+import importlib
 import os
 import pathlib
 import socket
@@ -25,11 +26,16 @@ import sys
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
+from tools.cli import UsageError
+
 if TYPE_CHECKING:
     from tools.impl_executor import ImplementationHost
 
+# ops, oracles and torch are imported in the functions that use them: the runner imports this module (for
+# CellTask) before it has parsed its flags, and a worker chooses the Triton interpreter before Triton loads.
+
 NO_ORACLE = "isolation"    # where a cell is before its first oracle begins (loading it, or a crash then)
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +58,31 @@ class CellTask:
     @property
     def key(self) -> tuple[str, str]:
         return self.op, self.cell_id
+
+
+def load_implementation(spec: str, entries):
+    """``MODULE[:ATTR]`` -> an Implementation for each entry (missing siblings: the reference)."""
+    from ops.catalog import op  # here, not at the top: the runner imports this module before torch
+    from oracles.battery import Implementation
+
+    module_name, _, attribute = spec.partition(":")
+    sys.path[:0] = [p for p in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p]
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - any import failure is a usage error, in one line
+        raise UsageError(f"--impl: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
+    if attribute and len(entries) != 1:
+        raise UsageError("--impl MODULE:ATTR judges one op: name it with one --op")
+    implementations = {}
+    for entry in entries:
+        main = attribute or entry.name
+        if not callable(getattr(module, main, None)):
+            raise UsageError(f"--impl: {module_name} has no callable {main!r}")
+        functions = {entry.name: getattr(module, main)}
+        for sibling in entry.siblings:
+            functions[sibling] = getattr(module, sibling, None) or op(sibling).reference
+        implementations[entry.name] = Implementation(spec, functions)
+    return implementations
 
 
 def _entry(op_name: str, backend: str | None):
@@ -104,12 +135,13 @@ def _impl_paths() -> list[str]:
 def hosted_implementation(impl: str | None, op_name: str, backend: str | None, host: "ImplementationHost"):
     """The Implementation the battery judges: ``impl``'s functions (missing siblings: the reference, run
     here — it is the judge's own code) or the catalog's kernels, each run by ``host``."""
+    from ops.catalog import kernels as catalog_kernels
     from ops.catalog import op
     from oracles.battery import Implementation
 
     entry = _entry(op_name, backend)
     if impl is None:
-        kernels = Implementation.of_kernels(entry)
+        kernels = Implementation.of_kernels(entry, catalog_kernels)
         where = {name: (fn.__module__, fn.__qualname__) for name, fn in kernels.functions.items()}
         host.load([str(REPO)], {":".join(at): at for at in where.values()})
         return Implementation(kernels.label, {name: host.function(":".join(at)) for name, at in where.items()})
@@ -151,10 +183,11 @@ def execute(task: CellTask, *, progress=None, watch=None):
                "cannot be captured" if task.sanitizer else None)
     oracles = task.oracles or ORACLES
     if task.replay is not None:
-        result = replay(entry, impl, cell, device, task.replay, watch=watch_both, graph_parity_skipped=skipped,
+        result = replay(entry, impl, cell, device, task.replay, entry.strategy_module, watch=watch_both, graph_parity_skipped=skipped,
                         oracles=oracles)
     else:
         result = run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
+                          strategy=entry.strategy_module,
                           shrink=task.shrink, progress=progress, watch=watch_both, graph_parity_skipped=skipped,
                           oracles=oracles)
     return _settled(task, host, result)
@@ -232,7 +265,7 @@ def serve(connection: Connection, device: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tools.certify_worker",
+    parser = argparse.ArgumentParser(prog="python -m tools.engine.worker",
                                      description="A certification worker; tools/certify-cells starts it.")
     parser.add_argument("--connect", required=True, metavar="SOCKET", help="the parent's unix socket")
     parser.add_argument("--device", required=True, choices=("cpu", "cuda"))

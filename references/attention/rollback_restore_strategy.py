@@ -1,8 +1,8 @@
 """Inputs for ``rollback_restore``: a speculative step's plane, page table, positions, saved slots and
-rejection mask (``suites/attention/rollback_steps.py`` builds the step and says what it plants)."""
+rejection mask (``references/attention/rollback_steps.py`` builds the step and says what it plants)."""
 from __future__ import annotations
 
-from suites.attention.rollback_steps import build_step, corners, recipes
+from references.attention.rollback_steps import build_step, corners, recipes
 
 __all__ = ["build", "corners", "recipes"]
 

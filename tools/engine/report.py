@@ -25,12 +25,19 @@ import datetime
 import html
 import json
 import math
+import os
 import pathlib
+import shlex
+import sys
+from typing import Sequence
 
-from tools import junit
+from tools.engine import junit
 from tools.cli import UsageError
 
-RESULTS = pathlib.Path(__file__).resolve().parent.parent / "docs" / "results"
+# ops and oracles (torch) are imported in the functions that use them: tools/certify-cells imports this
+# module before it has parsed its flags.
+
+RESULTS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "results"
 STATUS_COLOURS = {  # solid fills: the rendering test finds the grid by these pixels
     "certified": "#2e7d32",
     "stale": "#f0a000",
@@ -264,11 +271,53 @@ def _device_flag(arch: str) -> str:
     return "cpu" if arch == "cpu-interp" else "cuda"
 
 
+def impl_root(impl: str) -> str | None:
+    """The directory an ``--impl`` module is found in (what PYTHONPATH must hold to import it again), or
+    None.  Found by looking at files only: the module under judgement is never imported in the judge."""
+    parts = impl.partition(":")[0].split(".")
+    for folder in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path):
+        if not folder:
+            continue
+        base = pathlib.Path(folder).resolve().joinpath(*parts)
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            return str(pathlib.Path(folder).resolve())
+    return None
+
+
+def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, impl: str | None,
+                 flags: Sequence[str] = ()) -> str:
+    """The one command that runs this cell again (on this one recipe, when it has a seed), with the
+    environment it needs: the --impl module's PYTHONPATH, and the Triton interpreter on the CPU."""
+    from oracles.battery import recipe_json
+
+    environment = ["TRITON_INTERPRET=1"] if device == "cpu" else []
+    root = impl_root(impl) if impl else None
+    if root:
+        environment.append(f"PYTHONPATH={root}")
+    words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device, *flags]
+    if impl:
+        words += ["--impl", impl]
+    if recipe and "seed" in recipe:
+        words += ["--replay", recipe_json(recipe)]
+    return " ".join([*environment, *(shlex.quote(w) for w in words)])
+
+
+def isolation_flags(isolation: dict, device: str) -> list[str]:
+    """The flags a reproduction line needs to run a cell the way a run did (its report's "isolation")."""
+    flags = ["--isolate"] if isolation.get("isolated") and device == "cpu" else []
+    if isolation.get("cell_timeout") is not None:
+        flags += ["--cell-timeout", f"{isolation['cell_timeout']:g}"]
+    if isolation.get("sanitize"):
+        flags += ["--sanitize", isolation["sanitize"]]
+    if isolation.get("check_quarantine"):
+        flags += ["--check-quarantine"] + (["--quarantine", isolation["quarantine"]] if isolation["quarantine"] else [])
+    return flags
+
+
 def failure_lines(run: dict, result: dict, oracle: str | None = None) -> list[str]:
     """Oracle, finding, minimal recipe and reproduction of a failed result of a run report: of ``oracle``,
     or of the headline failure."""
     from oracles.battery import oracles_text
-    from tools.certify import isolation_flags, reproduction
 
     verdict = result.get("verdicts", {}).get(oracle) if oracle else None
     failure = {"oracle": oracle, "message": verdict["finding"], "recipe": verdict.get("recipe")} if verdict \

@@ -13,9 +13,9 @@ import torch
 from hypothesis import strategies as st
 
 from references.formats import NVFP4_BLOCK
-from suites.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
-from suites.strategies.layouts import LAYOUTS, row_view
-from suites.strategies.shapes import multiples, seeds, sizes
+from references.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
+from references.strategies.layouts import LAYOUTS, row_view
+from references.strategies.shapes import multiples, seeds, sizes
 
 BLOCK_MIXES = {
     "hard": HARD_BLOCK_KINDS,

@@ -1,7 +1,7 @@
 """Inputs for ``gdn_commit``: a pool, checkpoints as gdn_verify returns them, and accepted counts.
 
 A recipe: ``B``, ``T``, ``HV``, ``Dk``, ``Dv``, ``state_dtype``, ``free_slots``, ``padding``, ``slots``
-(as ``suites/ssm/gdn_inputs.py``), ``accepted`` (``mixed`` counts in 0..T, ``none``, ``all``),
+(as ``references/ssm/gdn_inputs.py``), ``accepted`` (``mixed`` counts in 0..T, ``none``, ``all``),
 ``layout`` (contiguous, a strided pool, or checkpoints sliced from a longer draft) and ``values``:
 ``typical``, or ``bit_patterns`` — checkpoints holding NaN payloads, ±inf, -0.0 and subnormals, which
 a copy must carry bit for bit.
@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from suites.ssm.gdn_inputs import PADDING, SLOTS, Builder, batch_cap, dtype_name
-from suites.strategies.shapes import seeds, sizes
+from references.ssm.gdn_inputs import PADDING, SLOTS, Builder, batch_cap, dtype_name
+from references.strategies.shapes import seeds, sizes
 
 ACCEPTED = ("mixed", "none", "all")
 LAYOUTS = ("contiguous", "strided_pool", "sliced_checkpoints")

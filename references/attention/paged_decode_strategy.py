@@ -29,10 +29,10 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from ops.catalog import Span
 from references.attention.paged_decode import attended_tokens
-from suites.strategies.layouts import ND_LAYOUTS, nd_view
-from suites.strategies.shapes import seeds, sizes
+from references.bounds import Span
+from references.strategies.layouts import ND_LAYOUTS, nd_view
+from references.strategies.shapes import seeds, sizes
 
 SPARE_PAGES = 3
 LENGTHS = ("mixed", "ragged", "edges", "uniform", "full")
@@ -282,7 +282,7 @@ def build(recipe: dict, device) -> dict:
 
 
 def _laid_out(layout: str, keys, values, query, metadata: dict, num_pages: int, generator) -> dict:
-    """The caches and query in ``layout`` (``suites/strategies/layouts.nd_view``); with ``padded_last``
+    """The caches and query in ``layout`` (``references/strategies/layouts.nd_view``); with ``padded_last``
     the metadata are views too: the table ``[:, :M]`` of a wider one whose padding holds real page ids,
     and ``seq_lens[::2]``."""
     out = {**metadata}

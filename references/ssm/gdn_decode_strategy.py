@@ -1,4 +1,4 @@
-"""Inputs for ``gdn_decode``: one token per row over a slot pool (see ``suites/ssm/gdn_inputs.py``).
+"""Inputs for ``gdn_decode``: one token per row over a slot pool (see ``references/ssm/gdn_inputs.py``).
 
 The CPU budget counts the replay property's ``REPLAY_TOKENS`` drafted tokens, the costliest call of an
 example.
@@ -9,7 +9,7 @@ import torch
 from hypothesis import strategies as st
 
 from references.ssm.gdn_verify import REPLAY_TOKENS
-from suites.ssm.gdn_inputs import COLUMN_STRIDED, Builder, draw_kinds, draw_shape, fits
+from references.ssm.gdn_inputs import COLUMN_STRIDED, Builder, draw_kinds, draw_shape, fits
 
 
 def recipes(cell, device) -> st.SearchStrategy[dict]:
