@@ -21,10 +21,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
-import hashlib
 import importlib
 import inspect
-import json
 import os
 import pathlib
 import pkgutil
@@ -34,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from ops import certificates
-from references.bounds import OneOf, Span
+from references.bounds import OneOf, Span, stable_seed
 from references.validation import Refusal
 
 REQUIRE_CERTIFIED_ENV = "KPARITY_REQUIRE_CERTIFIED"
@@ -83,12 +81,6 @@ def arch_of(device: torch.device | str) -> Arch | None:
 class Parity(enum.Enum):
     BITWISE = "bitwise"
     BAND = "band"
-
-
-def stable_seed(*parts: object) -> int:
-    """A 63-bit seed from a stable digest of ``parts`` (never Python's salted ``hash``)."""
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 _SNAKE_CASE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")

@@ -3,7 +3,7 @@
 Every tensor an implementation allocates with ``torch.empty``/``empty_like``/``empty_strided``/
 ``new_empty`` is handed out poisoned, from inside a larger buffer whose margins hold canary bytes.
 
-This module imports nothing but torch, on purpose: the implementation host (``tools/impl_host.py``),
+This module imports nothing but torch, on purpose: the implementation host (``tools/engine/impl_host.py``),
 which must hold nothing of the judge, loads it by its file path to poison the allocations of the
 implementation it serves, and the judge checks the margins of the buffers it sends back.
 """

@@ -1,6 +1,6 @@
 """Capturing a call in a CUDA graph the way a serving engine does it.
 
-This module imports nothing but torch, on purpose: the implementation host (``tools/impl_host.py``),
+This module imports nothing but torch, on purpose: the implementation host (``tools/engine/impl_host.py``),
 which must hold nothing of the judge, loads it by its file path to capture the implementation it
 serves; the graph parity oracle (``graph.py``) uses it for an implementation in its own process.
 """

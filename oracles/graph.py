@@ -6,7 +6,7 @@ the captured input buffers, an eager call of another shape runs in between (so a
 keeps outside the graph moves on), the graph is replayed, and its outputs (and in-place arguments)
 must be bitwise equal to an eager call on the same case.  CPU: not applicable (reported as skipped).
 
-An implementation that runs in another process (``tools/impl_executor.py``) offers
+An implementation that runs in another process (``tools/engine/impl_executor.py``) offers
 ``fn.capture_graph(static)``: its host captures the call on the judge's buffers (shared by CUDA IPC,
 ``static`` then holds the shared ones), and each replay runs there while the judge copies the cases in
 and reads the outputs from its own side.

@@ -9,7 +9,7 @@
   caught there.
 - Every other tensor argument's whole storage (view padding included) must be bitwise unchanged.
 
-An implementation that runs in another process (``tools/impl_executor.py``) offers
+An implementation that runs in another process (``tools/engine/impl_executor.py``) offers
 ``fn.call_poisoned(kwargs, poison)``: its host poisons the allocations with the pattern the judge
 chose and sends each output's whole margined buffer, whose canaries the judge checks itself.
 Anything else is called here, under :class:`~oracles.allocations.PoisonedAllocations`.

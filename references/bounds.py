@@ -6,6 +6,7 @@ The catalog declares cells with them (``ops.catalog.Cell``) and the input strate
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,3 +32,9 @@ class OneOf:
 
     def __contains__(self, value: object) -> bool:
         return value in self.choices
+
+
+def stable_seed(*parts: object) -> int:
+    """A 63-bit seed from a stable digest of ``parts`` (never Python's salted ``hash``)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1

@@ -37,7 +37,7 @@ def catch_depth(entry, impl, cell, max_depth: int, deadline: float) -> tuple[int
     from oracles.battery import NUMERICS, Battery
 
     device = torch.device("cpu")
-    battery = Battery(entry, impl, device, graph_parity_skipped="not asked of this implementation", cell=cell)
+    battery = Battery(entry, impl, device, entry.strategy_module, graph_parity_skipped="not asked of this implementation", cell=cell)
     asked = [o for o in NUMERICS if o not in battery.not_applicable()]
     rows, findings = battery.check_refusals()
     if findings:

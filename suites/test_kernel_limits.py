@@ -19,6 +19,7 @@ from ops.catalog import FALLBACKS, Arch, FallbackRefused, op
 from references.attention import paged_decode as paged_contract
 from references.attention.paged_slots import refusal_plane, refusal_positions, refusal_table
 from references.ssm.gdn_decode import make_inputs
+from suites.certification import routable_section
 
 pytestmark = pytest.mark.cpu
 GDN = op("gdn_decode")
@@ -36,8 +37,7 @@ def certified_gdn(tmp_path, monkeypatch):
     monkeypatch.setattr(certificates, "certificate_path",
                         lambda entry: tmp_path / f"{entry.name}-{entry.backend}.cert.json")
     certificates.forget_cached()
-    certificates.write_section(GDN, Arch.CPU_INTERP, {
-        "source_sha256": certificates.source_digest(GDN), "cells": {"fp32_state": {"status": "certified"}}})
+    certificates.write_section(GDN, Arch.CPU_INTERP, routable_section(GDN, {"fp32_state": {}}))
     FALLBACKS.clear()
     yield
     certificates.forget_cached()
@@ -111,15 +111,16 @@ def _asserting_strided_q(q, k, v, g, beta, state, slots, scale, qk_l2norm=False)
 
 
 class _OneStridedRecipe:
-    """A strategy of one recipe: gdn_decode's small inputs with a column-strided q."""
+    """A strategy of two recipes: gdn_decode's small inputs with a column-strided q, and the same with a
+    contiguous q (a cell where every input was refused is not passed: something must be answered)."""
 
     @staticmethod
     def corners(cell, device):
-        return [{"seed": 0}]
+        return [{"seed": 0, "strided": True}, {"seed": 0, "strided": False}]
 
     @staticmethod
     def build(recipe, device):
-        return _column_strided_q()
+        return _column_strided_q() if recipe["strided"] else make_inputs(torch.device("cpu"))
 
 
 def _judge(fn):
@@ -130,7 +131,7 @@ def _judge(fn):
 
 def test_a_clear_refusal_of_a_drawn_input_is_counted_not_failed():
     result = _judge(_refusing_strided_q)
-    assert result.status == "certified" and result.refused_examples == 1 and result.examples == 0
+    assert result.status == "certified" and result.refused_examples == 1 and result.examples == 1
     assert result.record()["refused_examples"] == 1
 
 

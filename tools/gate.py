@@ -205,7 +205,7 @@ def stale_certificates(entry, base: Base) -> list[dict]:
 
 def readable_certificates(kernels) -> list[dict]:
     """Every certificate read once before any work (a corrupt one is a usage error naming the file, exit 2);
-    returns the kernels the catalog left out here (``certificates.unjudged_kernels``)."""
+    returns the kernels the catalog left out here (``catalog.unjudged_kernels``)."""
     if not kernels:
         return []
     from ops import catalog, certificates

@@ -18,14 +18,16 @@ selections and query, NaN in every slot no row attends — then quantizes the at
 
 Slots no row attends hold garbage in both codes and scales: random code bytes, and scales that are
 NaN (e4m3 0x7F / 0xFF) or 448 (finite garbage, so a kernel that only filters NaN still shows).  The
-codes and scales follow the recipe's layout (``suites/strategies/layouts.nd_view``) as q does.
+codes and scales follow the recipe's layout (``references/strategies/layouts.nd_view``) as q does.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 from hypothesis import strategies as st
 
-from ops.catalog import Cell, OneOf, stable_seed
+from references.bounds import OneOf, stable_seed
 from references.formats.e2m1 import E2M1_MAX, E2M1_MIDPOINTS
 from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_global_scale, nvfp4_quantize
 from references.attention import paged_decode_strategy as dense
@@ -39,9 +41,9 @@ E4M3_MAX_BITS = 0x7E       # 448
 E4M3_SUBNORMAL_BITS = range(1, 8)
 
 
-def _dense_cell(cell: Cell) -> Cell:
+def _dense_cell(cell):
     """The cell as ``paged_decode``'s strategy reads it: the same bounds and seeds, a bf16 cache."""
-    return Cell(cell.id, cell.why, {**cell.bounds, "kv_dtype": OneOf((torch.bfloat16,))})
+    return dataclasses.replace(cell, bounds={**cell.bounds, "kv_dtype": OneOf((torch.bfloat16,))})
 
 
 def _nvfp4_fields(recipe: dict, codes: str, block_scales: str, global_scale: str) -> dict:

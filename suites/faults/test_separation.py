@@ -1,6 +1,6 @@
 """The implementation host holds nothing of the judge, and the judge checks what crosses from its own side.
 
-``tools/impl_host.py`` runs the implementation under judgement; ``tools/impl_executor.py`` is the judge's
+``tools/engine/impl_host.py`` runs the implementation under judgement; ``tools/engine/impl_executor.py`` is the judge's
 side.  A probe implementation (plain torch, written here) reports what it can see of its process.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from multiprocessing.reduction import ForkingPickler
 
 from oracles.failures import OracleFailure
-from tools.impl_executor import ImplementationHost, _Unpickler
+from tools.engine.impl_executor import ImplementationHost, _Unpickler
 
 pytestmark = pytest.mark.cpu
 

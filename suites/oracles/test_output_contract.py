@@ -43,7 +43,7 @@ def _judge(name: str, fn) -> str | None:
     """The oracle that rejected ``fn`` on the op's first corner, or None when it passed."""
     entry = op(name)
     cell, recipe = _first_corner(entry)
-    result = replay(entry, Implementation(f"control {fn.__name__}", {name: fn}), cell, DEVICE, recipe,
+    result = replay(entry, Implementation(f"control {fn.__name__}", {name: fn}), cell, DEVICE, recipe, entry.strategy_module,
                     graph_parity_skipped="not asked of a control")
     return None if result.failure is None else f"{result.failure.oracle}: {result.failure.message}"
 

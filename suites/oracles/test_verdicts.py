@@ -30,6 +30,7 @@ def ties_last_and_scribbles(logits):
 
 def _run(fn, cell="decode_small_batch", **options):
     options.setdefault("max_examples", 2)
+    options.setdefault("strategy", ENTRY.strategy_module)
     return run_cell(ENTRY, Implementation(fn.__name__, {ENTRY.name: fn}), ENTRY.cell(cell), CPU, **options)
 
 

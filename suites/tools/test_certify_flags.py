@@ -12,7 +12,7 @@ import torch
 from ops.catalog import op
 
 from suites.claims import REPO
-from tools import certify
+from tools.engine import certify
 from tools.cli import UsageError
 
 pytestmark = pytest.mark.cpu

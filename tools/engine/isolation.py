@@ -36,7 +36,7 @@ from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Callable
 
 from tools.engine.worker import NO_ORACLE, CellTask
-from tools.process_end import exit_in_words, last_words
+from tools.engine.process_end import exit_in_words, last_words
 
 if TYPE_CHECKING:  # the battery (torch, Hypothesis) loads with the first result, not with --help
     from oracles.battery import CellResult

@@ -416,7 +416,7 @@ def _bench_html(tables: list[BenchTable], unreadable: list[str]) -> str:
 
 def render_html(grid: list[GridCell], run: dict | None, tables: list[BenchTable], unreadable: list[str] = (),
                 generated: str | None = None, unjudged: list[dict] = ()) -> str:
-    """The page; ``unjudged``: ``certificates.unjudged_kernels()``, kernels left out of the catalog here."""
+    """The page; ``unjudged``: ``catalog.unjudged_kernels()``, kernels left out of the catalog here."""
     generated = generated or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     kernels = len({square.op for square in grid})
     return f"""<!DOCTYPE html>
@@ -474,7 +474,7 @@ def write_outputs(run: dict, report_path: str | None, junit_path: str | None) ->
     if report_path:
         if report_path.endswith(".html"):
             tables, unreadable = bench_tables()
-            from ops.certificates import unjudged_kernels
+            from ops.catalog import unjudged_kernels
 
             text = render_html(collect_grid(), run, tables, unreadable, unjudged=unjudged_kernels())
         else:

@@ -1,6 +1,6 @@
 """One (op, cell) through the battery: in this process, or in a worker process that tools/engine/isolation.py runs.
 
-Either way the implementation under judgement runs in an implementation host (``tools/impl_executor.py``),
+Either way the implementation under judgement runs in an implementation host (``tools/engine/impl_executor.py``),
 one per implementation, reused from cell to cell and replaced after a cell that failed: the battery,
 Hypothesis and the verdict stay here, where the implementation cannot reach them.
 
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from tools.cli import UsageError
 
 if TYPE_CHECKING:
-    from tools.impl_executor import ImplementationHost
+    from tools.engine.impl_executor import ImplementationHost
 
 # ops, oracles and torch are imported in the functions that use them: the runner imports this module (for
 # CellTask) before it has parsed its flags, and a worker chooses the Triton interpreter before Triton loads.
@@ -100,7 +100,7 @@ def implementation_host(impl: str | None, device: str, call_limit_s: float | Non
                         sanitized: bool = False) -> "ImplementationHost":
     """The live host of ``impl`` (None: the catalog's kernels) on ``device``, started when there is none.
     Under compute-sanitizer, device tensors cross through host memory (its allocator serves no CUDA IPC)."""
-    from tools.impl_executor import ImplementationHost
+    from tools.engine.impl_executor import ImplementationHost
 
     host = _HOSTS.get((impl, device, sanitized))
     if host is None or host.fault is not None:
@@ -114,7 +114,7 @@ def implementation_host(impl: str | None, device: str, call_limit_s: float | Non
 def start_spare_host(device: str) -> None:
     """Start a host before any cell asks for one, and wait until it answers (torch imported there), so
     that a cell's time limit never counts a host's start."""
-    from tools.impl_executor import START_LIMIT_S, ImplementationHost
+    from tools.engine.impl_executor import START_LIMIT_S, ImplementationHost
 
     if device not in _SPARE:
         _SPARE[device] = ImplementationHost(device, START_LIMIT_S)
@@ -199,7 +199,7 @@ def _settled(task: CellTask, host: "ImplementationHost", result):
     that nothing the implementation did there reaches the next cell."""
     from oracles.battery import CERTIFIED, FAILED, PASSED
     from oracles.failures import OracleFailure
-    from tools.process_end import exit_in_words
+    from tools.engine.process_end import exit_in_words
 
     fault = host.fault
     if fault is not None:

@@ -1,7 +1,7 @@
 """The judge's side of running an implementation apart from it: the host process and its functions.
 
 An implementation under judgement (an ``--impl``, or the catalog's own kernels) runs in an
-*implementation host* (``tools/impl_host.py``): a process that holds nothing of the judge, started once
+*implementation host* (``tools/engine/impl_host.py``): a process that holds nothing of the judge, started once
 per implementation and reused for every call.  Here, each of its functions is a :class:`HostedFunction`,
 a callable the oracles use as they would the function itself:
 
@@ -49,8 +49,8 @@ from oracles.allocations import margins_intact
 from oracles.failures import OracleFailure
 from oracles.tensors import storage_bytes
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-HOST = REPO / "tools" / "impl_host.py"
+REPO = pathlib.Path(__file__).resolve().parents[2]
+HOST = REPO / "tools" / "engine" / "impl_host.py"
 # the host's code runs as the ``-c`` program itself: sys.argv stays ``["-c"]``, nothing names a file of ours
 BOOTSTRAP = (f"path = {str(HOST)!r}; exec(compile(open(path).read(), path, 'exec'), "
              f"{{'__name__': '__main__', '__file__': path}})")
@@ -275,7 +275,7 @@ class ImplementationHost:
                                              f"accept: {error}") from None
 
     def _fault(self, kind: str, what: str) -> HostFault:
-        from tools.process_end import exit_in_words, last_words
+        from tools.engine.process_end import exit_in_words, last_words
 
         status = self.process.poll()
         self.log.flush()

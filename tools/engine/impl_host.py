@@ -1,6 +1,6 @@
 """The implementation host: the process where an implementation under judgement runs, apart from its judge.
 
-The judge (``tools/impl_executor.py``) starts it as ``python -u -c <bootstrap>`` — nothing on the command
+The judge (``tools/engine/impl_executor.py``) starts it as ``python -u -c <bootstrap>`` — nothing on the command
 line says what it is for — with an environment from which the platform's variables are removed, and
 talks to it over the socket that is its stdin.  It imports torch and the implementation, nothing else
 of the project: no references, stock ops, oracles, Hypothesis or pytest.  The two pieces of judging
@@ -37,7 +37,7 @@ from multiprocessing.connection import Connection
 import torch
 import torch.multiprocessing
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 SETTLE_S = 0.002   # after the call returned and the device synchronized: how long a late writer has to show
 PR_SET_PDEATHSIG = 1
 
