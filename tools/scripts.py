@@ -46,3 +46,19 @@ def nvfp4_ab() -> None:
 
 def scale_measure() -> None:
     _run("scale_measure")
+
+
+def compile_receipts() -> None:
+    _run("compile_receipts")
+
+
+def install_wheels() -> None:
+    _run("pack_wheels", "install_main")
+
+
+def pack_wheels() -> None:
+    _run("pack_wheels", "pack_main")
+
+
+def verdict_table() -> None:
+    _run("verdict_table")

@@ -35,12 +35,12 @@ certify)
     tar cf "$out/certificates_$tag.tar" ops/*/*.cert.json $(ls ops/*/*.sm90.report.json 2>/dev/null)
     ;;
 tests)
-    timeout "${TESTS_LIMIT_S:-420}" python3 -m pytest -m sm90 -q -p no:cacheprovider -rfEs \
+    timeout "${TESTS_LIMIT_S:-420}" python3 -m pytest -m sm90 -v -p no:cacheprovider -rfEs --tb=short \
         suites/faults/test_hostile_impls.py suites/faults/test_separation.py suites/faults/test_isolation.py \
         suites/attention/test_paged_decode_nvfp4kv.py suites/attention/test_paged_decode_on_gpu.py \
         suites/gemm/test_gemv_on_gpu.py suites/quant/test_nvfp4_quantize_on_gpu.py suites/norm/test_rms_norm_gated.py \
         > "$out/pytest_h200.log" 2>&1
-    echo "tests: exit $?"; tail -15 "$out/pytest_h200.log"
+    echo "tests: exit $?"; grep -E "FAILED|ERROR|passed|failed" "$out/pytest_h200.log" | tail -15
     ;;
 thirdparty)
     mkdir -p "$out/thirdparty"

@@ -31,13 +31,14 @@ import shlex
 import sys
 from typing import Sequence
 
-from tools.engine import junit
+from tools.engine import junit, verdict_table
 from tools.cli import UsageError
 
 # ops and oracles (torch) are imported in the functions that use them: tools/certify-cells imports this
 # module before it has parsed its flags.
 
 RESULTS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "results"
+THIRD_PARTY = pathlib.Path(__file__).resolve().parents[2] / "docs" / "thirdparty" / "runs"
 STATUS_COLOURS = {  # solid fills: the rendering test finds the grid by these pixels
     "certified": "#2e7d32",
     "stale": "#f0a000",
@@ -414,6 +415,25 @@ def _bench_html(tables: list[BenchTable], unreadable: list[str]) -> str:
     return "".join(parts)
 
 
+def third_party_html(folder: pathlib.Path = THIRD_PARTY) -> str:
+    """The op x implementation table of the committed third-party runs (``docs/thirdparty/runs``: run
+    reports and bench tables, as ``tools/verdict-table`` reads them)."""
+    from tools.bench import read_table
+
+    reports = sorted(folder.glob("*.json"))
+    if not reports:
+        return '<p class="note">No third-party run is committed.</p>'
+    rows = verdict_table.rows_of(reports)
+    tables = []
+    for path in sorted(folder.glob("*.md")):
+        try:
+            tables.append(read_table(path.read_text()))
+        except ValueError:
+            continue
+    verdict_table.attach_bench(rows, tables)
+    return verdict_table.html_table(rows)
+
+
 def render_html(grid: list[GridCell], run: dict | None, tables: list[BenchTable], unreadable: list[str] = (),
                 generated: str | None = None, unjudged: list[dict] = ()) -> str:
     """The page; ``unjudged``: ``catalog.unjudged_kernels()``, kernels left out of the catalog here."""
@@ -436,6 +456,8 @@ A section is stale when the kernel, reference or a module they use changed since
 {_run_html(run)}
 <h2>Bandwidth against the copy roofline (tools/bench)</h2>
 {_bench_html(tables, list(unreadable))}
+<h2>Third-party implementations, judged by the same battery</h2>
+{third_party_html()}
 </body></html>
 """
 

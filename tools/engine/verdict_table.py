@@ -1,0 +1,99 @@
+"""The table users pick kernels by: op x implementation, the verdict of every oracle, the worst error next
+to the stock op's, and time and share of copy bandwidth next to ours.
+
+Read from files the tools wrote: ``tools/certify-cells --report`` run reports (one per implementation; the
+catalog's own run reads as "ours") and ``tools/bench --out`` tables (an ``--impl`` row is labelled by its
+``MODULE:ATTR``).  An oracle's entry aggregates the cells judged: ``pass``, ``FAIL n/m`` (failed in n of
+the m cells that judged it), ``n/a`` (not applicable anywhere) or ``-`` (not asked).
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import pathlib
+
+from oracles.failures import ORACLES
+
+OURS = "ours (catalog kernel)"
+
+
+@dataclasses.dataclass
+class Row:
+    op: str
+    implementation: str
+    verdicts: dict          # oracle -> its aggregate text
+    kernel_error_ulp: float | None
+    stock_error_ulp: float | None
+    cells: int
+    bench: str = ""         # "time us (share of copy)" of the op's first bench case
+
+
+def _aggregate(results: list[dict], oracle: str) -> str:
+    verdicts = [r.get("verdicts", {}).get(oracle, {}).get("verdict") for r in results]
+    judged = [v for v in verdicts if v in ("pass", "fail")]
+    if not judged:
+        return "n/a" if "not applicable" in verdicts else "-"
+    failed = judged.count("fail")
+    return "pass" if not failed else f"FAIL {failed}/{len(judged)}"
+
+
+def _worst(results: list[dict], key: str) -> float | None:
+    numbers = [float(r[key]) for r in results if key in r and r.get("examples")]
+    return max(numbers) if numbers else None
+
+
+def rows_of(report_paths) -> list[Row]:
+    """One row per (op, implementation) of the run reports."""
+    rows = []
+    for path in report_paths:
+        run = json.loads(pathlib.Path(path).read_text())
+        implementation = run.get("impl") or OURS
+        by_op: dict[str, list[dict]] = {}
+        for result in run["results"]:
+            by_op.setdefault(result["op"] + (f" [{result['backend']}]" if result.get("backend") and
+                                             implementation == OURS else ""), []).append(result)
+        for op, results in by_op.items():
+            rows.append(Row(op, implementation, {o: _aggregate(results, o) for o in ORACLES},
+                            _worst(results, "worst_kernel_error_ulp"), _worst(results, "worst_stock_error_ulp"),
+                            len(results)))
+    return sorted(rows, key=lambda row: (row.op, row.implementation != OURS, row.implementation))
+
+
+def attach_bench(rows: list[Row], tables: list[tuple[float, list[dict]]]) -> None:
+    """Fill each row's ``bench`` from the bench tables (``tools.bench.read_table``'s rows): the op's first
+    case, ours labelled ``kernel``."""
+    for row in rows:
+        op = row.op.split(" [")[0]
+        label = "kernel" if row.implementation == OURS else row.implementation
+        for _, table in tables:
+            found = [r for r in table if r["op"].split(" [")[0] == op and r["impl"] == label]
+            if found:
+                first = found[0]
+                row.bench = f"{first['time (us)']:.1f} us ({first['% of copy']:.0f}% of copy; {first['case']})"
+                break
+
+
+def _error(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
+
+
+def markdown(rows: list[Row]) -> str:
+    head = ["op", "implementation", *ORACLES, "worst error on passing examples (ULP)", "stock op's (ULP)", "time"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row.op, f"`{row.implementation}`", *(row.verdicts[o] for o in ORACLES),
+                 _error(row.kernel_error_ulp), _error(row.stock_error_ulp), row.bench]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def html_table(rows: list[Row]) -> str:
+    head = ["op", "implementation", *ORACLES, "worst error on passing examples (ULP)", "stock op's (ULP)", "time"]
+    body = []
+    for row in rows:
+        cells = [row.op, row.implementation, *(row.verdicts[o] for o in ORACLES), _error(row.kernel_error_ulp),
+                 _error(row.stock_error_ulp), row.bench]
+        body.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
+    return ('<table class="list"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+            + "".join(body) + "</table>")
