@@ -165,7 +165,26 @@ def code_of(source: bytes | str) -> str:
                 isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
                 and isinstance(statement.value.value, str))]
             node.body = kept or [ast.Pass()]
-    return ast.dump(tree, include_attributes=False)
+    return canonical_dump(tree)
+
+
+def canonical_dump(node) -> str:
+    """``ast.dump`` (no positions) as Python 3.12 writes it, on any Python: a digest earned on the GPU
+    image's 3.12 must read fresh on a 3.11 CI machine.  ``ast.dump``'s own text moves with the version
+    (3.12 added ``type_params`` to functions and classes; 3.13 leaves empty lists out), so the form is
+    fixed here: every field, ``type_params=[]`` where an older Python has none, an optional field that is
+    None left out."""
+    if isinstance(node, ast.AST):
+        kind = type(node)
+        fields = list(kind._fields)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and "type_params" not in fields:
+            fields.append("type_params")
+        parts = [f"{name}={canonical_dump(getattr(node, name, []))}" for name in fields
+                 if not (getattr(node, name, []) is None and getattr(kind, name, ...) is None)]
+        return f"{kind.__name__}({', '.join(parts)})"
+    if isinstance(node, list):
+        return "[" + ", ".join(canonical_dump(item) for item in node) + "]"
+    return repr(node)
 
 
 def source_digest(entry: Entry, read_bytes: Callable[[pathlib.Path], bytes] = pathlib.Path.read_bytes) -> str:

@@ -227,3 +227,23 @@ def test_a_certifying_run_writes_a_section_that_meets_the_policy_and_its_report(
     FALLBACKS.clear()
     ENTRY(torch.randn(0, 300).to(torch.bfloat16))
     assert not FALLBACKS, FALLBACKS
+
+
+# -- one digest on every Python ---------------------------------------------------------------------
+def test_the_code_digest_reads_a_function_as_python_3_12_does_on_any_version():
+    """The GPU image runs 3.12 and CI 3.11: their ``ast.dump`` differ (``type_params``), the digest must not."""
+    text = certificates.code_of("def f(x):\n    'a docstring'\n    return x\n")
+    assert text.endswith("decorator_list=[], type_params=[])], type_ignores=[])"), text
+    assert "docstring" not in text and "returns" not in text   # an optional field that is None is left out
+
+
+def test_the_canonical_dump_is_ast_dump_where_the_version_already_writes_type_params():
+    import ast
+    import sys
+
+    tree = ast.parse("class C:\n    async def g(self, *a, **k) -> int:\n        return {1: None, **k}\n")
+    expected = ast.dump(tree, include_attributes=False) if sys.version_info[:2] == (3, 12) else None
+    canonical = certificates.canonical_dump(tree)
+    assert canonical.count("type_params=[]") == 2
+    if expected is not None:
+        assert canonical == expected

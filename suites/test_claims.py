@@ -102,7 +102,8 @@ def test_a_malformed_list_names_its_line(tmp_path):
     bad = tmp_path / "l0_bad.yml"
     bad.write_text("version: 0.0.1\nl0_bad:\n- condition:\n    terms: {stage: pre_merge, arch: sm42}\n  tests: []\n")
     run = _check_lists(bad)
-    assert run.returncode == 1 and "l0_bad.yml:3" in run.stdout and "sm42" in run.stdout
+    # a list that does not meet the schema is bad input: exit 2, one line naming file:line (not a finding)
+    assert run.returncode == 2 and "l0_bad.yml:3" in run.stderr and "sm42" in run.stderr
 
 
 def test_ci_runs_the_readme_test_command():
