@@ -15,7 +15,7 @@ import pathlib
 
 from oracles.failures import ORACLES
 
-OURS = "ours (catalog kernel)"
+OURS = "ours"
 
 
 @dataclasses.dataclass
@@ -48,24 +48,23 @@ def rows_of(report_paths) -> list[Row]:
     rows = []
     for path in report_paths:
         run = json.loads(pathlib.Path(path).read_text())
-        implementation = run.get("impl") or OURS
-        by_op: dict[str, list[dict]] = {}
+        by_kernel: dict[tuple[str, str], list[dict]] = {}
         for result in run["results"]:
-            by_op.setdefault(result["op"] + (f" [{result['backend']}]" if result.get("backend") and
-                                             implementation == OURS else ""), []).append(result)
-        for op, results in by_op.items():
+            implementation = run.get("impl") or (f"{OURS}, {result['backend']}" if result.get("backend") else OURS)
+            by_kernel.setdefault((result["op"], implementation), []).append(result)
+        for (op, implementation), results in by_kernel.items():
             rows.append(Row(op, implementation, {o: _aggregate(results, o) for o in ORACLES},
                             _worst(results, "worst_kernel_error_ulp"), _worst(results, "worst_stock_error_ulp"),
                             len(results)))
-    return sorted(rows, key=lambda row: (row.op, row.implementation != OURS, row.implementation))
+    return sorted(rows, key=lambda row: (row.op, not row.implementation.startswith(OURS), row.implementation))
 
 
 def attach_bench(rows: list[Row], tables: list[tuple[float, list[dict]]]) -> None:
     """Fill each row's ``bench`` from the bench tables (``tools.bench.read_table``'s rows): the op's first
     case, ours labelled ``kernel``."""
     for row in rows:
-        op = row.op.split(" [")[0]
-        label = "kernel" if row.implementation == OURS else row.implementation
+        op = row.op
+        label = "kernel" if row.implementation.startswith(OURS) else row.implementation
         for _, table in tables:
             found = [r for r in table if r["op"].split(" [")[0] == op and r["impl"] == label]
             if found:
