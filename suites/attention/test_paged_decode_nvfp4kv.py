@@ -185,7 +185,7 @@ def _attended_slots(call) -> torch.Tensor:
 def test_strategy_corners_plant_every_code_zero_and_subnormal_scales_and_nan_garbage():
     """Among the dense cell's corners, in K and V alike: attended slots with all 16 codes, block scales of 0
     and of every e4m3 subnormal; unattended slots with NaN scales beside finite 448 garbage."""
-    from suites.attention import paged_decode_nvfp4kv_strategy as strategy
+    from references.attention import paged_decode_nvfp4kv_strategy as strategy
 
     found = {name: {"codes": set(), "scales": set(), "garbage": set()} for name in ("k", "v")}
     cell = ENTRY.cell("dense_nvfp4_kv")

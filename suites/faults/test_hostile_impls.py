@@ -53,7 +53,7 @@ def test_ending_the_process_or_an_exit_hook_is_exit_1(name, says):
 def test_a_correct_implementation_still_passes():
     run, report = _certify(CORRECT)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert [r["status"] for r in report["results"]] == ["certified"]
+    assert [r["status"] for r in report["results"]] == ["passed"]   # an --impl run is never certified
 
 
 @pytest.mark.cpu
