@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import pathlib
 
-from tools.bench import read_table
 from tools.cli import ArgumentParser, UsageError, run_main
-from tools.engine.verdict_table import attach_bench, html_table, markdown, rows_of
+from tools.engine.verdict_table import html_table, markdown, table
 
 
 def main(argv=None) -> int:
@@ -21,16 +20,11 @@ def main(argv=None) -> int:
         if not pathlib.Path(path).is_file():
             raise UsageError(f"{path}: no such file")
     try:
-        rows = rows_of(args.reports)
+        rows = table(args.reports, [pathlib.Path(path).read_text() for path in args.bench])
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
         raise UsageError(f"not a certify-cells run report: {type(error).__name__}: {error}") from None
-    tables = []
-    for path in args.bench:
-        try:
-            tables.append(read_table(pathlib.Path(path).read_text()))
-        except ValueError as error:
-            raise UsageError(f"{path}: {error}") from None
-    attach_bench(rows, tables)
+    except ValueError as error:
+        raise UsageError(f"--bench: {error}") from None
     print(html_table(rows) if args.html else markdown(rows))
     return 0
 

@@ -25,13 +25,13 @@ import datetime
 import html
 import json
 import math
-import os
 import pathlib
 import shlex
 import sys
 from typing import Sequence
 
 from tools.engine import junit, verdict_table
+from tools.engine.worker import impl_paths
 from tools.cli import UsageError
 
 # ops and oracles (torch) are imported in the functions that use them: tools/certify-cells imports this
@@ -276,9 +276,7 @@ def impl_root(impl: str) -> str | None:
     """The directory an ``--impl`` module is found in (what PYTHONPATH must hold to import it again), or
     None.  Found by looking at files only: the module under judgement is never imported in the judge."""
     parts = impl.partition(":")[0].split(".")
-    for folder in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path):
-        if not folder:
-            continue
+    for folder in (*impl_paths(), *(p for p in sys.path if p)):
         base = pathlib.Path(folder).resolve().joinpath(*parts)
         if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
             return str(pathlib.Path(folder).resolve())
@@ -418,19 +416,13 @@ def _bench_html(tables: list[BenchTable], unreadable: list[str]) -> str:
 def third_party_html(folder: pathlib.Path = THIRD_PARTY) -> str:
     """The op x implementation table of the committed third-party runs (``docs/thirdparty/runs``: run
     reports and bench tables, as ``tools/verdict-table`` reads them)."""
-    from tools.bench import read_table
-
     reports = sorted(folder.glob("*.json"))
     if not reports:
         return '<p class="note">No third-party run is committed.</p>'
-    rows = verdict_table.rows_of(reports)
-    tables = []
-    for path in sorted(folder.glob("*.md")):
-        try:
-            tables.append(read_table(path.read_text()))
-        except ValueError:
-            continue
-    verdict_table.attach_bench(rows, tables)
+    try:
+        rows = verdict_table.table(reports, [path.read_text() for path in sorted(folder.glob("*.md"))])
+    except ValueError as error:
+        return f'<p class="note">The committed third-party runs cannot be read: {_escape(error)}</p>'
     return verdict_table.html_table(rows)
 
 

@@ -73,6 +73,16 @@ def attach_bench(rows: list[Row], tables: list[tuple[float, list[dict]]]) -> Non
                 break
 
 
+def table(report_paths, bench_texts) -> list[Row]:
+    """The rows of the run reports, each with its bench figure from the ``tools/bench --out`` texts;
+    ValueError naming what is not a bench table."""
+    from tools.bench import read_table
+
+    rows = rows_of(report_paths)
+    attach_bench(rows, [read_table(text) for text in bench_texts])
+    return rows
+
+
 def _error(value: float | None) -> str:
     return "" if value is None else f"{value:.3g}"
 

@@ -127,7 +127,7 @@ def retire_host(impl: str | None, device: str, sanitized: bool = False) -> None:
         host.close()
 
 
-def _impl_paths() -> list[str]:
+def impl_paths() -> list[str]:
     """Where an --impl module is looked for: the working directory and PYTHONPATH, as for ``python -m``."""
     return [p for p in (os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)) if p]
 
@@ -148,7 +148,7 @@ def hosted_implementation(impl: str | None, op_name: str, backend: str | None, h
     module_name, _, attribute = impl.partition(":")
     where = {name: (module_name, name) for name in entry.siblings}
     where[op_name] = (module_name, attribute or op_name)
-    missing = host.load(_impl_paths(), {":".join(at): at for at in where.values()})
+    missing = host.load(impl_paths(), {":".join(at): at for at in where.values()})
     main = ":".join(where[op_name])
     if main in missing:
         raise LookupError(f"{module_name} has no callable {where[op_name][1]!r}")
