@@ -46,6 +46,10 @@ FAILED = "failed"
 SCHEMA = 2
 KNOWN_SCHEMAS = (1, SCHEMA)  # 1: written before the schema was recorded (no "schema" key)
 TOOLCHAIN_PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl")
+# The distributions whose version stands for each: the CuTe DSL's is its base libraries', which every
+# flavour installs (the project installs the cu13 libraries alone, without the nvidia-cutlass-dsl wheel).
+_DISTRIBUTIONS = {"torch": ("torch",), "triton": ("triton",),
+                  "nvidia-cutlass-dsl": ("nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl")}
 
 
 class CertificateError(ValueError):
@@ -103,12 +107,14 @@ POLICY = CertificationPolicy(min_examples=6, oracles=ORACLES)
 
 def toolchain() -> dict:
     """This machine's versions of the packages a kernel's behaviour depends on (None: not installed)."""
-    versions = {}
+    versions = dict.fromkeys(TOOLCHAIN_PACKAGES)
     for package in TOOLCHAIN_PACKAGES:
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = None
+        for distribution in _DISTRIBUTIONS[package]:
+            try:
+                versions[package] = importlib.metadata.version(distribution)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
     return versions
 
 

@@ -40,14 +40,13 @@ from oracles.band import check_band
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import check_bitwise, first_difference
 from oracles.determinism import check_determinism, run_on_copy
-from oracles.failures import INTERFACE, NUMERICS, ORACLES, OracleFailure
+from oracles.failures import NUMERICS, ORACLE_GROUPS, ORACLES, OracleFailure
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
 from oracles.tensors import as_outputs, clone_inputs
 from oracles.write_guards import check_write_guards
 
-ORACLE_GROUPS = {"numerics": NUMERICS, "interface": INTERFACE}
 PASS, FAIL, NOT_APPLICABLE, NOT_ASKED = "pass", "fail", "not applicable", "not asked"
 CERTIFIED, PASSED, FAILED = "certified", "passed", "failed"
 REFUSALS_RECIPE = {"refusals": "the contract's table"}
@@ -57,27 +56,6 @@ CPU_SIZE_CAP = "cpu interpreter size cap"
 Watch = Callable[[str, dict], None]
 """``watch(oracle, recipe)``: told before each oracle starts on a recipe, so that a runner outside the
 process can name the oracle and the example when the process dies (``tools/engine/isolation.py``)."""
-
-
-def parse_oracles(text: str) -> tuple[str, ...]:
-    """``numerics``, ``interface`` or a comma list of oracle names (and groups) -> oracle names, in
-    battery order; ValueError naming an unknown one."""
-    asked = set()
-    for word in (part.strip() for part in text.split(",")):
-        if word in ORACLE_GROUPS:
-            asked.update(ORACLE_GROUPS[word])
-        elif word in ORACLES:
-            asked.add(word)
-        else:
-            raise ValueError(f"no oracle or group {word!r}; oracles: {', '.join(ORACLES)}; "
-                             f"groups: {', '.join(ORACLE_GROUPS)}")
-    return tuple(oracle for oracle in ORACLES if oracle in asked)
-
-
-def oracles_text(oracles: Iterable[str]) -> str:
-    """The shortest ``--oracles`` value naming exactly ``oracles`` (a group's name where one matches)."""
-    oracles = tuple(oracles)
-    return next((group for group, members in ORACLE_GROUPS.items() if members == oracles), ",".join(oracles))
 
 
 @dataclasses.dataclass

@@ -3,25 +3,26 @@ compiles, for every architecture its entry claims — on the CPU, with no GPU (`
 a cubin without one).  The CPU suites cannot run CuTe kernels (their ``test_cell`` tests carry the GPU
 markers their entries claim and are skipped here with that reason); this gate is what CI checks of them.
 
-A CuTe DSL kernel module offers: ``reachable_plans()`` (every plan its ``launch_plan`` can return),
-``LaunchPlan.kernel_key`` (what the compiled code depends on; plans differing only in launch arguments
-share one), ``ARCH_TARGETS`` (claimed arch -> compile target) and ``compiled(kernel_key, target)``.
-A failure names the plans and the target.  A block size left to run time is a failure too: the compiler
-can then neither note the thread count (``nvvm.reqntid``) nor bound a register budget by it, and the
-first H200 run of such a kernel never returned (docs/ops/rms_norm_gated.md).
+A CuTe DSL kernel module offers: ``reachable_plans()`` (every plan its ``launch_plan`` can return: frozen
+dataclasses of named, compiled-in options), ``ARCH_TARGETS`` (claimed arch -> compile target) and
+``compiled(plan, target)``.  A failure names the plan and the target.  A block size left to run time
+is a failure too: the compiler can then neither note the thread count (``nvvm.reqntid``) nor bound a
+register budget by it, and the first H200 run of such a kernel never returned
+(docs/ops/rms_norm_gated.md).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pathlib
 import warnings
 
-import cutlass
-import cutlass.cute as cute
 import pytest
-from cutlass.cute.runtime import make_ptr
 
 from ops.catalog import entries, kernels
+from ops.cute_dsl import cute, cutlass
+
+from cutlass.cute.runtime import make_ptr  # noqa: E402,I001 - after ops.cute_dsl, which puts it on the path
 
 pytestmark = pytest.mark.cpu
 
@@ -32,39 +33,35 @@ def cute_kernel_modules() -> list:
 
 
 def compile_cases(module) -> list:
-    """(kernel key, the plans sharing it, arch target) for every compiled variant the module can reach."""
-    by_key: dict = {}
-    for plan in module.reachable_plans():
-        by_key.setdefault(plan.kernel_key, []).append(plan)
-    return [(key, plans, target) for key, plans in by_key.items()
+    """(plan, arch target) for every compiled variant the module can reach."""
+    return [(plan, target) for plan in dict.fromkeys(module.reachable_plans())
             for target in sorted(module.ARCH_TARGETS.values())]
 
 
-def compile_failure(module, kernel_key, plans, target) -> str | None:
-    """None when the kernel of ``kernel_key`` compiles for ``target``; else a line naming the plans."""
+def compile_failure(module, plan, target) -> str | None:
+    """None when the kernel of ``plan`` compiles for ``target``; else a line naming the plan."""
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("error", message="Dynamic variable in block size")
-            module.compiled(kernel_key, target)
+            module.compiled(plan, target)
     except Exception as error:  # noqa: BLE001 - any failure to compile is the finding
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return (f"{module.__name__}: {len(plans)} plan(s) do not compile for {target}, e.g. {plans[0]}: "
-                f"{type(error).__name__}: {first_line}")
+        return f"{module.__name__}: {plan} does not compile for {target}: {type(error).__name__}: {first_line}"
     return None
 
 
-CASES = [pytest.param(module, key, plans, target,
-                      id=f"{pathlib.Path(module.__file__).stem}-{target}-" + "-".join(map(str, key)))
-         for module in cute_kernel_modules() for key, plans, target in compile_cases(module)]
+CASES = [pytest.param(module, plan, target, id=f"{pathlib.Path(module.__file__).stem}-{target}-"
+                      + "-".join(map(str, dataclasses.astuple(plan))))
+         for module in cute_kernel_modules() for plan, target in compile_cases(module)]
 
 
 def test_the_catalog_has_cute_kernels_to_gate():
     assert CASES, "no CuTe DSL kernel in the catalog: the gate below would pass on nothing"
 
 
-@pytest.mark.parametrize("module, kernel_key, plans, target", CASES)
-def test_every_reachable_plan_compiles(module, kernel_key, plans, target):
-    failure = compile_failure(module, kernel_key, plans, target)
+@pytest.mark.parametrize("module, plan, target", CASES)
+def test_every_reachable_plan_compiles(module, plan, target):
+    failure = compile_failure(module, plan, target)
     assert failure is None, failure
 
 
@@ -87,13 +84,9 @@ def _toy_launch(pointer: cute.Pointer, threads: cutlass.Int32, flaw: cutlass.Con
     _toy_double(pointer, flaw).launch(grid=[1, 1, 1], block=[block, 1, 1])
 
 
+@dataclasses.dataclass(frozen=True)
 class _ToyPlan:
-    def __init__(self, flaw: str):
-        self.flaw = flaw
-        self.kernel_key = (flaw,)
-
-    def __repr__(self):
-        return f"ToyPlan(flaw={self.flaw})"
+    flaw: str
 
 
 class _ToyKernels:
@@ -107,17 +100,16 @@ class _ToyKernels:
         return [_ToyPlan(flaw) for flaw in TOY_FLAWS]
 
     @staticmethod
-    def compiled(kernel_key, target):
-        (flaw,) = kernel_key
+    def compiled(plan, target):
         pointer = make_ptr(cutlass.Float32, 0, cute.AddressSpace.gmem, assumed_align=4)
-        return cute.compile(_toy_launch, pointer, cutlass.Int32(32), flaw, options=f"--gpu-arch {target}")
+        return cute.compile(_toy_launch, pointer, cutlass.Int32(32), plan.flaw, options=f"--gpu-arch {target}")
 
 
 def test_the_gate_names_the_plans_that_must_fail_and_passes_the_one_that_does_not():
-    failures = dict(zip(TOY_FLAWS, (compile_failure(_ToyKernels, key, plans, target)
-                                    for key, plans, target in compile_cases(_ToyKernels))))
+    failures = dict(zip(TOY_FLAWS, (compile_failure(_ToyKernels, plan, target)
+                                    for plan, target in compile_cases(_ToyKernels))))
     assert failures["none"] is None, failures
     for flaw in TOY_FLAWS[1:]:
-        assert failures[flaw] is not None and f"ToyPlan(flaw={flaw})" in failures[flaw], failures
+        assert failures[flaw] is not None and f"_ToyPlan(flaw='{flaw}')" in failures[flaw], failures
         assert "sm_90a" in failures[flaw], failures
     assert "Dynamic variable in block size" in failures["block_size_at_run_time"], failures

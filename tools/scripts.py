@@ -25,7 +25,7 @@ def bench() -> None:
 
 
 def certify_cells() -> None:
-    _run("engine.certify")
+    _run("certify_cells")
 
 
 def check_test_lists() -> None:

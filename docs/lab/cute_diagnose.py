@@ -56,10 +56,10 @@ class Steps:
 def toy_case(steps: Steps, arch_target: str) -> bool:
     # the DSL imports here (--help needs none) and the DSL evaluates these annotations: hence no
     # `from __future__ import annotations` in this module
-    import cutlass
-    import cutlass.cute as cute
     import torch
-    from cutlass.cute.runtime import make_ptr
+
+    from ops.cute_dsl import cute, cutlass
+    from cutlass.cute.runtime import make_ptr  # after ops.cute_dsl, which puts it on the path
 
     @cute.kernel
     def double(pointer: cute.Pointer):
@@ -96,7 +96,7 @@ def norm_case(steps: Steps, case: str, recipe: dict, arch_target: str) -> bool:
     plan = cute_kernel.operands(x, z, kwargs["weight"], torch.empty(x.shape, dtype=torch.bfloat16, device=x.device),
                                 kwargs["group_size"], kwargs["norm_before_gate"])[0]
     print(f"{case}: plan {plan}", flush=True)
-    steps.run(case, "compile", lambda: cute_kernel.compiled(plan.kernel_key, arch_target))
+    steps.run(case, "compile", lambda: cute_kernel.compiled(plan, arch_target))
     y = steps.run(case, "launch", lambda: cute_kernel.rms_norm_gated(**kwargs))
     steps.run(case, "torch.cuda.synchronize()", torch.cuda.synchronize)
     expected = steps.run(case, "reference", lambda: contract.rms_norm_gated(
@@ -131,9 +131,8 @@ def main(argv=None) -> int:
     import torch  # after parsing: --help needs neither torch nor the DSL
     if not torch.cuda.is_available():
         raise UsageError("no CUDA device here: the CuTe DSL kernels run on GPUs only")
-    import cutlass
-
     from ops.catalog import arch_of
+    from ops.cute_dsl import cutlass
     from ops.norm import rms_norm_gated_cute as cute_kernel
 
     arch = arch_of("cuda")

@@ -35,14 +35,15 @@ import dataclasses
 import functools
 
 import cuda.bindings.driver as cuda
-import cutlass
-import cutlass.cute as cute
 import torch
-from cutlass import BFloat16, Float32, Int32, Int64, const_expr
-from cutlass.cute.runtime import make_ptr
-from cutlass.memory import SmemAllocator
 
-from ops.catalog import Arch, arch_of
+from ops.cute_dsl import cute, cutlass  # first: it puts the DSL's packages on the path
+
+from cutlass import BFloat16, Float32, Int32, Int64, const_expr  # noqa: E402,I001
+from cutlass.cute.runtime import make_ptr  # noqa: E402
+from cutlass.memory import SmemAllocator  # noqa: E402
+
+from ops.catalog import Arch, arch_of  # noqa: E402
 from ops.norm import rms_norm_gated_cells as claims
 from references.norm import rms_norm_gated as contract
 
@@ -64,11 +65,7 @@ class LaunchPlan:
     vector: int      # channels per global access: CHUNK (16-byte, aligned rows) or 1
     gate: str        # one of claims.GATES
     threads: int     # per CTA, one row per CTA: compiled in, the block size of the launch
-
-    @property
-    def kernel_key(self) -> tuple:
-        """What the compiled code depends on: all of the plan."""
-        return dataclasses.astuple(self)
+    # every field is compiled in: a plan is its kernel's cache key
 
 
 def _threads_for(width: int) -> int:
@@ -97,22 +94,22 @@ def reachable_plans() -> list[LaunchPlan]:
     at every thread count from one warp to MAX_THREADS (rows of 1..MAX_WIDTH channels; both kinds of
     group reach every count, since a row can be any multiple of its group)."""
     thread_counts = sorted({_threads_for(width) for width in range(CHUNK, MAX_WIDTH + 1, CHUNK)})
-    return [LaunchPlan(whole_row, vector, gate, threads)
+    return [LaunchPlan(whole_row=whole_row, vector=vector, gate=gate, threads=threads)
             for whole_row in (False, True) for vector in (CHUNK, 1) for gate in claims.GATES
             for threads in thread_counts]
 
 
 # -- kernel ---------------------------------------------------------------------------------------
 class RmsNormGated:
-    """One compiled kernel: the kind of group, the vector width, the gate and the thread count are
-    compile-time."""
+    """One compiled kernel: its plan (the kind of group, the vector width, the gate and the thread
+    count) is compile-time."""
 
-    def __init__(self, whole_row: bool, vector: int, gate: str, threads: int):
-        self.whole_row = whole_row
-        self.vector = vector
-        self.gate = gate
-        self.threads = threads
-        self.warps = threads // WARP_SIZE
+    def __init__(self, plan: LaunchPlan):
+        self.whole_row = plan.whole_row
+        self.vector = plan.vector
+        self.gate = plan.gate
+        self.threads = plan.threads
+        self.warps = plan.threads // WARP_SIZE
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, z_ptr: cute.Pointer, w_ptr: cute.Pointer, y_ptr: cute.Pointer,
@@ -258,12 +255,11 @@ def _pointer(dtype, address: int, align: int) -> cute.Pointer:
 
 
 @functools.cache
-def compiled(kernel_key: tuple, arch_target: str):
-    """The kernel of ``kernel_key`` (a plan's) compiled for ``arch_target`` (``sm_90a``...); no GPU needed."""
-    plan = LaunchPlan(*kernel_key)
+def compiled(plan: LaunchPlan, arch_target: str):
+    """The kernel of ``plan`` compiled for ``arch_target`` (``sm_90a``...); no GPU needed."""
     align = 2 * plan.vector
     return cute.compile(
-        RmsNormGated(plan.whole_row, plan.vector, plan.gate, plan.threads),
+        RmsNormGated(plan),
         _pointer(BFloat16, 0, align), _pointer(BFloat16, 0, align), _pointer(BFloat16, 0, align),
         _pointer(BFloat16, 0, align), _pointer(Int32, 0, 4),
         Int32(0), Int32(0), Int32(0), Int64(0), Int64(0), Int64(0), Float32(0.0), Int32(0),
@@ -304,7 +300,7 @@ def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
     plan, x, gate_input, weight = operands(x, z, weight, y, group_size, norm_before_gate)
     align = 2 * plan.vector
     amax_bits = y if amax is None else amax  # never written when write_amax is 0
-    kernel = compiled(plan.kernel_key, ARCH_TARGETS[arch])
+    kernel = compiled(plan, ARCH_TARGETS[arch])
     # the DSL launches on the current device's context: make it x's, whose stream is passed
     with torch.cuda.device(x.device):
         kernel(_pointer(BFloat16, x.data_ptr(), align), _pointer(BFloat16, gate_input.data_ptr(), align),

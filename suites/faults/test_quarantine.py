@@ -16,7 +16,7 @@ from ops.sampling.greedy_argmax import ENTRY
 from oracles.battery import CellResult
 from suites import certification
 from suites.claims import REPO
-from tools.engine import certify
+from tools import certify_cells
 from tools.engine.certify import certificate_section
 
 pytestmark = pytest.mark.cpu
@@ -93,7 +93,7 @@ def test_a_quarantined_cell_is_not_launched_and_is_reported(tmp_path):
 def test_the_html_report_and_junit_show_a_quarantined_cell(tmp_path, capsys):
     ledger = _ledger(tmp_path, "version: 1\nquarantine:\n" + ENTRY_TEXT)
     page, xml = tmp_path / "report.html", tmp_path / "cells.xml"
-    assert certify.main(["--op", "greedy_argmax", "--device", "cpu", "--quarantine", str(ledger), "--max-examples", "0",
+    assert certify_cells.main(["--op", "greedy_argmax", "--device", "cpu", "--quarantine", str(ledger), "--max-examples", "0",
                          "--cell", "empty_batch", "--cell", "decode_small_batch", "--report", str(page),
                          "--junit", str(xml)]) == 0
     assert "QUARANTINED" in capsys.readouterr().out

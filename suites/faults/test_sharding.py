@@ -9,7 +9,7 @@ import pytest
 
 from ops import catalog
 from suites.claims import REPO
-from tools.engine import certify
+from tools import certify_cells
 from tools.engine.shards import Shard, parse_shard, partition_problems, select
 
 pytestmark = pytest.mark.cpu
@@ -40,7 +40,7 @@ def test_the_partition_check_catches_a_lost_and_a_doubled_id():
 
 
 def _listed_cells(capsys, *words) -> list[str]:
-    assert certify.main(["--device", "cpu", "--list", *words]) == 0
+    assert certify_cells.main(["--device", "cpu", "--list", *words]) == 0
     return capsys.readouterr().out.split()
 
 

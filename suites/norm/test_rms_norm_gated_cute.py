@@ -11,7 +11,7 @@ import pytest
 
 # Without the DSL (a GPU machine it was not carried to: tools/install-wheels) this module is skipped
 # with that reason, rather than stop the collection of every other suite.
-pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl is not installed here (tools/install-wheels)")
+pytest.importorskip("ops.cute_dsl", reason="nvidia-cutlass-dsl is not installed here (tools/install-wheels)")
 
 from ops.norm import rms_norm_gated_cute as cute_kernel  # noqa: E402
 from ops.norm.rms_norm_gated_cute import ENTRY  # noqa: E402

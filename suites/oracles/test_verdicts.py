@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from ops.sampling.greedy_argmax import ENTRY
-from oracles.battery import CellResult, Implementation, parse_oracles, run_cell
+from oracles.battery import CellResult, Implementation, run_cell
+from oracles.failures import parse_oracles
 from suites.sampling import greedy_argmax_impls as impls
 
 pytestmark = pytest.mark.cpu

@@ -12,7 +12,8 @@ import torch
 from ops.catalog import op
 
 from suites.claims import REPO
-from tools.engine import certify
+from tools import certify_cells
+from tools.engine.certify import check_policy, writes_certificates
 from tools.cli import UsageError
 
 pytestmark = pytest.mark.cpu
@@ -26,7 +27,7 @@ def _corner() -> dict:
 
 def _refused(*words: str) -> str:
     with pytest.raises(UsageError) as refused:
-        certify.main(["--device", "cpu", *words])
+        certify_cells.main(["--device", "cpu", *words])
     return str(refused.value)
 
 
@@ -45,8 +46,9 @@ def test_bad_flags_are_usage_errors(words, says):
 
 
 def test_zero_draws_are_allowed_where_no_certificate_is_written():
-    args = certify.parse_args(["--op", "greedy_argmax", "--cell", CELL, "--max-examples", "0"])
-    assert args.max_examples == 0 and not certify.writes_certificates(args)
+    options = certify_cells.parse_args(["--op", "greedy_argmax", "--cell", CELL, "--max-examples", "0"])
+    assert options.examples == 0 and not writes_certificates(options)
+    check_policy(options)  # no UsageError: nothing is certified
 
 
 def test_an_unwritable_report_is_refused_before_any_work(tmp_path):
@@ -72,5 +74,5 @@ def test_a_malformed_replay_recipe_is_a_usage_error_naming_the_key(change, says)
 
 
 def test_a_corner_recipe_replays():
-    assert certify.main(["--device", "cpu", "--op", "greedy_argmax", "--cell", CELL, "--replay",
+    assert certify_cells.main(["--device", "cpu", "--op", "greedy_argmax", "--cell", CELL, "--replay",
                          json.dumps(_corner())]) == 0

@@ -18,7 +18,8 @@ from ops import certificates
 from ops.catalog import Arch, entries, kernels
 from suites.certification import routable_section
 from tools import bench
-from tools.engine import certify, report
+from tools import certify_cells
+from tools.engine import report
 
 pytestmark = pytest.mark.cpu
 
@@ -152,7 +153,7 @@ def test_a_bench_table_reads_back_as_written():
 
 def test_certify_cells_writes_the_page_and_junit_with_the_reproduction(tmp_path, capsys):
     page, xml = tmp_path / "report.html", tmp_path / "cells.xml"
-    code = certify.main(["--op", "greedy_argmax", "--impl", f"{IMPLS}:last_index_on_ties", "--cell", "decode_small_batch",
+    code = certify_cells.main(["--op", "greedy_argmax", "--impl", f"{IMPLS}:last_index_on_ties", "--cell", "decode_small_batch",
                          "--cell", "empty_batch", "--max-examples", "0", "--no-shrink",
                          "--report", str(page), "--junit", str(xml)])
     assert code == 1
@@ -169,7 +170,7 @@ def test_certify_cells_writes_the_page_and_junit_with_the_reproduction(tmp_path,
     assert failure.get("message").startswith("parity: vs the contract's reference")
     assert reproduce in failure.text and "oracle:  parity" in failure.text
     json_path = tmp_path / "report.json"
-    assert certify.main(["--op", "greedy_argmax", "--impl", f"{IMPLS}:correct_via_max", "--cell", "empty_batch",
+    assert certify_cells.main(["--op", "greedy_argmax", "--impl", f"{IMPLS}:correct_via_max", "--cell", "empty_batch",
                          "--max-examples", "0", "--report", str(json_path)]) == 0
     # judged, not certified: an --impl run writes no certificate and never says CERTIFIED
     assert json.loads(json_path.read_text())["results"][0]["status"] == "passed"
@@ -179,9 +180,9 @@ def test_certify_cells_writes_the_page_and_junit_with_the_reproduction(tmp_path,
 def test_a_partial_run_is_labelled_everywhere_and_writes_no_certificate(tmp_path, capsys):
     page, xml, report = tmp_path / "report.html", tmp_path / "cells.xml", tmp_path / "report.json"
     before = {path: path.read_bytes() for path in pathlib.Path("ops").rglob("*.cert.json")}
-    assert certify.main(["--op", "greedy_argmax", "--cell", "empty_batch", "--oracles", "numerics",
+    assert certify_cells.main(["--op", "greedy_argmax", "--cell", "empty_batch", "--oracles", "numerics",
                          "--max-examples", "0", "--report", str(page), "--junit", str(xml)]) == 0
-    assert certify.main(["--op", "greedy_argmax", "--oracles", "refusals", "--max-examples", "0",
+    assert certify_cells.main(["--op", "greedy_argmax", "--oracles", "refusals", "--max-examples", "0",
                          "--report", str(report)]) == 0
     out = capsys.readouterr().out
     label = "partial: not a certificate"

@@ -1,3 +1,4 @@
-"""The certification engine: the runner (certify), its workers (worker, isolation, shards), the
-reports (report, junit) and the test lists. tools/certify-cells is its one entry point
-(``tools.engine.certify.main``); the other tools are front ends that call into it."""
+"""The certification engine: the runner (certify: ``certify(RunOptions)``, its one entry point), its
+workers (worker, isolation, shards, the implementation host), the reports (report, junit) and the test
+lists.  The tools are argparse front ends that call into it (tools/certify_cells.py builds the options of
+a run)."""

@@ -1,172 +1,84 @@
-"""tools/certify-cells: run the oracle battery per (op, cell) on this machine and write certificates.
+"""The certification run: the cells of the chosen ops judged by the oracle battery (in this process or in
+worker processes), their verdicts printed and reported, and certificates written for the catalog kernels.
 
-Without ``--impl`` it judges the catalog kernels — every backend of each op (Triton, CuTe DSL), or the
-one ``--backend`` names — and writes each certificate beside its kernel (for the arch of ``--device``).
-With ``--impl MODULE[:ATTR]`` it judges any implementation of the contract — yours or someone else's —
-once per op, on the cells of the op's first kernel, whatever our kernels claim; it writes no
-certificate.
-
-Isolation (``tools/engine/isolation.py``; on by default with ``--device cuda``): each cell runs in a worker
-process, so an illegal address, a device assert or a hang (``--cell-timeout``) fails that cell with
-the oracle and example that were running, and the run goes on in a fresh worker.  ``--gpus all|N``
-runs one worker per GPU; ``--sanitize TOOL`` runs each cell under compute-sanitizer; ``--shard I/N``
-runs one deterministic share of the cells (``tools/engine/shards.py``).  Cells in the quarantine ledger
-(``ops/quarantine.py``) are never launched for the catalog kernel and are recorded as quarantined;
-``--check-quarantine`` runs exactly those and fails when one now passes.
-
-Every oracle that applies gets its own verdict; a cell's line reads
-``numerics: pass; interface: refusals FAIL (2 rows)`` and each failing oracle has its finding, minimal
-recipe and reproduction.  ``--oracles numerics`` (or a comma list) judges only those oracles: the run is
-labelled "partial: not a certificate" and writes no certificate.  A run ends with a summary line (cells
-certified / passed / failed / quarantined, oracles failed, elapsed time).
-
-Exit status: 0 every cell passed; 1 a cell failed (op, cell, oracle, minimal recipe and a one-line
-reproduction are printed), or a quarantined cell now passes; 2 a usage, import or input error (one line).
+``certify(RunOptions(...))`` is the one entry point; ``tools/certify_cells.py`` builds the options from the
+command line (its docstring describes the run as a user sees it).  The options are checked here against
+what the command line cannot know — the catalog, the certification policy, the device, the certificates
+on disk — before any work starts: a ``UsageError`` (exit 2, one line) names what is wrong.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime
 import json
-import math
 import os
-import pathlib
 import platform
-import shlex
 import sys
 import time
 from typing import Sequence
 
-from tools.cli import ArgumentParser, UsageError, run_main
-from tools.engine.isolation import SANITIZER_TOOLS, WorkerStartError, cpu_slot, find_sanitizer, gpu_slots, run_isolated
+from oracles.failures import ORACLES, OracleFailure, oracles_text
+from tools.cli import UsageError
+from tools.engine.isolation import WorkerStartError, cpu_slot, find_sanitizer, gpu_slots, run_isolated
 from tools.engine.report import isolation_flags, reproduction, write_outputs
-from tools.engine.shards import parse_shard, select
+from tools.engine.shards import Shard, select
 from tools.engine.worker import CellTask, execute, hosted_implementation, implementation_host, retire_host
 
-# ops, oracles and torch are imported in the functions that use them: --help and usage errors need neither.
+# ops and torch are imported in the functions that use them: the command line's --help and usage errors
+# need neither.
 
 # cpu: twice the draws the last of the suites' wrong implementations needed (10: docs/draws.md)
 DEFAULT_MAX_EXAMPLES = {"cpu": 20, "cuda": 100}
 DEFAULT_CELL_TIMEOUT_S = 1800  # a hang is a cell that never ends; this only bounds how long CI waits for one
 
 
-def parse_args(argv):
-    parser = ArgumentParser(
-        prog="tools/certify-cells",
-        description="Run the oracle battery over every cell of the chosen ops on this machine.",
-        epilog="Example: tools/certify-cells --op greedy_argmax --impl mypkg.kernels:argmax --device cpu")
-    parser.add_argument("--op", action="append", default=[], metavar="NAME",
-                        help="op to certify (repeatable; default: every op in the catalog)")
-    parser.add_argument("--backend", metavar="NAME",
-                        help="only the chosen ops' kernels of this backend (triton, cute; default: every backend)")
-    parser.add_argument("--impl", metavar="MODULE[:ATTR]",
-                        help="judge this implementation instead of the catalog kernel (writes no certificate)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="cpu runs Triton kernels under the interpreter (default: cpu)")
-    parser.add_argument("--max-examples", type=int, metavar="N",
-                        help="Hypothesis draws per cell, besides its fixed corners (default: 20 on cpu, 100 on cuda; docs/draws.md)")
-    parser.add_argument("--seed", type=int, default=0, help="salt for the per-cell seeds (default 0)")
-    parser.add_argument("--cell", action="append", default=[], metavar="ID",
-                        help="only this cell (repeatable; writes no certificate)")
-    parser.add_argument("--replay", metavar="JSON", help="run the battery on this one recipe (needs one --cell)")
-    parser.add_argument("--no-shrink", action="store_true", help="report a failure without shrinking it")
-    parser.add_argument("--oracles", metavar="LIST",
-                        help="judge only these oracles: numerics (parity, determinism, batch_invariance, graph_parity, "
-                             "write_guards, stateful), interface (refusals), or a comma list of names; a partial run "
-                             "is not a certificate and writes none (default: every oracle)")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
-    parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH; a PATH ending in "
-                        ".html gets a self-contained page of every certificate instead (tools/engine/report.py)")
-    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell)")
-    isolation = parser.add_argument_group("isolation, sanitizers and scale")
-    isolation.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                           help="run each cell in a worker process (default: on with --device cuda, off on cpu)")
-    isolation.add_argument("--cell-timeout", type=float, metavar="SECONDS",
-                           help=f"a cell with no result by then is a hang (default {DEFAULT_CELL_TIMEOUT_S}; isolates)")
-    isolation.add_argument("--gpus", metavar="all|N", help="one worker per GPU over the first N visible GPUs, or all")
-    isolation.add_argument("--sanitize", choices=SANITIZER_TOOLS,
-                           help="run each cell under compute-sanitizer with this tool; any report fails the cell "
-                                "(writes no certificate)")
-    isolation.add_argument("--shard", metavar="I/N",
-                           help="only the cells of shard I of N (1-based; writes no certificate)")
-    isolation.add_argument("--quarantine", metavar="YAML",
-                           help="the quarantine ledger (default ops/quarantine.yml)")
-    isolation.add_argument("--check-quarantine", action="store_true",
-                           help="run only the ledger's cells for this arch, isolated; exit 1 if one now passes")
-    isolation.add_argument("--list", action="store_true", help="print the (op, cell) ids this run would run, and exit")
-    args = parser.parse_args(argv)
-    if args.impl is not None and not args.impl.strip():
-        raise UsageError("--impl: empty; name an implementation as MODULE[:ATTR]")
-    if args.max_examples is not None and args.max_examples < 0:
-        raise UsageError(f"--max-examples: {args.max_examples} is negative")
-    if args.cell_timeout is not None and not (math.isfinite(args.cell_timeout) and args.cell_timeout > 0):
-        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not positive and finite (seconds)")
-    for flag, path in (("--report", args.report), ("--junit", args.junit)):
-        if path is not None:
-            check_writable(flag, path)
-    if args.gpus is not None:
-        if args.device != "cuda":
-            raise UsageError("--gpus needs --device cuda")
-        if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) > 0):
-            raise UsageError(f"--gpus {args.gpus!r}: expected 'all' or a positive number")
-    if args.sanitize and args.device != "cuda":
-        raise UsageError(f"--sanitize {args.sanitize}: compute-sanitizer checks CUDA kernels; it needs --device cuda")
-    try:
-        args.shard = parse_shard(args.shard) if args.shard is not None else None
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    needs_workers = [flag for flag, given in (("--cell-timeout", args.cell_timeout is not None),
-                                              ("--gpus", args.gpus is not None), ("--sanitize", args.sanitize),
-                                              ("--check-quarantine", args.check_quarantine)) if given]
-    if args.isolate is False and needs_workers:
-        raise UsageError(f"--no-isolate: {needs_workers[0]} runs cells in worker processes")
-    args.isolate = args.isolate if args.isolate is not None else bool(needs_workers) or args.device == "cuda"
-    from oracles.battery import ORACLES, parse_oracles
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """One certification run (``tools/certify_cells.py`` says what each option does for a user)."""
 
-    try:
-        args.oracles = parse_oracles(args.oracles) if args.oracles is not None else ORACLES
-    except ValueError as error:
-        raise UsageError(f"--oracles: {error}") from None
-    if args.replay is not None:
-        if len(args.cell) != 1 or len(args.op) != 1:
-            raise UsageError("--replay needs exactly one --op and one --cell")
-        try:
-            args.replay = json.loads(args.replay)
-        except json.JSONDecodeError as error:
-            raise UsageError(f"--replay: not JSON ({error.msg})") from None
-        if not isinstance(args.replay, dict) or "seed" not in args.replay:
-            raise UsageError("--replay: expected a JSON object with a 'seed', as printed by a failure")
-    if writes_certificates(args) and not args.list:
-        from ops.certificates import POLICY
+    ops: tuple[str, ...] = ()              # none: every op of the catalog
+    backend: str | None = None             # only the kernels of this backend
+    impl: str | None = None                # MODULE[:ATTR] judged instead of the catalog kernels
+    device: str = "cpu"
+    max_examples: int | None = None        # None: DEFAULT_MAX_EXAMPLES[device]
+    seed: int = 0
+    cells: tuple[str, ...] = ()            # none: every cell
+    replay: dict | None = None             # one recipe, on one op's one cell
+    shrink: bool = True
+    oracles: tuple[str, ...] = ORACLES
+    json: bool = False                     # the results as JSON on stdout instead of lines
+    report: str | None = None              # a JSON (or .html) report written here
+    junit: str | None = None
+    isolate: bool = False                  # each cell in a worker process
+    cell_timeout: float | None = None      # None: DEFAULT_CELL_TIMEOUT_S
+    gpus: str | None = None                # "all" or a count
+    sanitize: str | None = None            # a compute-sanitizer tool
+    shard: Shard | None = None
+    quarantine: str | None = None          # the ledger; None: ops/quarantine.yml
+    check_quarantine: bool = False
+    list_only: bool = False                # print the planned (op, cell) ids, run nothing
+    command: str = "tools/certify-cells"   # what a certificate records as the command that earned it
 
-        max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
-        if max_examples < POLICY.min_examples:
-            raise UsageError(f"--max-examples {max_examples}: a certifying run draws at least {POLICY.min_examples} "
-                             f"examples per cell (ops/certificates.py POLICY); pass --cell to explore without "
-                             f"certifying")
-    return args
+    @property
+    def examples(self) -> int:
+        return DEFAULT_MAX_EXAMPLES[self.device] if self.max_examples is None else self.max_examples
 
 
-def writes_certificates(args) -> bool:
+def writes_certificates(options: RunOptions) -> bool:
     """Whether this run judges the catalog kernels on every cell with every oracle, the only run that writes
-    certificates (``args.oracles`` parsed)."""
-    from oracles.failures import ORACLES
-
-    return not (args.impl or args.cell or args.replay or args.shard or args.check_quarantine or args.sanitize
-                or tuple(args.oracles) != ORACLES)
+    certificates."""
+    return not (options.impl or options.cells or options.replay or options.shard or options.check_quarantine
+                or options.sanitize or tuple(options.oracles) != ORACLES)
 
 
-def check_writable(flag: str, path: str) -> None:
-    """A file this run will write must be writable before any work starts (a failure to write it at the
-    end would hide the run's verdict)."""
-    target = pathlib.Path(path)
-    folder = target.parent
-    if target.is_dir():
-        raise UsageError(f"{flag}: {path} is a folder")
-    if not folder.is_dir():
-        raise UsageError(f"{flag}: cannot write {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise UsageError(f"{flag}: cannot write {path}: permission denied")
+def check_policy(options: RunOptions) -> None:
+    """A certifying run must draw as many examples as the policy asks of a certificate."""
+    from ops.certificates import POLICY
+
+    if writes_certificates(options) and not options.list_only and options.examples < POLICY.min_examples:
+        raise UsageError(f"--max-examples {options.examples}: a certifying run draws at least {POLICY.min_examples} "
+                         f"examples per cell (ops/certificates.py POLICY); pass --cell to explore without "
+                         f"certifying")
 
 
 def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
@@ -201,7 +113,6 @@ def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
 def check_implementation(spec: str, entries, device: str) -> None:
     """A bad ``--impl`` is a usage error here, not a failure of every cell.  It is imported in an
     implementation host, never in this process (which then serves the first cells, when they run here)."""
-    from oracles.failures import OracleFailure
 
     module_name, _, attribute = spec.partition(":")
     if attribute and len(entries) != 1:
@@ -290,27 +201,27 @@ def _region(exercised: dict, declared: dict) -> str:
                      for name, (lo, hi) in declared.items())
 
 
-def plan(args, entries, arch, ledger) -> list[tuple]:
+def plan(options: RunOptions, entries, arch, ledger) -> list[tuple]:
     """``(entry, cell, quarantined or None)`` for every cell this run covers, in catalog order."""
     from ops import quarantine
 
     planned = []
     for entry in entries:
-        if arch not in entry.archs and not args.impl:
+        if arch not in entry.archs and not options.impl:
             print(f"{entry.name}[{entry.backend}]: does not claim {arch.value}; skipped", file=sys.stderr)
             continue
         cells = entry.cells
-        if args.cell:
-            missing = [c for c in args.cell if c not in {cell.id for cell in entry.cells}]
+        if options.cells:
+            missing = [c for c in options.cells if c not in {cell.id for cell in entry.cells}]
             if missing:
                 raise UsageError(f"--cell: {entry.name} has no cell {', '.join(missing)}; "
                                  f"cells: {', '.join(c.id for c in entry.cells)}")
-            cells = [entry.cell(c) for c in args.cell]
-        for cell in select(cells, args.shard, key=lambda cell: (entry.name, cell.id)):
+            cells = [entry.cell(c) for c in options.cells]
+        for cell in select(cells, options.shard, key=lambda cell: (entry.name, cell.id)):
             # the ledger speaks of the catalog kernels: an --impl is judged on every cell
-            held = quarantine.lookup(ledger, entry.name, cell.id, arch) if not args.impl or args.check_quarantine \
+            held = quarantine.lookup(ledger, entry.name, cell.id, arch) if not options.impl or options.check_quarantine \
                 else None
-            if not args.check_quarantine or held:
+            if not options.check_quarantine or held:
                 planned.append((entry, cell, held))
     return planned
 
@@ -332,102 +243,100 @@ def certificate_section(entry, results: dict, facts: dict, *, command: str, max_
     }
 
 
-def run_tasks(args, tasks, on_result) -> dict:
+def run_tasks(options: RunOptions, tasks, on_result) -> dict:
     """Every task's result, keyed by ``(op, cell)``: in worker processes, or in this one."""
 
-    if not args.isolate:
+    if not options.isolate:
         results = {}
         for task in tasks:
             started = time.monotonic()
             results[task.key] = execute(task, progress=_progress_line if sys.stderr.isatty() else None)
             on_result(results[task.key], time.monotonic() - started)
         return results
-    slots = gpu_slots(None if args.gpus == "all" else int(args.gpus or 1)) if args.device == "cuda" else [cpu_slot()]
+    slots = gpu_slots(None if options.gpus == "all" else int(options.gpus or 1)) if options.device == "cuda" else [cpu_slot()]
 
     def note(slot, line):
         if sys.stderr.isatty():
             _progress_line(f"[{slot.label}] {line}" if len(slots) > 1 else line)
 
     try:
-        return run_isolated(tasks, slots, cell_timeout=args.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
-                            sanitize=args.sanitize, on_note=note, on_result=on_result)
+        return run_isolated(tasks, slots, cell_timeout=options.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
+                            sanitize=options.sanitize, on_note=note, on_result=on_result)
     except WorkerStartError as error:
         raise UsageError(str(error)) from None
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def certify(options: RunOptions) -> int:
+    check_policy(options)
     import torch
 
     from ops import catalog
 
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if options.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device on this machine")
-    if args.sanitize and not find_sanitizer():
-        raise UsageError(f"--sanitize {args.sanitize}: compute-sanitizer not found on PATH, in $CUDA_HOME/bin "
+    if options.sanitize and not find_sanitizer():
+        raise UsageError(f"--sanitize {options.sanitize}: compute-sanitizer not found on PATH, in $CUDA_HOME/bin "
                          f"or in /usr/local/cuda/bin")
-    device = torch.device(args.device)
+    device = torch.device(options.device)
     arch = catalog.arch_of(device)
     if arch is None:
-        raise UsageError(f"--device {args.device}: unknown architecture {torch.cuda.get_device_capability(device)}")
-    if args.gpus is not None:
-        check_gpus(args.gpus)
+        raise UsageError(f"--device {options.device}: unknown architecture {torch.cuda.get_device_capability(device)}")
+    if options.gpus is not None:
+        check_gpus(options.gpus)
     registry = catalog.entries()
     for module, why in catalog.UNAVAILABLE.items():
         print(f"{module}: not in the catalog on this machine: {why}", file=sys.stderr)
-    unknown = [name for name in args.op if name not in registry]
+    unknown = [name for name in options.ops if name not in registry]
     if unknown:
         raise UsageError(f"--op: no op named {', '.join(unknown)}; ops: {', '.join(registry)}")
-    if args.impl:  # an outside implementation: once per op, on its first kernel's cells
-        runs = {None: [registry[name] for name in (args.op or registry)]}
-        check_implementation(args.impl, runs[None], args.device)
-        if args.isolate:  # the workers start hosts of their own
+    if options.impl:  # an outside implementation: once per op, on its first kernel's cells
+        runs = {None: [registry[name] for name in (options.ops or registry)]}
+        check_implementation(options.impl, runs[None], options.device)
+        if options.isolate:  # the workers start hosts of their own
 
-            retire_host(args.impl, args.device)
+            retire_host(options.impl, options.device)
     else:  # each backend's kernels are a run of their own (a worker task names its backend)
         runs = {}
-        for name in args.op or registry:
+        for name in options.ops or registry:
             for entry in catalog.kernels(name):
-                if args.backend in (None, entry.backend):
+                if options.backend in (None, entry.backend):
                     runs.setdefault(entry.backend, []).append(entry)
         if not runs:
-            raise UsageError(f"--backend: no {args.backend} kernel of {', '.join(args.op or registry)}")
-    check_certificates_readable(args, runs)
-    if args.replay is not None:
+            raise UsageError(f"--backend: no {options.backend} kernel of {', '.join(options.ops or registry)}")
+    check_certificates_readable(options, runs)
+    if options.replay is not None:
         replayed = next(iter(runs.values()))[0]
-        if args.cell[0] in {cell.id for cell in replayed.cells}:  # an unknown cell is plan()'s usage error
-            check_replay_recipe(replayed, replayed.cell(args.cell[0]), args.replay, device)
-    max_examples = DEFAULT_MAX_EXAMPLES[args.device] if args.max_examples is None else args.max_examples
+        if options.cells[0] in {cell.id for cell in replayed.cells}:  # an unknown cell is plan()'s usage error
+            check_replay_recipe(replayed, replayed.cell(options.cells[0]), options.replay, device)
+    max_examples = options.examples
     facts = machine_facts(device)
-    isolation = {"isolated": args.isolate, "gpus": args.gpus, "cell_timeout": args.cell_timeout,
-                 "sanitize": args.sanitize, "shard": str(args.shard) if args.shard else None,
-                 "quarantine": args.quarantine, "check_quarantine": args.check_quarantine}
-    report = {"arch": arch.value, **facts, "impl": args.impl, "max_examples": max_examples, "seed": args.seed,
-              "oracles": list(args.oracles), "partial": partial_label(args.oracles), "isolation": isolation,
+    isolation = {"isolated": options.isolate, "gpus": options.gpus, "cell_timeout": options.cell_timeout,
+                 "sanitize": options.sanitize, "shard": str(options.shard) if options.shard else None,
+                 "quarantine": options.quarantine, "check_quarantine": options.check_quarantine}
+    report = {"arch": arch.value, **facts, "impl": options.impl, "max_examples": max_examples, "seed": options.seed,
+              "oracles": list(options.oracles), "partial": partial_label(options.oracles), "isolation": isolation,
               "results": []}
     started = time.monotonic()
     failed, planned = False, 0
     for backend, entries in runs.items():
-        run_failed, run_planned = certify_kernels(args, argv, entries, backend, arch, device, report)
+        run_failed, run_planned = certify_kernels(options, entries, backend, arch, device, report)
         failed, planned = failed or run_failed, planned + run_planned
-    if args.list:
+    if options.list_only:
         return 0
     report["seconds"] = round(time.monotonic() - started, 3)
-    if args.check_quarantine and not failed and not args.json:
+    if options.check_quarantine and not failed and not options.json:
         print(f"quarantine: {planned} quarantined cells on {arch.value}; each still fails", flush=True)
-    if not args.json:
+    if not options.json:
         print(closing_summary(report), flush=True)
-    if args.json:
+    if options.json:
         print(json.dumps(report, indent=2))
 
-    write_outputs(report, args.report, args.junit)
+    write_outputs(report, options.report, options.junit)
     return 1 if failed else 0
 
 
 def partial_label(oracles: Sequence[str]) -> str | None:
     """What a run judging fewer than every oracle says of itself, everywhere it reports."""
-    from oracles.battery import ORACLES, oracles_text
-
     if tuple(oracles) == ORACLES:
         return None
     return f"partial: not a certificate (judged only {oracles_text(oracles)})"
@@ -448,61 +357,60 @@ def closing_summary(report: dict) -> str:
     return line + (f"\n{report['partial']}" if report["partial"] else "")
 
 
-def certify_kernels(args, argv, entries, backend: str | None, arch, device, report: dict) -> tuple[bool, int]:
+def certify_kernels(options, entries, backend: str | None, arch, device, report: dict) -> tuple[bool, int]:
     """Run the cells of ``entries`` — one backend's kernels, or (``backend`` None) the ops an --impl is
     judged on — adding their results to ``report``, and write their certificates.  Returns whether a
     cell failed, and how many cells were planned."""
     from ops import catalog, certificates, quarantine
     from ops.quarantine import QUARANTINED
-    from oracles.battery import PASSED, CellResult, oracles_text
+    from oracles.battery import PASSED, CellResult
 
     try:
-        ledger = quarantine.load(args.quarantine or quarantine.LEDGER)
+        ledger = quarantine.load(options.quarantine or quarantine.LEDGER)
     except quarantine.QuarantineError as error:
         raise UsageError(f"quarantine ledger: {error}") from None
-    planned = plan(args, entries, arch, ledger)
+    planned = plan(options, entries, arch, ledger)
 
     def shown(op_name: str) -> str | None:
         """The backend to name beside an op in what is printed: only an op of several kernels needs it."""
         return backend if backend and len(catalog.kernels(op_name)) > 1 else None
 
-    if args.list:
+    if options.list_only:
         for entry, cell, held in planned:
             print(f"{entry.name}" + (f"[{shown(entry.name)}]" if shown(entry.name) else "") + f"/{cell.id}"
-                  + (f"  (quarantined: {held.where})" if held and not args.check_quarantine else ""))
+                  + (f"  (quarantined: {held.where})" if held and not options.check_quarantine else ""))
         return False, len(planned)
     max_examples = report["max_examples"]
-    command = "tools/certify-cells " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     facts = {"device": report["device"], "versions": report["versions"]}
-    flags = isolation_flags(report["isolation"], args.device) + (["--backend", backend] if backend else []) + \
-        (["--oracles", oracles_text(args.oracles)] if report["partial"] else [])
+    flags = isolation_flags(report["isolation"], options.device) + (["--backend", backend] if backend else []) + \
+        (["--oracles", oracles_text(options.oracles)] if report["partial"] else [])
 
 
     durations = {}
 
     def announce(result, seconds):
         durations[result.op, result.cell_id] = seconds or 0.0
-        if args.impl and result.status == certificates.CERTIFIED:
+        if options.impl and result.status == certificates.CERTIFIED:
             result.status = PASSED  # judged, not certified: an --impl run writes no certificate
-        if not args.json:
+        if not options.json:
             if sys.stderr.isatty():
                 print("\r\033[K", end="", file=sys.stderr)
-            print(describe(result, args.device, args.impl, seconds, flags, shown(result.op)), flush=True)
+            print(describe(result, options.device, options.impl, seconds, flags, shown(result.op)), flush=True)
 
     results = {}
     for entry, cell, held in planned:
-        if held and not args.check_quarantine:
+        if held and not options.check_quarantine:
             results[entry.name, cell.id] = CellResult(entry.name, cell.id, QUARANTINED, annotations=held.record())
             announce(results[entry.name, cell.id], None)
-    tasks = [CellTask(entry.name, cell.id, args.device, args.impl, max_examples, args.seed, not args.no_shrink,
-                      args.replay, backend, args.sanitize, args.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
-                      tuple(args.oracles))
-             for entry, cell, held in planned if args.check_quarantine or not held]
-    results.update(run_tasks(args, tasks, announce))
+    tasks = [CellTask(entry.name, cell.id, options.device, options.impl, max_examples, options.seed, options.shrink,
+                      options.replay, backend, options.sanitize, options.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
+                      tuple(options.oracles))
+             for entry, cell, held in planned if options.check_quarantine or not held]
+    results.update(run_tasks(options, tasks, announce))
     failed = False
     for entry, cell, held in planned:
         result = results[entry.name, cell.id]
-        if args.check_quarantine:
+        if options.check_quarantine:
             result.annotations.update(held.record())
             if result.status in (certificates.CERTIFIED, PASSED):
                 failed = True
@@ -512,29 +420,29 @@ def certify_kernels(args, argv, entries, backend: str | None, arch, device, repo
             failed |= result.status not in (certificates.CERTIFIED, PASSED, QUARANTINED)
         report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id,
                                   "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
-    if writes_certificates(args):
+    if writes_certificates(options):
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         for entry in entries:
             if any(planned_entry is entry for planned_entry, _, _ in planned):
-                section = certificate_section(entry, results, facts, command=command, max_examples=max_examples,
-                                              seed=args.seed, date=date)
+                section = certificate_section(entry, results, facts, command=options.command, max_examples=max_examples,
+                                              seed=options.seed, date=date)
                 earned = {**{key: value for key, value in report.items() if key != "results"},
                           "results": [row for row in report["results"]
                                       if row["op"] == entry.name and row["backend"] == backend]}
                 path = certificates.write_section(entry, arch, section, report=earned)
-                if not args.json:
+                if not options.json:
                     where = f"{entry.name}[{entry.backend}]" if shown(entry.name) else entry.name
                     print(f"{where}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
     return failed, len(planned)
 
 
-def check_certificates_readable(args, runs: dict) -> None:
+def check_certificates_readable(options: RunOptions, runs: dict) -> None:
     """The certificates this run will update, and those an HTML report shows, must be readable before any
     work starts (a corrupt one is named, never silently replaced)."""
     from ops import catalog, certificates
 
-    read = [entry for entries in runs.values() for entry in entries] if writes_certificates(args) else []
-    if args.report and args.report.endswith(".html"):
+    read = [entry for entries in runs.values() for entry in entries] if writes_certificates(options) else []
+    if options.report and options.report.endswith(".html"):
         read = catalog.every_kernel()
     for entry in read:
         try:
@@ -556,6 +464,3 @@ def check_gpus(gpus: str) -> None:
     if len(names) > 1:
         raise UsageError(f"--gpus {gpus}: the GPUs differ ({', '.join(sorted(names))}); certify on one kind at a time")
 
-
-if __name__ == "__main__":
-    run_main(main)

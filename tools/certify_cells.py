@@ -1,0 +1,166 @@
+"""tools/certify-cells: run the oracle battery per (op, cell) on this machine and write certificates.
+
+Without ``--impl`` it judges the catalog kernels — every backend of each op (Triton, CuTe DSL), or the
+one ``--backend`` names — and writes each certificate beside its kernel (for the arch of ``--device``).
+With ``--impl MODULE[:ATTR]`` it judges any implementation of the contract — yours or someone else's —
+once per op, on the cells of the op's first kernel, whatever our kernels claim; it writes no
+certificate.
+
+Isolation (``tools/engine/isolation.py``; on by default with ``--device cuda``): each cell runs in a worker
+process, so an illegal address, a device assert or a hang (``--cell-timeout``) fails that cell with
+the oracle and example that were running, and the run goes on in a fresh worker.  ``--gpus all|N``
+runs one worker per GPU; ``--sanitize TOOL`` runs each cell under compute-sanitizer; ``--shard I/N``
+runs one deterministic share of the cells (``tools/engine/shards.py``).  Cells in the quarantine ledger
+(``ops/quarantine.py``) are never launched for the catalog kernel and are recorded as quarantined;
+``--check-quarantine`` runs exactly those and fails when one now passes.
+
+Every oracle that applies gets its own verdict; a cell's line reads
+``numerics: pass; interface: refusals FAIL (2 rows)`` and each failing oracle has its finding, minimal
+recipe and reproduction.  ``--oracles numerics`` (or a comma list) judges only those oracles: the run is
+labelled "partial: not a certificate" and writes no certificate.  A run ends with a summary line (cells
+certified / passed / failed / quarantined, oracles failed, elapsed time).
+
+This module is the command line alone: it turns flags into ``RunOptions`` and hands them to the engine
+(``tools/engine/certify.py``), which checks them against the catalog, the policy and the machine.
+
+Exit status: 0 every cell passed; 1 a cell failed (op, cell, oracle, minimal recipe and a one-line
+reproduction are printed), or a quarantined cell now passes; 2 a usage, import or input error (one line).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import shlex
+import sys
+
+from oracles.failures import ORACLES, parse_oracles
+from tools.cli import ArgumentParser, UsageError, run_main
+from tools.engine.certify import DEFAULT_CELL_TIMEOUT_S, RunOptions, certify
+from tools.engine.isolation import SANITIZER_TOOLS
+from tools.engine.shards import parse_shard
+
+
+def parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="tools/certify-cells",
+        description="Run the oracle battery over every cell of the chosen ops on this machine.",
+        epilog="Example: tools/certify-cells --op greedy_argmax --impl mypkg.kernels:argmax --device cpu")
+    parser.add_argument("--op", action="append", default=[], metavar="NAME",
+                        help="op to certify (repeatable; default: every op in the catalog)")
+    parser.add_argument("--backend", metavar="NAME",
+                        help="only the chosen ops' kernels of this backend (triton, cute; default: every backend)")
+    parser.add_argument("--impl", metavar="MODULE[:ATTR]",
+                        help="judge this implementation instead of the catalog kernel (writes no certificate)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu runs Triton kernels under the interpreter (default: cpu)")
+    parser.add_argument("--max-examples", type=int, metavar="N",
+                        help="Hypothesis draws per cell, besides its fixed corners (default: 20 on cpu, 100 on cuda; "
+                             "docs/draws.md)")
+    parser.add_argument("--seed", type=int, default=0, help="salt for the per-cell seeds (default 0)")
+    parser.add_argument("--cell", action="append", default=[], metavar="ID",
+                        help="only this cell (repeatable; writes no certificate)")
+    parser.add_argument("--replay", metavar="JSON", help="run the battery on this one recipe (needs one --cell)")
+    parser.add_argument("--no-shrink", action="store_true", help="report a failure without shrinking it")
+    parser.add_argument("--oracles", metavar="LIST",
+                        help="judge only these oracles: numerics (parity, determinism, batch_invariance, graph_parity, "
+                             "write_guards, stateful), interface (refusals), or a comma list of names; a partial run "
+                             "is not a certificate and writes none (default: every oracle)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH; a PATH ending in "
+                        ".html gets a self-contained page of every certificate instead (tools/engine/report.py)")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell)")
+    isolation = parser.add_argument_group("isolation, sanitizers and scale")
+    isolation.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                           help="run each cell in a worker process (default: on with --device cuda, off on cpu)")
+    isolation.add_argument("--cell-timeout", type=float, metavar="SECONDS",
+                           help=f"a cell with no result by then is a hang (default {DEFAULT_CELL_TIMEOUT_S}; isolates)")
+    isolation.add_argument("--gpus", metavar="all|N", help="one worker per GPU over the first N visible GPUs, or all")
+    isolation.add_argument("--sanitize", choices=SANITIZER_TOOLS,
+                           help="run each cell under compute-sanitizer with this tool; any report fails the cell "
+                                "(writes no certificate)")
+    isolation.add_argument("--shard", metavar="I/N",
+                           help="only the cells of shard I of N (1-based; writes no certificate)")
+    isolation.add_argument("--quarantine", metavar="YAML",
+                           help="the quarantine ledger (default ops/quarantine.yml)")
+    isolation.add_argument("--check-quarantine", action="store_true",
+                           help="run only the ledger's cells for this arch, isolated; exit 1 if one now passes")
+    isolation.add_argument("--list", action="store_true", help="print the (op, cell) ids this run would run, and exit")
+    return parser
+
+
+def parse_args(argv) -> RunOptions:
+    """The run the flags ask for; a UsageError (exit 2, one line) for flags that contradict each other or
+    name what cannot be (the engine checks the rest against the catalog and the machine)."""
+    args = parser().parse_args(argv)
+    if args.impl is not None and not args.impl.strip():
+        raise UsageError("--impl: empty; name an implementation as MODULE[:ATTR]")
+    if args.max_examples is not None and args.max_examples < 0:
+        raise UsageError(f"--max-examples: {args.max_examples} is negative")
+    if args.cell_timeout is not None and not (math.isfinite(args.cell_timeout) and args.cell_timeout > 0):
+        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not positive and finite (seconds)")
+    for flag, path in (("--report", args.report), ("--junit", args.junit)):
+        if path is not None:
+            check_writable(flag, path)
+    if args.gpus is not None:
+        if args.device != "cuda":
+            raise UsageError("--gpus needs --device cuda")
+        if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) > 0):
+            raise UsageError(f"--gpus {args.gpus!r}: expected 'all' or a positive number")
+    if args.sanitize and args.device != "cuda":
+        raise UsageError(f"--sanitize {args.sanitize}: compute-sanitizer checks CUDA kernels; it needs --device cuda")
+    try:
+        shard = parse_shard(args.shard) if args.shard is not None else None
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    needs_workers = [flag for flag, given in (("--cell-timeout", args.cell_timeout is not None),
+                                              ("--gpus", args.gpus is not None), ("--sanitize", args.sanitize),
+                                              ("--check-quarantine", args.check_quarantine)) if given]
+    if args.isolate is False and needs_workers:
+        raise UsageError(f"--no-isolate: {needs_workers[0]} runs cells in worker processes")
+    try:
+        oracles = parse_oracles(args.oracles) if args.oracles is not None else ORACLES
+    except ValueError as error:
+        raise UsageError(f"--oracles: {error}") from None
+    replay = None
+    if args.replay is not None:
+        if len(args.cell) != 1 or len(args.op) != 1:
+            raise UsageError("--replay needs exactly one --op and one --cell")
+        try:
+            replay = json.loads(args.replay)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"--replay: not JSON ({error.msg})") from None
+        if not isinstance(replay, dict) or "seed" not in replay:
+            raise UsageError("--replay: expected a JSON object with a 'seed', as printed by a failure")
+    words = sys.argv[1:] if argv is None else argv
+    return RunOptions(
+        ops=tuple(args.op), backend=args.backend, impl=args.impl, device=args.device,
+        max_examples=args.max_examples, seed=args.seed, cells=tuple(args.cell), replay=replay,
+        shrink=not args.no_shrink, oracles=tuple(oracles), json=args.json, report=args.report, junit=args.junit,
+        isolate=args.isolate if args.isolate is not None else bool(needs_workers) or args.device == "cuda",
+        cell_timeout=args.cell_timeout, gpus=args.gpus, sanitize=args.sanitize, shard=shard,
+        quarantine=args.quarantine, check_quarantine=args.check_quarantine, list_only=args.list,
+        command="tools/certify-cells " + " ".join(shlex.quote(word) for word in words))
+
+
+def check_writable(flag: str, path: str) -> None:
+    """A file this run will write must be writable before any work starts (a failure to write it at the
+    end would hide the run's verdict)."""
+    target = pathlib.Path(path)
+    folder = target.parent
+    if target.is_dir():
+        raise UsageError(f"{flag}: {path} is a folder")
+    if not folder.is_dir():
+        raise UsageError(f"{flag}: cannot write {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UsageError(f"{flag}: cannot write {path}: permission denied")
+
+
+def main(argv=None) -> int:
+    return certify(parse_args(argv))
+
+
+if __name__ == "__main__":
+    run_main(main)
