@@ -40,7 +40,8 @@ from oracles.band import check_band
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import check_bitwise, first_difference
 from oracles.determinism import check_determinism, run_on_copy
-from oracles.failures import NUMERICS, ORACLE_GROUPS, ORACLES, OracleFailure
+from oracles.failures import NUMERICS, ORACLES, OracleFailure
+from oracles.selection import ORACLE_GROUPS
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties

@@ -36,7 +36,8 @@ import pathlib
 import shlex
 import sys
 
-from oracles.failures import ORACLES, parse_oracles
+from oracles.failures import ORACLES
+from oracles.selection import parse_oracles
 from tools.cli import ArgumentParser, UsageError, run_main
 from tools.engine.certify import DEFAULT_CELL_TIMEOUT_S, RunOptions, certify
 from tools.engine.isolation import SANITIZER_TOOLS
@@ -78,6 +79,9 @@ def parser() -> ArgumentParser:
     isolation.add_argument("--cell-timeout", type=float, metavar="SECONDS",
                            help=f"a cell with no result by then is a hang (default {DEFAULT_CELL_TIMEOUT_S}; isolates)")
     isolation.add_argument("--gpus", metavar="all|N", help="one worker per GPU over the first N visible GPUs, or all")
+    isolation.add_argument("-n", "--workers", type=int, metavar="N",
+                           help="on --device cpu, N worker processes sharing the cells (isolates; the results are "
+                                "those of one process: each cell's draws follow from its own seed)")
     isolation.add_argument("--sanitize", choices=SANITIZER_TOOLS,
                            help="run each cell under compute-sanitizer with this tool; any report fails the cell "
                                 "(writes no certificate)")
@@ -109,6 +113,11 @@ def parse_args(argv) -> RunOptions:
             raise UsageError("--gpus needs --device cuda")
         if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) > 0):
             raise UsageError(f"--gpus {args.gpus!r}: expected 'all' or a positive number")
+    if args.workers is not None:
+        if args.device != "cpu":
+            raise UsageError("--workers: CPU workers; on --device cuda, --gpus chooses the workers")
+        if args.workers < 1:
+            raise UsageError(f"--workers {args.workers}: expected a positive number")
     if args.sanitize and args.device != "cuda":
         raise UsageError(f"--sanitize {args.sanitize}: compute-sanitizer checks CUDA kernels; it needs --device cuda")
     try:
@@ -117,6 +126,7 @@ def parse_args(argv) -> RunOptions:
         raise UsageError(str(error)) from None
     needs_workers = [flag for flag, given in (("--cell-timeout", args.cell_timeout is not None),
                                               ("--gpus", args.gpus is not None), ("--sanitize", args.sanitize),
+                                              ("--workers", args.workers is not None),
                                               ("--check-quarantine", args.check_quarantine)) if given]
     if args.isolate is False and needs_workers:
         raise UsageError(f"--no-isolate: {needs_workers[0]} runs cells in worker processes")
@@ -140,7 +150,7 @@ def parse_args(argv) -> RunOptions:
         max_examples=args.max_examples, seed=args.seed, cells=tuple(args.cell), replay=replay,
         shrink=not args.no_shrink, oracles=tuple(oracles), json=args.json, report=args.report, junit=args.junit,
         isolate=args.isolate if args.isolate is not None else bool(needs_workers) or args.device == "cuda",
-        cell_timeout=args.cell_timeout, gpus=args.gpus, sanitize=args.sanitize, shard=shard,
+        cell_timeout=args.cell_timeout, gpus=args.gpus, workers=args.workers, sanitize=args.sanitize, shard=shard,
         quarantine=args.quarantine, check_quarantine=args.check_quarantine, list_only=args.list,
         command="tools/certify-cells " + " ".join(shlex.quote(word) for word in words))
 

@@ -3,10 +3,11 @@
 From the git diff against a base revision it finds the kernels whose kernel module, reference (or a module of
 ``ops/`` or ``references/`` they use), entry and cells (in the kernel module), strategy, suite,
 alternative implementations, or the test machinery their suite imports (``oracles/``, ``suites/``,
-``tools/``) changed; runs those ops' CPU tests — the ids of ``test_lists/l0_cpu.yml`` in their suite
-files — and the claims gates (``suites/test_claims.py``); and lists every certificate section that is
-stale now, saying whether this change made it stale (fresh at the base, judged on the sources as they
-were there), with the command that re-certifies it on its architecture.
+``tools/``) changed; runs those ops' CPU tests — the ids of ``test_lists/l0_cpu.yml`` and
+``l0_cpu_cells.yml`` in their suite files — and the claims gates (``suites/test_claims.py``); and lists
+every certificate section that is stale now, saying whether this change made it stale (fresh at the
+base, judged on the sources as they were there), with the command that re-certifies it on its
+architecture.
 
 Every kernel of an op is judged on its own (an op may have a Triton and a CuTe DSL kernel, each with its
 certificate): it is named ``op [backend]`` where its op has several kernels, the op's name alone where it
@@ -47,7 +48,8 @@ from tools.cli import ArgumentParser, UsageError, run_main
 # that does not import is a finding of the gate, not a traceback.
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-CPU_LIST = REPO / "test_lists" / "l0_cpu.yml"
+# the CPU tests, and the CPU judgement of every cell (the pytest face of tools/certify-cells)
+CPU_LISTS = (REPO / "test_lists" / "l0_cpu.yml", REPO / "test_lists" / "l0_cpu_cells.yml")
 CLAIMS_GATES = "suites/test_claims.py"
 MAIN_REFS = ("main", "origin/main")
 
@@ -167,10 +169,12 @@ def op_files(entry, graph: dict[str, set[str]]) -> dict[str, str]:
 def listed_cpu_tests(suite_files: set[str]) -> list[str]:
     from tools.engine.test_lists import ListFormatError, load_list
 
-    try:
-        listed = load_list(CPU_LIST)
-    except ListFormatError as error:
-        raise UsageError(f"{relative(CPU_LIST)}: {error}") from None
+    listed = []
+    for path in CPU_LISTS:
+        try:
+            listed += load_list(path)
+        except ListFormatError as error:
+            raise UsageError(f"{relative(path)}: {error}") from None
     return list(dict.fromkeys(test.test_id for test in listed if test.test_id.split("::")[0] in suite_files))
 
 
@@ -329,7 +333,8 @@ def main(argv=None) -> int:
         for name, op in ops.items():
             print(f"  {name}: " + ", ".join(f"{path} ({role})" for path, role in op["changed"].items()))
             if not op["tests"]:
-                print(f"  {name}: no test of {suites[name]} is listed in {relative(CPU_LIST)}")
+                print(f"  {name}: no test of {suites[name]} is listed in "
+                      f"{' or '.join(relative(path) for path in CPU_LISTS)}")
         for left_out in unjudged:
             print(f"gate: {left_out['module']} not judged here (certificate sections: "
                   f"{', '.join(left_out['certificate_archs']) or 'none'}): {left_out['why']}")

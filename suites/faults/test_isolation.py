@@ -19,7 +19,7 @@ from suites.certification import machine_device
 from suites.claims import REPO
 from tools.engine.certify import certificate_section
 from tools.engine.worker import CellTask, execute
-from tools.engine.isolation import Slot, cpu_slot, gpu_slots, run_isolated
+from tools.engine.isolation import cpu_slots, gpu_slots, run_isolated
 
 pytestmark = [pytest.mark.cpu, pytest.mark.sm90]
 FAULTY = "suites.faults.faulty_kernels"
@@ -67,7 +67,7 @@ def test_a_crash_and_a_hang_fail_their_cells_and_the_run_goes_on(tmp_path):
 
 def _slots() -> list[Slot]:
     """Two workers at once: the CPU twice, or every GPU."""
-    return [cpu_slot(), Slot("cpu2", {})] if DEVICE == "cpu" else gpu_slots(None)
+    return cpu_slots(2) if DEVICE == "cpu" else gpu_slots(None)
 
 
 def test_workers_give_the_results_one_process_gives():

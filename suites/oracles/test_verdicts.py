@@ -7,7 +7,7 @@ import torch
 
 from ops.sampling.greedy_argmax import ENTRY
 from oracles.battery import CellResult, Implementation, run_cell
-from oracles.failures import parse_oracles
+from oracles.selection import parse_oracles
 from suites.sampling import greedy_argmax_impls as impls
 
 pytestmark = pytest.mark.cpu

@@ -40,6 +40,8 @@ def _refused(*words: str) -> str:
     (("--op", "greedy_argmax", "--max-examples", "0"), "a certifying run draws at least"),
     (("--op", "greedy_argmax", "--report", "/no/such/folder/report.json"), "folder /no/such/folder does not exist"),
     (("--op", "greedy_argmax", "--junit", "."), "--junit: . is a folder"),
+    (("--workers", "0"), "--workers 0: expected a positive number"),
+    (("--workers", "2", "--no-isolate"), "--no-isolate: --workers runs cells in worker processes"),
 ])
 def test_bad_flags_are_usage_errors(words, says):
     assert says in _refused(*words)
@@ -76,3 +78,9 @@ def test_a_malformed_replay_recipe_is_a_usage_error_naming_the_key(change, says)
 def test_a_corner_recipe_replays():
     assert certify_cells.main(["--device", "cpu", "--op", "greedy_argmax", "--cell", CELL, "--replay",
                          json.dumps(_corner())]) == 0
+
+
+def test_cpu_workers_are_refused_on_cuda():
+    """--workers is the CPU's; a GPU run's workers are its GPUs (--gpus), and the flag says so."""
+    with pytest.raises(UsageError, match="--gpus chooses the workers"):
+        certify_cells.parse_args(["--device", "cuda", "--workers", "2"])

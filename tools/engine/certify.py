@@ -17,9 +17,10 @@ import sys
 import time
 from typing import Sequence
 
-from oracles.failures import ORACLES, OracleFailure, oracles_text
+from oracles.failures import ORACLES, OracleFailure
+from oracles.selection import oracles_text
 from tools.cli import UsageError
-from tools.engine.isolation import WorkerStartError, cpu_slot, find_sanitizer, gpu_slots, run_isolated
+from tools.engine.isolation import WorkerStartError, cpu_slots, find_sanitizer, gpu_slots, run_isolated
 from tools.engine.report import isolation_flags, reproduction, write_outputs
 from tools.engine.shards import Shard, select
 from tools.engine.worker import CellTask, execute, hosted_implementation, implementation_host, retire_host
@@ -52,6 +53,7 @@ class RunOptions:
     isolate: bool = False                  # each cell in a worker process
     cell_timeout: float | None = None      # None: DEFAULT_CELL_TIMEOUT_S
     gpus: str | None = None                # "all" or a count
+    workers: int | None = None             # worker processes on the CPU (None: one)
     sanitize: str | None = None            # a compute-sanitizer tool
     shard: Shard | None = None
     quarantine: str | None = None          # the ledger; None: ops/quarantine.yml
@@ -253,7 +255,8 @@ def run_tasks(options: RunOptions, tasks, on_result) -> dict:
             results[task.key] = execute(task, progress=_progress_line if sys.stderr.isatty() else None)
             on_result(results[task.key], time.monotonic() - started)
         return results
-    slots = gpu_slots(None if options.gpus == "all" else int(options.gpus or 1)) if options.device == "cuda" else [cpu_slot()]
+    slots = gpu_slots(None if options.gpus == "all" else int(options.gpus or 1)) if options.device == "cuda" \
+        else cpu_slots(options.workers or 1)
 
     def note(slot, line):
         if sys.stderr.isatty():
@@ -310,7 +313,8 @@ def certify(options: RunOptions) -> int:
             check_replay_recipe(replayed, replayed.cell(options.cells[0]), options.replay, device)
     max_examples = options.examples
     facts = machine_facts(device)
-    isolation = {"isolated": options.isolate, "gpus": options.gpus, "cell_timeout": options.cell_timeout,
+    isolation = {"isolated": options.isolate, "gpus": options.gpus, "workers": options.workers,
+                 "cell_timeout": options.cell_timeout,
                  "sanitize": options.sanitize, "shard": str(options.shard) if options.shard else None,
                  "quarantine": options.quarantine, "check_quarantine": options.check_quarantine}
     report = {"arch": arch.value, **facts, "impl": options.impl, "max_examples": max_examples, "seed": options.seed,

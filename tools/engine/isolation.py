@@ -60,8 +60,9 @@ class Slot:
     env: dict
 
 
-def cpu_slot() -> Slot:
-    return Slot("cpu", {})
+def cpu_slots(count: int) -> list[Slot]:
+    """``count`` workers on the CPU, each taking the next cell when it is done with one."""
+    return [Slot("cpu" if count == 1 else f"cpu{i}", {}) for i in range(count)]
 
 
 def gpu_slots(count: int | None) -> list[Slot]:

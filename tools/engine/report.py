@@ -316,7 +316,7 @@ def isolation_flags(isolation: dict, device: str) -> list[str]:
 def failure_lines(run: dict, result: dict, oracle: str | None = None) -> list[str]:
     """Oracle, finding, minimal recipe and reproduction of a failed result of a run report: of ``oracle``,
     or of the headline failure."""
-    from oracles.failures import oracles_text
+    from oracles.selection import oracles_text
 
     verdict = result.get("verdicts", {}).get(oracle) if oracle else None
     failure = {"oracle": oracle, "message": verdict["finding"], "recipe": verdict.get("recipe")} if verdict \
