@@ -45,11 +45,12 @@ CERTIFIED = "certified"
 FAILED = "failed"
 SCHEMA = 2
 KNOWN_SCHEMAS = (1, SCHEMA)  # 1: written before the schema was recorded (no "schema" key)
-TOOLCHAIN_PACKAGES = ("torch", "triton", "nvidia-cutlass-dsl")
-# The distributions whose version stands for each: the CuTe DSL's is its base libraries', which every
-# flavour installs (the project installs the cu13 libraries alone, without the nvidia-cutlass-dsl wheel).
+# The packages a kernel's behaviour depends on, each with the distributions whose version stands for it:
+# the CuTe DSL's is its base libraries', which every flavour installs (the project installs the cu13
+# libraries alone, without the nvidia-cutlass-dsl wheel).
 _DISTRIBUTIONS = {"torch": ("torch",), "triton": ("triton",),
                   "nvidia-cutlass-dsl": ("nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl")}
+TOOLCHAIN_PACKAGES = tuple(_DISTRIBUTIONS)
 
 
 class CertificateError(ValueError):

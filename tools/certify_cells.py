@@ -148,7 +148,7 @@ def parse_args(argv) -> RunOptions:
     return RunOptions(
         ops=tuple(args.op), backend=args.backend, impl=args.impl, device=args.device,
         max_examples=args.max_examples, seed=args.seed, cells=tuple(args.cell), replay=replay,
-        shrink=not args.no_shrink, oracles=tuple(oracles), json=args.json, report=args.report, junit=args.junit,
+        shrink=not args.no_shrink, oracles=oracles, json=args.json, report=args.report, junit=args.junit,
         isolate=args.isolate if args.isolate is not None else bool(needs_workers) or args.device == "cuda",
         cell_timeout=args.cell_timeout, gpus=args.gpus, workers=args.workers, sanitize=args.sanitize, shard=shard,
         quarantine=args.quarantine, check_quarantine=args.check_quarantine, list_only=args.list,

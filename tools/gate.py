@@ -167,14 +167,12 @@ def op_files(entry, graph: dict[str, set[str]]) -> dict[str, str]:
 
 
 def listed_cpu_tests(suite_files: set[str]) -> list[str]:
-    from tools.engine.test_lists import ListFormatError, load_list
+    from tools.engine.test_lists import ListFormatError, load_lists
 
-    listed = []
-    for path in CPU_LISTS:
-        try:
-            listed += load_list(path)
-        except ListFormatError as error:
-            raise UsageError(f"{relative(path)}: {error}") from None
+    try:
+        listed = load_lists(CPU_LISTS)
+    except ListFormatError as error:  # it names the list's file and line
+        raise UsageError(f"test list: {error}") from None
     return list(dict.fromkeys(test.test_id for test in listed if test.test_id.split("::")[0] in suite_files))
 
 
@@ -303,7 +301,7 @@ def main(argv=None) -> int:
     changed = changed_files(base)
     findings = []
     try:
-        from ops import catalog, certificates
+        from ops import catalog
 
         kernels = catalog.every_kernel()
     except Exception as error:  # noqa: BLE001 - a catalog that does not import is this change's finding

@@ -20,7 +20,7 @@ def main(argv=None) -> int:
         if not pathlib.Path(path).is_file():
             raise UsageError(f"{path}: no such file")
     try:
-        rows = table(args.reports, [pathlib.Path(path).read_text() for path in args.bench])
+        rows = table(args.reports, args.bench)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
         raise UsageError(f"not a certify-cells run report: {type(error).__name__}: {error}") from None
     except ValueError as error:

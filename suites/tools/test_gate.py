@@ -14,7 +14,7 @@ import pytest
 from ops import certificates
 from ops.catalog import Arch, entries, kernels
 from suites.claims import REPO
-from tools.engine.test_lists import load_list
+from tools.engine.test_lists import load_lists
 
 pytestmark = pytest.mark.cpu
 
@@ -91,8 +91,8 @@ def test_a_kernel_change_names_its_op_its_tests_and_the_certificate_it_made_stal
     assert found["changed_files"] == ["ops/sampling/greedy_argmax.py"]
     assert list(found["ops"]) == ["greedy_argmax"]
     assert found["ops"]["greedy_argmax"]["changed"] == {"ops/sampling/greedy_argmax.py": "kernel, entry and cells"}
-    suite_ids = [test.test_id for path in ("l0_cpu.yml", "l0_cpu_cells.yml")
-                 for test in load_list(REPO / "test_lists" / path)
+    lists = [REPO / "test_lists" / name for name in ("l0_cpu.yml", "l0_cpu_cells.yml")]
+    suite_ids = [test.test_id for test in load_lists(lists)
                  if test.test_id.startswith("suites/sampling/test_greedy_argmax.py::")]
     assert "suites/sampling/test_greedy_argmax.py::test_cell" in suite_ids  # its cells, from the cells list
     assert found["tests"] == {"ids": [*suite_ids, "suites/test_claims.py"], "ran": False}
@@ -194,7 +194,8 @@ def test_the_tests_it_runs_are_reported_and_a_failure_is_a_finding(repo, tmp_pat
                      "def test_gate_control_fails():\n    assert False, 'the gate must report this'\n")
     listed = repo / "test_lists" / "l0_cpu.yml"
     listed.write_text(listed.read_text() + "".join(
-        f"- condition: {{terms: {{stage: pre_merge, arch: cpu}}}}\n  tests:\n  - suites/sampling/test_greedy_argmax.py::{name}\n"
+        f"- condition: {{terms: {{stage: pre_merge, arch: cpu}}}}\n"
+        f"  tests:\n  - suites/sampling/test_greedy_argmax.py::{name}\n"
         for name in ("test_gate_control_passes", "test_gate_control_fails")))
     junit = tmp_path / "gate.xml"
     run = gate(repo, "--base", "HEAD", "--json", "--junit", str(junit), "--", "-k", "gate_control")

@@ -70,7 +70,7 @@ def writes_certificates(options: RunOptions) -> bool:
     """Whether this run judges the catalog kernels on every cell with every oracle, the only run that writes
     certificates."""
     return not (options.impl or options.cells or options.replay or options.shard or options.check_quarantine
-                or options.sanitize or tuple(options.oracles) != ORACLES)
+                or options.sanitize or options.oracles != ORACLES)
 
 
 def check_policy(options: RunOptions) -> None:
@@ -111,11 +111,9 @@ def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
                          f"bound {cell.bounds[name]}")
 
 
-
 def check_implementation(spec: str, entries, device: str) -> None:
     """A bad ``--impl`` is a usage error here, not a failure of every cell.  It is imported in an
     implementation host, never in this process (which then serves the first cells, when they run here)."""
-
     module_name, _, attribute = spec.partition(":")
     if attribute and len(entries) != 1:
         raise UsageError("--impl MODULE:ATTR judges one op: name it with one --op")
@@ -296,7 +294,6 @@ def certify(options: RunOptions) -> int:
         runs = {None: [registry[name] for name in (options.ops or registry)]}
         check_implementation(options.impl, runs[None], options.device)
         if options.isolate:  # the workers start hosts of their own
-
             retire_host(options.impl, options.device)
     else:  # each backend's kernels are a run of their own (a worker task names its backend)
         runs = {}
@@ -311,13 +308,12 @@ def certify(options: RunOptions) -> int:
         replayed = next(iter(runs.values()))[0]
         if options.cells[0] in {cell.id for cell in replayed.cells}:  # an unknown cell is plan()'s usage error
             check_replay_recipe(replayed, replayed.cell(options.cells[0]), options.replay, device)
-    max_examples = options.examples
     facts = machine_facts(device)
     isolation = {"isolated": options.isolate, "gpus": options.gpus, "workers": options.workers,
                  "cell_timeout": options.cell_timeout,
                  "sanitize": options.sanitize, "shard": str(options.shard) if options.shard else None,
                  "quarantine": options.quarantine, "check_quarantine": options.check_quarantine}
-    report = {"arch": arch.value, **facts, "impl": options.impl, "max_examples": max_examples, "seed": options.seed,
+    report = {"arch": arch.value, **facts, "impl": options.impl, "max_examples": options.examples, "seed": options.seed,
               "oracles": list(options.oracles), "partial": partial_label(options.oracles), "isolation": isolation,
               "results": []}
     started = time.monotonic()
@@ -361,7 +357,7 @@ def closing_summary(report: dict) -> str:
     return line + (f"\n{report['partial']}" if report["partial"] else "")
 
 
-def certify_kernels(options, entries, backend: str | None, arch, device, report: dict) -> tuple[bool, int]:
+def certify_kernels(options: RunOptions, entries, backend: str | None, arch, device, report: dict) -> tuple[bool, int]:
     """Run the cells of ``entries`` — one backend's kernels, or (``backend`` None) the ops an --impl is
     judged on — adding their results to ``report``, and write their certificates.  Returns whether a
     cell failed, and how many cells were planned."""
@@ -384,7 +380,6 @@ def certify_kernels(options, entries, backend: str | None, arch, device, report:
             print(f"{entry.name}" + (f"[{shown(entry.name)}]" if shown(entry.name) else "") + f"/{cell.id}"
                   + (f"  (quarantined: {held.where})" if held and not options.check_quarantine else ""))
         return False, len(planned)
-    max_examples = report["max_examples"]
     facts = {"device": report["device"], "versions": report["versions"]}
     flags = isolation_flags(report["isolation"], options.device) + (["--backend", backend] if backend else []) + \
         (["--oracles", oracles_text(options.oracles)] if report["partial"] else [])
@@ -406,9 +401,9 @@ def certify_kernels(options, entries, backend: str | None, arch, device, report:
         if held and not options.check_quarantine:
             results[entry.name, cell.id] = CellResult(entry.name, cell.id, QUARANTINED, annotations=held.record())
             announce(results[entry.name, cell.id], None)
-    tasks = [CellTask(entry.name, cell.id, options.device, options.impl, max_examples, options.seed, options.shrink,
+    tasks = [CellTask(entry.name, cell.id, options.device, options.impl, options.examples, options.seed, options.shrink,
                       options.replay, backend, options.sanitize, options.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
-                      tuple(options.oracles))
+                      options.oracles)
              for entry, cell, held in planned if options.check_quarantine or not held]
     results.update(run_tasks(options, tasks, announce))
     failed = False
@@ -428,8 +423,8 @@ def certify_kernels(options, entries, backend: str | None, arch, device, report:
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         for entry in entries:
             if any(planned_entry is entry for planned_entry, _, _ in planned):
-                section = certificate_section(entry, results, facts, command=options.command, max_examples=max_examples,
-                                              seed=options.seed, date=date)
+                section = certificate_section(entry, results, facts, command=options.command,
+                                              max_examples=options.examples, seed=options.seed, date=date)
                 earned = {**{key: value for key, value in report.items() if key != "results"},
                           "results": [row for row in report["results"]
                                       if row["op"] == entry.name and row["backend"] == backend]}

@@ -420,7 +420,7 @@ def third_party_html(folder: pathlib.Path = THIRD_PARTY) -> str:
     if not reports:
         return '<p class="note">No third-party run is committed.</p>'
     try:
-        rows = verdict_table.table(reports, [path.read_text() for path in sorted(folder.glob("*.md"))])
+        rows = verdict_table.table(reports, sorted(folder.glob("*.md")))
     except ValueError as error:
         return f'<p class="note">The committed third-party runs cannot be read: {_escape(error)}</p>'
     return verdict_table.html_table(rows)

@@ -73,13 +73,19 @@ def attach_bench(rows: list[Row], tables: list[tuple[float, list[dict]]]) -> Non
                 break
 
 
-def table(report_paths, bench_texts) -> list[Row]:
-    """The rows of the run reports, each with its bench figure from the ``tools/bench --out`` texts;
-    ValueError naming what is not a bench table."""
+def table(report_paths, bench_paths) -> list[Row]:
+    """The rows of the run reports, each with its bench figure from the ``tools/bench --out`` tables;
+    ValueError naming the file that is not a bench table."""
     from tools.bench import read_table
 
     rows = rows_of(report_paths)
-    attach_bench(rows, [read_table(text) for text in bench_texts])
+    tables = []
+    for path in bench_paths:
+        try:
+            tables.append(read_table(pathlib.Path(path).read_text()))
+        except ValueError as error:
+            raise ValueError(f"{path}: {error}") from None
+    attach_bench(rows, tables)
     return rows
 
 
