@@ -612,13 +612,18 @@ def run_plan(plan: LaunchPlan, q, k_cache, v_cache, page_table, seq_lens, sm_sca
     return o, lse
 
 
-def kernel_limits(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> str | None:
-    """This kernel's own limits: a host ``sm_scale`` (a launch argument) and pages of at least one slot."""
+def host_sm_scale_limit(sm_scale) -> str | None:
+    """The decode kernels' own limit: a host ``sm_scale`` (a launch argument; reading a tensor would sync)."""
     if isinstance(sm_scale, torch.Tensor):
         return "sm_scale: a tensor; this kernel takes a host number (reading a tensor would sync)"
-    if k_cache.shape[1] == 0:
-        return "k_cache: pages of S = 0 slots; this kernel divides token positions by S"
     return None
+
+
+def kernel_limits(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None) -> str | None:
+    """This kernel's own limits: a host ``sm_scale`` (a launch argument) and pages of at least one slot."""
+    if host_sm_scale_limit(sm_scale) is None and k_cache.shape[1] == 0:
+        return "k_cache: pages of S = 0 slots; this kernel divides token positions by S"
+    return host_sm_scale_limit(sm_scale)
 
 
 def selection_metadata(page_table, seq_lens, page_select, page_size: int, num_pages: int):
@@ -765,39 +770,46 @@ def params_of(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0,
             "kv_dtype": k_cache.dtype, "T": None if page_select is None else page_select.shape[1]}
 
 
-_SHAPES = {"B": Span(0, 256), "context": Span(0, 131072), "S": OneOf((16, 32, 64, 128)), "group": Span(1, 16),
-           "Hkv": Span(1, 16), "D": OneOf(contract.HEAD_DIMS)}
+PAGED_SHAPES = {"B": Span(0, 256), "context": Span(0, 131072), "S": OneOf((16, 32, 64, 128)),
+                "group": Span(1, 16), "Hkv": Span(1, 16), "D": OneOf(contract.HEAD_DIMS)}
+"""The bounds both decode kernels' cells share (the contracts' cells line)."""
 _DENSE = {"T": OneOf((None,))}
 _SPARSE = {"T": Span(0, 2048)}
 _BF16 = {"kv_dtype": OneOf((torch.bfloat16,))}
 _E4M3 = {"kv_dtype": OneOf((torch.float8_e4m3fn,))}
 CELLS = (
     Cell("dense_bf16_kv", "bf16 KV cache decode (Llama-3 32/8, Qwen2 28/4 GQA; groups 1..16) over tables of up to "
-         "128K tokens, holes, and empty rows beside long ones", {**_SHAPES, **_BF16, **_DENSE}),
+         "128K tokens, holes, and empty rows beside long ones", {**PAGED_SHAPES, **_BF16, **_DENSE}),
     Cell("dense_e4m3_kv", "FP8 e4m3 KV cache with a per-tensor scale (half the bytes of bf16), same regimes",
-         {**_SHAPES, **_E4M3, **_DENSE}),
+         {**PAGED_SHAPES, **_E4M3, **_DENSE}),
     Cell("sparse_bf16_kv", "page-sparse decode (Quest / top-k page selection): up to 2048 selected logical pages "
-         "per row with -1 padding, duplicates and out-of-range entries", {**_SHAPES, **_BF16, **_SPARSE}),
-    Cell("sparse_e4m3_kv", "page-sparse decode over an FP8 e4m3 KV cache", {**_SHAPES, **_E4M3, **_SPARSE}),
+         "per row with -1 padding, duplicates and out-of-range entries", {**PAGED_SHAPES, **_BF16, **_SPARSE}),
+    Cell("sparse_e4m3_kv", "page-sparse decode over an FP8 e4m3 KV cache", {**PAGED_SHAPES, **_E4M3, **_SPARSE}),
 )
 
-_BENCH_SHAPE = "B=64 L=8192 Hq=32 Hkv=8 D=128 page 64"
-ENTRY = Entry.of_contract(
+BENCH_SHAPE = "B=64 L=8192 Hq=32 Hkv=8 D=128 page 64"
+
+
+def decode_entry(of_contract, **fields) -> Entry:
+    """A paged decode kernel's entry: band parity, claimed on cpu-interp and sm90, batch-invariant over
+    the rows (``q``, ``page_table``, ``seq_lens``, ``page_select``); ``fields`` say the rest."""
+    return Entry.of_contract(of_contract, parity=Parity.BAND, archs=frozenset({Arch.CPU_INTERP, Arch.SM90}),
+                             batch_invariant=True, batch_args=("q", "page_table", "seq_lens", "page_select"),
+                             **fields)
+
+
+ENTRY = decode_entry(
     contract,
     kernel=paged_decode,
-    parity=Parity.BAND,
     params_of=params_of,
     cells=CELLS,
-    archs=frozenset({Arch.CPU_INTERP, Arch.SM90}),
-    batch_invariant=True,
-    batch_args=("q", "page_table", "seq_lens", "page_select"),
     limits=kernel_limits,
     bench=(
-        BenchCase(f"bf16 KV, {_BENCH_SHAPE}", _bench_call(torch.bfloat16), bytes_moved,
+        BenchCase(f"bf16 KV, {BENCH_SHAPE}", _bench_call(torch.bfloat16), bytes_moved,
                   ">= 70% of copy bandwidth (stock gather + SDPA: 30%, 1656 us)"),
-        BenchCase(f"e4m3 KV, {_BENCH_SHAPE}", _bench_call(torch.float8_e4m3fn), bytes_moved,
+        BenchCase(f"e4m3 KV, {BENCH_SHAPE}", _bench_call(torch.float8_e4m3fn), bytes_moved,
                   "<= 0.6x the bf16 KV time"),
-        BenchCase(f"bf16 KV, 1/4 of the pages selected, {_BENCH_SHAPE}", _bench_call(torch.bfloat16, 0.25),
+        BenchCase(f"bf16 KV, 1/4 of the pages selected, {BENCH_SHAPE}", _bench_call(torch.bfloat16, 0.25),
                   bytes_moved, "<= 0.35x the dense bf16 KV time"),
     ),
 )

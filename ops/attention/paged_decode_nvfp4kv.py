@@ -49,9 +49,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.attention.paged_decode import (_dot_operand, _exp_float64_short, _live_positions, _query_in_fp16,
+from ops.attention.paged_decode import (BENCH_SHAPE, PAGED_SHAPES, _dot_operand, _exp_float64_short,
+                                        _live_positions, _query_in_fp16, decode_entry, host_sm_scale_limit,
                                         merge_splits, selection_metadata, split_partials)
-from ops.catalog import Arch, BenchCase, Cell, Entry, OneOf, Parity, Span
+from ops.catalog import BenchCase, Cell, OneOf, Span
 from ops.triton_backend import interpreting
 from references.attention import paged_decode_nvfp4kv as contract
 from references.attention.paged_decode import attended_tokens
@@ -89,17 +90,23 @@ def launch_plan(head_dim: int) -> LaunchPlan:
 
 # -- kernels --------------------------------------------------------------------------------------
 @triton.jit
-def _nvfp4_tile(packed_rows, scale_rows, valid, BLOCK_N: tl.constexpr, D: tl.constexpr):
+def _nvfp4_tile(packed_rows, packed_stride, scale_rows, scale_stride, valid, BLOCK_N: tl.constexpr,
+                D: tl.constexpr):
     """A ``[BLOCK_N, D]`` tile of ``e2m1(code) * scale * 2^-14`` in fp16, exactly; 0 where not ``valid``.
 
-    ``packed_rows``: ``[BLOCK_N, D/2]`` byte addresses; ``scale_rows``: ``[BLOCK_N, D/16]`` scale addresses.
-    Masked slots load code 0 and scale 0: nothing of theirs is read."""
-    packed = tl.load(packed_rows, mask=valid[:, None], other=0).to(tl.int16)
-    codes = tl.join(packed & 0xF, packed >> 4).reshape(BLOCK_N, D)   # element 2j from the low nibble
+    ``packed_rows``: ``[BLOCK_N, 1]`` addresses of each slot's packed bytes, ``packed_stride`` apart;
+    ``scale_rows``, ``scale_stride``: of its scales.
+    Each element reads its own byte and takes its nibble (element 2j the low one): the two nibbles joined
+    with ``tl.join(...).reshape`` fed the per-block score dot elements in the wrong order on sm_90 (Triton
+    3.6; correct under the interpreter), 158 to 743 ULP off (docs/ops/paged_decode_nvfp4kv.md).  The byte
+    is read twice, from L1.  Masked slots load code 0 and scale 0: nothing of theirs is read."""
+    offs = tl.arange(0, D)
+    packed = tl.load(packed_rows + (offs // 2)[None, :] * packed_stride, mask=valid[:, None], other=0).to(tl.int16)
+    codes = tl.where((offs % 2 == 0)[None, :], packed & 0xF, packed >> 4)
     e2m1 = (((codes & 0x8) << 12) | ((codes & 0x7) << 9)).to(tl.float16, bitcast=True)
-    scales = tl.load(scale_rows, mask=valid[:, None], other=0.0).to(tl.float16)
-    per_element = tl.broadcast_to(scales[:, :, None], (BLOCK_N, D // 16, 16)).reshape(BLOCK_N, D)
-    return e2m1 * per_element
+    scales = tl.load(scale_rows + (offs // NVFP4_BLOCK)[None, :] * scale_stride, mask=valid[:, None],
+                     other=0.0).to(tl.float16)
+    return e2m1 * scales
 
 
 # Sizes and metadata strides are not specialized: one compiled kernel per head dim, page size, group's
@@ -131,8 +138,6 @@ def _decode_splits_nvfp4(
     offs_g = tl.arange(0, GROUP_PAD)
     offs_d = tl.arange(0, D)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_byte = tl.arange(0, D // 2)
-    offs_block = tl.arange(0, D // 16)
     in_group = offs_g < group
     computed = offs_g < REAL_ROWS   # padding rows past the group's power of two: p = 0, no exp
 
@@ -150,10 +155,10 @@ def _decode_splits_nvfp4(
     qk_scale = (q_unscale.to(tl.float64) * (sm_scale * (decode_scale.to(tl.float64) * E2M1_UNIT)))[:, None]
     table_row = table_ptr + row.to(tl.int64) * table_stride_b
     selected_row = row.to(tl.int64) * entries
-    kc_tile = kc_ptr + kv_head * kc_stride_h + offs_byte[None, :] * kc_stride_d
-    ks_tile = ks_ptr + kv_head * ks_stride_h + offs_block[None, :] * ks_stride_d
-    vc_tile = vc_ptr + kv_head * vc_stride_h + offs_byte[None, :] * vc_stride_d
-    vs_tile = vs_ptr + kv_head * vs_stride_h + offs_block[None, :] * vs_stride_d
+    kc_tile = kc_ptr + kv_head * kc_stride_h
+    ks_tile = ks_ptr + kv_head * ks_stride_h
+    vc_tile = vc_ptr + kv_head * vc_stride_h
+    vs_tile = vs_ptr + kv_head * vs_stride_h
 
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float64)
@@ -173,8 +178,9 @@ def _decode_splits_nvfp4(
             valid = within & (physical >= 0) & (physical < num_pages)
         physical = physical.to(tl.int64)
 
-        k = _nvfp4_tile(kc_tile + (physical * kc_stride_p + slot * kc_stride_s)[:, None],
-                        ks_tile + (physical * ks_stride_p + slot * ks_stride_s)[:, None], valid, BLOCK_N, D)
+        k = _nvfp4_tile(kc_tile + (physical * kc_stride_p + slot * kc_stride_s)[:, None], kc_stride_d,
+                        ks_tile + (physical * ks_stride_p + slot * ks_stride_s)[:, None], ks_stride_d, valid,
+                        BLOCK_N, D)
         # Each block's 16 products are exact and their fp32 sum nearly so (a block's elements share one
         # scale); the blocks are summed and scaled in float64 and the score rounded once.  One fp32 dot
         # over D rounded a score by up to a ULP, which the lse band (1 ULP when the stock op is exact,
@@ -195,8 +201,9 @@ def _decode_splits_nvfp4(
         l = l + tl.sum(p_exact, axis=1)
         p_scaled = (p_exact.to(tl.float32) * P_SCALE).to(tl.float16)
 
-        v = _nvfp4_tile(vc_tile + (physical * vc_stride_p + slot * vc_stride_s)[:, None],
-                        vs_tile + (physical * vs_stride_p + slot * vs_stride_s)[:, None], valid, BLOCK_N, D)
+        v = _nvfp4_tile(vc_tile + (physical * vc_stride_p + slot * vc_stride_s)[:, None], vc_stride_d,
+                        vs_tile + (physical * vs_stride_p + slot * vs_stride_s)[:, None], vs_stride_d, valid,
+                        BLOCK_N, D)
         acc = tl.dot(p_scaled.to(OPERAND), v.to(OPERAND), acc)
         m = m_new
 
@@ -259,9 +266,7 @@ def _float64_as_fp32_pair(value: float) -> tuple[float, float]:
 def kernel_limits(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
                   page_select=None) -> str | None:
     """This kernel's own limit: a host ``sm_scale`` (a launch argument; reading a tensor would sync)."""
-    if isinstance(sm_scale, torch.Tensor):
-        return "sm_scale: a tensor; this kernel takes a host number (reading a tensor would sync)"
-    return None
+    return host_sm_scale_limit(sm_scale)
 
 
 def paged_decode_nvfp4kv(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
@@ -350,32 +355,25 @@ def params_of(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_t
             "T": None if page_select is None else page_select.shape[1]}
 
 
-_SHAPES = {"B": Span(0, 256), "context": Span(0, 131072), "S": OneOf((16, 32, 64, 128)), "group": Span(1, 16),
-           "Hkv": Span(1, 16), "D": OneOf(contract.HEAD_DIMS)}
 CELLS = (
     Cell("dense_nvfp4_kv", "NVFP4 KV cache (E2M1 codes, e4m3 scale per 16, fp32 global scale: 0.28x the bytes of "
          "bf16) decode, GQA groups 1..16 over tables of up to 128K tokens, holes, empty rows beside long ones",
-         {**_SHAPES, "T": OneOf((None,))}),
+         {**PAGED_SHAPES, "T": OneOf((None,))}),
     Cell("sparse_nvfp4_kv", "the seeds' GB300 target: page-sparse GQA decode over an NVFP4 KV cache, up to 2048 "
          "selected logical pages per row with -1 padding, duplicates and out-of-range entries",
-         {**_SHAPES, "T": Span(0, 2048)}),
+         {**PAGED_SHAPES, "T": Span(0, 2048)}),
 )
 
-_BENCH_SHAPE = "B=64 L=8192 Hq=32 Hkv=8 D=128 page 64"
-ENTRY = Entry.of_contract(
+ENTRY = decode_entry(
     contract,
     kernel=paged_decode_nvfp4kv,
-    parity=Parity.BAND,
     params_of=params_of,
     cells=CELLS,
-    archs=frozenset({Arch.CPU_INTERP, Arch.SM90}),
-    batch_invariant=True,
-    batch_args=("q", "page_table", "seq_lens", "page_select"),
     limits=kernel_limits,
     bench=(
-        BenchCase(f"NVFP4 KV, {_BENCH_SHAPE}", _bench_call(), bytes_moved,
+        BenchCase(f"NVFP4 KV, {BENCH_SHAPE}", _bench_call(), bytes_moved,
                   "<= 0.4x paged_decode's bf16 KV time at this shape (it reads 0.28x the bytes)"),
-        BenchCase(f"NVFP4 KV, 1/4 of the pages selected, {_BENCH_SHAPE}", _bench_call(0.25), bytes_moved,
+        BenchCase(f"NVFP4 KV, 1/4 of the pages selected, {BENCH_SHAPE}", _bench_call(0.25), bytes_moved,
                   "<= 0.35x the dense NVFP4 KV time"),
     ),
 )

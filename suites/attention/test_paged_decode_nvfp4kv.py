@@ -111,6 +111,38 @@ def test_kernel_decodes_every_code_and_every_kind_of_scale_exactly(head_dim):
     assert all(results)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_kernel_scores_every_code_against_every_kind_of_scale(head_dim):
+    """The K side of the decode, through the score dot: one token a row (so lse is its score), each row's K
+    bytes over all 256 code pairs under zero, subnormal, normal and 448 block scales, q a row of signed
+    values.  Each block's 16 products are exact and summed in fp32 (at most 15 roundings of 2^-24 of the
+    block's sum of |products|), the blocks in float64, the score rounded once: the bound below.  On sm_90
+    the nibbles once reached the per-block dots out of order: relative errors near 1 (docs/ops/
+    paged_decode_nvfp4kv.md)."""
+    device = machine_device()
+    rows, bytes_per_row = 256 // (head_dim // 2) * 2, head_dim // 2
+    call = _one_token([0] * bytes_per_row, [0x38] * (head_dim // 16), head_dim=head_dim)
+    generator = torch.Generator().manual_seed(head_dim)
+    k_packed = torch.full((rows, 16, 1, bytes_per_row), 0xFF, dtype=torch.uint8)
+    k_scales = torch.full((rows, 16, 1, head_dim // 16), 0x7F, dtype=torch.uint8)
+    for row in range(rows):
+        k_packed[row, 0, 0] = torch.tensor([(row * bytes_per_row + 37 * i) % 256 for i in range(bytes_per_row)])
+        k_scales[row, 0, 0] = torch.tensor([(0x00, 0x01, 0x07, 0x08, 0x38, 0x7E, 0x26, 0x55)[(row + i) % 8]
+                                            for i in range(head_dim // 16)])
+    call.update(
+        q=(torch.randn(rows, 1, head_dim, generator=generator) * 4).to(torch.bfloat16).to(device),
+        k_packed=k_packed.to(device), k_scales=k_scales.to(device).view(torch.float8_e4m3fn),
+        v_packed=k_packed.to(device), v_scales=k_scales.to(device).view(torch.float8_e4m3fn),
+        page_table=torch.arange(rows, dtype=torch.int32, device=device)[:, None],
+        seq_lens=torch.ones(rows, dtype=torch.int32, device=device))
+    _, lse = kernel.paged_decode_nvfp4kv(**call)
+    _, truth = contract.truth(**call)
+    k = nvfp4_dequantize(call["k_packed"][:, 0, 0], call["k_scales"][:, 0, 0], call["kv_global_scale"]).double()
+    magnitude = (call["q"][:, 0].double().abs() * k.abs()).sum(dim=1) * call["sm_scale"]
+    bound = 15 * 2.0 ** -24 * magnitude + truth.abs() * 2.0 ** -24
+    assert ((lse.double() - truth).abs() <= bound).all(), (lse.double() - truth).abs().max().item()
+
+
 def test_kernel_answers_a_nonzero_encode_scale_within_an_fp32_rounding():
     """The kernel folds 1 / kv_global_scale into the scores and the partial sums, not into each element: o is
     still the truth rounded to bf16 (within its half ULP plus the fold's fp32 rounding)."""
