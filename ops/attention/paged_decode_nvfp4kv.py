@@ -104,7 +104,7 @@ def _nvfp4_tile(packed_rows, packed_stride, scale_rows, scale_stride, valid, BLO
     packed = tl.load(packed_rows + (offs // 2)[None, :] * packed_stride, mask=valid[:, None], other=0).to(tl.int16)
     codes = tl.where((offs % 2 == 0)[None, :], packed & 0xF, packed >> 4)
     e2m1 = (((codes & 0x8) << 12) | ((codes & 0x7) << 9)).to(tl.float16, bitcast=True)
-    scales = tl.load(scale_rows + (offs // NVFP4_BLOCK)[None, :] * scale_stride, mask=valid[:, None],
+    scales = tl.load(scale_rows + (offs // 16)[None, :] * scale_stride, mask=valid[:, None],
                      other=0.0).to(tl.float16)
     return e2m1 * scales
 
