@@ -106,3 +106,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, tool_name, arguments, messag
     run = subprocess.run([sys.executable, str(REPO / "tools" / tool_name),
                           *[a.format(tmp=tmp_path) for a in arguments]], capture_output=True, text=True)
     assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def test_xz_runs_on_every_core_over_blocks_of_an_equal_share():
+    """xz -9 compresses one block a thread: blocks of an equal share of the bytes (at least 16 MiB), so
+    that each core has one and the dictionary restarts as rarely as the cores allow."""
+    assert tool.xz_command(200 * tool.MIB, 2)[1:4] == ["-9", "--threads=2", f"--block-size={100 * tool.MIB}"]
+    assert tool.xz_command(tool.MIB, 8)[3] == f"--block-size={tool.MIN_BLOCK_BYTES}"
+
+
+def test_archive_without_the_xz_command_is_the_same_tar(tmp_path, monkeypatch):
+    """Where no ``xz`` command is found Python's lzma writes the archive: install reads both the same way."""
+    import tarfile
+    wheels = fake_download([], tmp_path, "3.11", ["any"], False)
+    archives = {}
+    for label, which in (("xz", tool.shutil.which), ("lzma", lambda name: None)):
+        monkeypatch.setattr(tool.shutil, "which", which)
+        archives[label] = tmp_path / f"{label}.tar.xz"
+        tool.write_archive(wheels, archives[label], cores=2)
+    members = {label: [(m.name, m.size) for m in tarfile.open(path, "r|xz")] for label, path in archives.items()}
+    assert members["xz"] == members["lzma"] == [(w.name, len(tool.stored_copy(w))) for w in wheels]
