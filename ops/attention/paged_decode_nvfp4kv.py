@@ -54,6 +54,7 @@ from ops.attention.paged_decode import (BENCH_SHAPE, PAGED_SHAPES, _dot_operand,
                                         merge_splits, selection_metadata, split_partials)
 from ops.catalog import BenchCase, Cell, OneOf, Span
 from ops.triton_backend import interpreting
+from ops.triton_masks import block_and
 from references.attention import paged_decode_nvfp4kv as contract
 from references.attention.paged_decode import attended_tokens
 from references.formats.nvfp4 import NVFP4_BLOCK
@@ -172,10 +173,10 @@ def _decode_splits_nvfp4(
         if SPARSE:   # entries resolved by _resolve_selection: -1 unless counted and in the pool
             physical = tl.load(selected_pages_ptr + selected_row + entry, mask=entry_read, other=-1)
             live_slots = tl.load(selected_live_slots_ptr + selected_row + entry, mask=entry_read, other=0)
-            valid = within & (physical >= 0) & (slot < live_slots)
+            valid = block_and(within & (slot < live_slots), physical >= 0)
         else:        # dense positions are tokens, and end <= seq_len
             physical = tl.load(table_row + entry * table_stride_m, mask=entry_read, other=-1)
-            valid = within & (physical >= 0) & (physical < num_pages)
+            valid = block_and(within, (physical >= 0) & (physical < num_pages))
         physical = physical.to(tl.int64)
 
         k = _nvfp4_tile(kc_tile + (physical * kc_stride_p + slot * kc_stride_s)[:, None], kc_stride_d,
@@ -208,7 +209,7 @@ def _decode_splits_nvfp4(
         m = m_new
 
     part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
-    written = in_group & (start < limit)
+    written = block_and(in_group, start < limit)
     tl.store(part_m_ptr + part, m, mask=written)
     tl.store(part_l_ptr + part, l, mask=written)
     # acc holds the sum of 2^15 p * e2m1 * scale * 2^-14: one fp32 multiply gives p times the decoded V
