@@ -319,7 +319,7 @@ def _section_shape_problem(section: dict) -> str | None:
             problem = "oracles holds a non-string"
         if not problem and not all(isinstance(why, str) for why in record.get("skipped", {}).values()):
             problem = "skipped holds a reason that is not a string"
-        for name, reached in record.get("exercised", {}).items():
+        for name, reached in ({} if problem else record.get("exercised", {})).items():
             if not problem and not (_is_range(reached) or _is_choices(reached)):
                 problem = f"exercised {_shown(name)} is {_shown(reached)}, expected [lo, hi] or a list of names"
         if problem:
