@@ -222,6 +222,21 @@ def narrowing(cell, exercised: dict, device: torch.device) -> dict:
     return {"narrowed_by": why, "declared": declared}
 
 
+def check_parity(entry, kwargs: dict, actual: tuple, in_place: tuple[str, ...], stock: tuple | None):
+    """The parity oracle on one input: raise OracleFailure unless ``actual`` (outputs on ``kwargs``, then the
+    in-place arguments after the call) meets the op's parity class — bitwise: the reference's bits; band:
+    within the band of ``stock`` (the stock op's outputs; None: the reference's) against float64 truth.
+    Returns the reference's outputs and, for a band op, the band report.  The battery and the runtime
+    canary (``ops/canary.py``) judge by it alike."""
+    expected = run_on_copy(entry.reference, kwargs, in_place)
+    if entry.parity.value == "bitwise":
+        check_bitwise(actual, expected, "vs the contract's reference")
+        return expected, None
+    truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
+    return expected, check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
+                                expected=expected)
+
+
 class Battery:
     """Runs the applicable oracles on one op's implementation, on one device."""
 
@@ -281,17 +296,13 @@ class Battery:
             return {asked[0]: OracleFailure(asked[0], f"raised {type(error).__name__}: {error}")}
 
         def parity():
-            expected = run_on_copy(entry.reference, kwargs, in_place)
             stock = self._stock(kwargs, in_place)
+            expected, report = check_parity(entry, kwargs, actual, in_place, stock)
             if entry.parity.value == "bitwise":
-                check_bitwise(actual, expected, "vs the contract's reference")
                 if result is not None and stock is not None and \
                         any(first_difference(s, e) for s, e in zip(stock, expected)):
                     result.stock_disagreements += 1
             else:
-                truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
-                report = check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
-                                    expected=expected)
                 if result is not None and report.stock_failure:  # the band fell back to its floor: say why
                     failures = result.annotations.setdefault("stock_failures", {"examples": 0, "first": None})
                     failures["examples"] += 1
