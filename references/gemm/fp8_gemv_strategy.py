@@ -16,7 +16,7 @@ import torch
 from hypothesis import strategies as st
 
 from references.formats import E4M3_MAX, e4m3_satfinite_rne
-from references.gemm.gemv_inputs import activations, corner_shapes, draw_shape
+from references.gemm.gemv_inputs import activations, corner_shapes, cpu_cap, draw_shape  # noqa: F401 - cpu_cap: the verdict line reads it
 from references.strategies.layouts import LAYOUTS
 from references.strategies.shapes import seeds
 from references.strategies.values import FINITE_MODES

@@ -11,12 +11,19 @@ import torch
 from hypothesis import strategies as st
 
 from references.strategies.layouts import LAYOUTS, row_view
-from references.strategies.shapes import multiples, sizes
+from references.strategies.shapes import multiples, product_cap, sizes
 from references.strategies.values import FINITE_MODES, finite_rows
 
 # An example calls the kernel 4 times (parity, determinism, write guards twice) and quantizes its weight
 # with the reference: 2**15 weights keep it within a second or two on a loaded 2-core machine.
 CPU_WEIGHT_BUDGET = 2**15
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    caps = [product_cap(cell, ("N", "K"), CPU_WEIGHT_BUDGET),
+            f"N <= {CPU_WEIGHT_BUDGET // 8}" if cell.bounds["N"].hi > CPU_WEIGHT_BUDGET // 8 else None]
+    return ", ".join(cap for cap in caps if cap) or None
 
 
 def _depth_cap(cols: int, device: torch.device) -> int | None:

@@ -15,7 +15,7 @@ import torch
 from hypothesis import strategies as st
 
 from references.formats import NVFP4_BLOCK, nvfp4_quantize
-from references.gemm.gemv_inputs import activations, corner_shapes, draw_shape
+from references.gemm.gemv_inputs import activations, corner_shapes, cpu_cap, draw_shape  # noqa: F401 - cpu_cap: the verdict line reads it
 from references.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
 from references.strategies.layouts import LAYOUTS
 from references.strategies.shapes import seeds

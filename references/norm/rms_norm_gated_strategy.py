@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from references.bounds import Span
 from references.strategies.layouts import LAYOUTS, row_view
-from references.strategies.shapes import seeds, sizes
+from references.strategies.shapes import product_cap, seeds, sizes
 
 GATES = ("none", "norm_then_gate", "gate_then_norm")
 WEIGHT_LAYOUTS = ("contiguous", "column_offset", "strided")
@@ -37,6 +37,11 @@ EPS = (1e-6, 1e-5, 1e-3)
 # (several narrow rows).  On the CPU keep T * H near 2**15 so one example (about a dozen calls across
 # the battery) takes a fraction of a second; GPUs take the whole cell.
 CPU_ELEMENT_BUDGET = 2**15
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    return product_cap(cell, ("T", "H"), CPU_ELEMENT_BUDGET)
 
 
 def _group_sizes(cell) -> list:

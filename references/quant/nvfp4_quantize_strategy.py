@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from references.formats import NVFP4_BLOCK
 from references.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
 from references.strategies.layouts import LAYOUTS, row_view
-from references.strategies.shapes import multiples, seeds, sizes
+from references.strategies.shapes import multiples, product_cap, seeds, sizes
 
 BLOCK_MIXES = {
     "hard": HARD_BLOCK_KINDS,
@@ -25,6 +25,11 @@ BLOCK_MIXES = {
 # The interpreter does about 2 M elements per second here; an example calls the kernel 8 times (parity,
 # determinism, batch invariance 4, write guards 2): 2**17 elements keeps it under a second.
 CPU_ELEMENT_BUDGET = 2**17
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    return product_cap(cell, ("M", "K"), CPU_ELEMENT_BUDGET)
 
 
 def _cap(rows: int, device: torch.device) -> int | None:

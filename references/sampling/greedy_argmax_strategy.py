@@ -10,7 +10,7 @@ import torch
 from hypothesis import strategies as st
 
 from references.strategies.layouts import LAYOUTS, row_view
-from references.strategies.shapes import seeds, sizes
+from references.strategies.shapes import product_cap, seeds, sizes
 from references.strategies.values import MODES, row_values
 
 # The interpreter costs milliseconds per program and per tile op: on the CPU keep R * V under 2**18
@@ -21,6 +21,11 @@ CPU_ELEMENT_BUDGET = 2**18
 
 def _vocab_cap(rows: int, device: torch.device) -> int | None:
     return CPU_ELEMENT_BUDGET // max(rows, 1) if device.type == "cpu" else None
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    return product_cap(cell, ("R", "V"), CPU_ELEMENT_BUDGET)
 
 
 def _dtype_names(cell) -> list[str]:

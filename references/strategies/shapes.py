@@ -47,5 +47,15 @@ def multiples(span: Span, step: int, cap: int | None = None) -> st.SearchStrateg
     return st.one_of(st.sampled_from(edges), st.integers(lo // step, hi // step).map(lambda k: k * step))
 
 
+def product_cap(cell, dims: tuple[str, str], budget: int) -> str | None:
+    """A CPU budget on the product of two of ``cell``'s spans in words (``"R·V <= 2^18"``), or None where the
+    cell's largest product fits it: what a CPU run judges of the cell, for its verdict line."""
+    first, second = (cell.bounds[name] for name in dims)
+    if first.hi * second.hi <= budget:
+        return None
+    written = f"2^{budget.bit_length() - 1}" if budget & (budget - 1) == 0 else str(budget)
+    return f"{dims[0]}·{dims[1]} <= {written}"
+
+
 def seeds() -> st.SearchStrategy[int]:
     return st.integers(0, 2**31 - 1)
