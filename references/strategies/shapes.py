@@ -12,6 +12,17 @@ from references.bounds import Span
 
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
+# CONTRACTS.md, "Production shapes are corners": the sizes of real models, by what a dimension is.  A bug at
+# one of them must not hide between span edges that random draws rarely land on.
+PRODUCTION_SIZES = {
+    "vocabulary": (32000, 32064, 50257, 128256, 151936, 152064, 202048, 262144),
+    "hidden": (2048, 2560, 4096, 5120, 7168, 8192),
+    "head_dim": (64, 128, 256),
+    "gqa_group": (1, 4, 8, 16),
+    "page_size": (16, 32, 64, 128),
+    "speculative_depth": (1, 3, 7),
+}
+
 
 def edge_sizes(span: Span, cap: int | None = None) -> list[int]:
     hi = span.hi if cap is None else min(span.hi, cap)
@@ -45,6 +56,27 @@ def multiples(span: Span, step: int, cap: int | None = None) -> st.SearchStrateg
             candidates.update({multiple - step, multiple, multiple + step})
     edges = sorted(v for v in candidates if lo <= v <= hi and v % step == 0)
     return st.one_of(st.sampled_from(edges), st.integers(lo // step, hi // step).map(lambda k: k * step))
+
+
+def production_corners(corners: list[dict], cell, dims: dict[str, str], fit) -> list[dict]:
+    """``corners`` and, for each dimension ``name`` of ``dims`` (name -> a kind of :data:`PRODUCTION_SIZES`) and
+    each production size the cell's bound on it holds, one more corner: a template corner (taken in turn, so
+    dtypes, layouts and value modes vary) with ``name`` set to that size, then passed to ``fit`` (the
+    strategy's: the recipe made consistent and fitted to the device's budget, or None to leave it out).  A
+    size the CPU budget narrows may land on an existing corner: duplicates are dropped."""
+    found = {_key(recipe): recipe for recipe in corners}
+    templates = list(corners)
+    for name, kind in dims.items():
+        bound = cell.bounds.get(name)
+        for i, size in enumerate(s for s in PRODUCTION_SIZES[kind] if bound is not None and s in bound):
+            recipe = fit({**templates[i % len(templates)], name: size, "seed": cell.seed("production", name, size)})
+            if recipe is not None:
+                found.setdefault(_key({**recipe, "seed": None}), recipe)
+    return list(found.values())
+
+
+def _key(recipe: dict) -> tuple:
+    return tuple(sorted((k, v) for k, v in recipe.items() if k != "seed"))
 
 
 def product_cap(cell, dims: tuple[str, str], budget: int) -> str | None:
