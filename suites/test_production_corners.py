@@ -46,3 +46,28 @@ def test_what_the_cpu_budget_reaches():
     assert set(PRODUCTION_SIZES["vocabulary"]) <= _vocabularies("empty_batch", "cpu")
     for cell_id in ("decode_mid_batch", "decode_large_batch"):
         assert not set(PRODUCTION_SIZES["vocabulary"]) & _vocabularies(cell_id, "cpu")
+
+
+# Which dimension of which op is a production size of which kind (CONTRACTS.md's list).  Not yet here:
+# rollback_save/restore (S page sizes 32 and 128, T positions 3 and 7) and the gdn ops' token counts.
+PRODUCTION_DIMS = {
+    "greedy_argmax": {"V": ("vocabulary",)},
+    "strict_accept": {"K": ("speculative_depth",)},
+    "rms_norm_gated": {"H": ("hidden",)},
+    "nvfp4_quantize": {"K": ("hidden",)},
+    "fp8_gemv": {"K": ("hidden",), "N": ("hidden", "vocabulary")},
+    "nvfp4_gemv": {"K": ("hidden",), "N": ("hidden", "vocabulary")},
+    "paged_decode": {"S": ("page_size",), "group": ("gqa_group",), "D": ("head_dim",)},
+    "paged_decode_nvfp4kv": {"S": ("page_size",), "group": ("gqa_group",), "D": ("head_dim",)},
+}
+
+
+@pytest.mark.parametrize("op_name", list(PRODUCTION_DIMS))
+def test_every_production_size_a_cell_holds_is_one_of_its_corners_on_a_gpu(op_name):
+    entry = op(op_name)
+    for cell in entry.cells:
+        corners = entry.strategy_module.corners(cell, torch.device("cuda"))
+        for name, kinds in PRODUCTION_DIMS[op_name].items():
+            held = {size for kind in kinds for size in PRODUCTION_SIZES[kind] if size in cell.bounds[name]}
+            reached = {recipe[name] for recipe in corners}
+            assert held <= reached, f"{cell.id}: {name} {sorted(held - reached)} is no corner"

@@ -74,8 +74,7 @@ def corners(cell, device) -> list[dict]:
 
     # templates at the fewest rows; on a GPU at the most rows as well (the CPU budget would narrow them away)
     templates = [c for c in fixed if c["R"] == rows_span.lo or device.type != "cpu"]
-    extra = production_corners(templates, cell, {"V": "vocabulary"}, fit)
-    return fixed + [recipe for recipe in extra if recipe not in templates]
+    return fixed + production_corners(templates, cell, {"V": ("vocabulary",)}, fit)
 
 
 def build(recipe: dict, device) -> dict:

@@ -58,25 +58,27 @@ def multiples(span: Span, step: int, cap: int | None = None) -> st.SearchStrateg
     return st.one_of(st.sampled_from(edges), st.integers(lo // step, hi // step).map(lambda k: k * step))
 
 
-def production_corners(corners: list[dict], cell, dims: dict[str, str], fit) -> list[dict]:
-    """``corners`` and, for each dimension ``name`` of ``dims`` (name -> a kind of :data:`PRODUCTION_SIZES`) and
-    each production size the cell's bound on it holds, one more corner: a template corner (taken in turn, so
-    dtypes, layouts and value modes vary) with ``name`` set to that size, then passed to ``fit`` (the
-    strategy's: the recipe made consistent and fitted to the device's budget, or None to leave it out).  A
-    size the CPU budget narrows may land on an existing corner: duplicates are dropped."""
-    found = {_key(recipe): recipe for recipe in corners}
-    templates = list(corners)
-    for name, kind in dims.items():
+def production_corners(corners: list[dict], cell, dims: dict[str, tuple[str, ...]], fit) -> list[dict]:
+    """Extra corners for the production sizes ``cell`` holds: for each dimension ``name`` of ``dims`` (name ->
+    kinds of :data:`PRODUCTION_SIZES`) and each size of those kinds that the cell's bound on it holds and no
+    corner has yet, a template of ``corners`` (taken in turn, so dtypes, layouts and value modes vary) with
+    ``name`` set to that size, passed to ``fit`` (the strategy's: the recipe made consistent with the size,
+    or None where the device's budget cannot take it, and the next template is tried; a size no template
+    fits is left out: on the CPU it narrows onto the widest corner the budget allows, there already)."""
+    extra = []
+    for name, kinds in dims.items():
         bound = cell.bounds.get(name)
-        for i, size in enumerate(s for s in PRODUCTION_SIZES[kind] if bound is not None and s in bound):
-            recipe = fit({**templates[i % len(templates)], name: size, "seed": cell.seed("production", name, size)})
+        present = {recipe.get(name) for recipe in corners}
+        held = [size for kind in kinds for size in PRODUCTION_SIZES[kind]
+                if bound is not None and size in bound and size not in present]
+        for i, size in enumerate(dict.fromkeys(held)):
+            # the first template, from the i-th on, whose other sizes let this one fit the budget
+            tried = (fit({**corners[(i + j) % len(corners)], name: size, "seed": cell.seed("production", name, size)})
+                     for j in range(len(corners)))
+            recipe = next((found for found in tried if found is not None), None)
             if recipe is not None:
-                found.setdefault(_key({**recipe, "seed": None}), recipe)
-    return list(found.values())
-
-
-def _key(recipe: dict) -> tuple:
-    return tuple(sorted((k, v) for k, v in recipe.items() if k != "seed"))
+                extra.append(recipe)
+    return extra
 
 
 def product_cap(cell, dims: tuple[str, str], budget: int) -> str | None:
