@@ -133,3 +133,38 @@ def test_the_rate_is_set_per_op(text, default, per_op):
 def test_a_malformed_rate_is_an_error_naming_the_variable(text):
     with pytest.raises(ValueError, match="KPARITY_CANARY"):
         canary.parse_rates(text)
+
+
+# -- a band op: judged within its band around the float64 truth ----------------------------------------
+NORM = catalog.kernels("rms_norm_gated")[-1]  # the Triton kernel's entry: the one the CPU runs
+
+
+def _norm_reference(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
+    return NORM.reference(x, z, weight, eps, group_size, norm_before_gate, amax)
+
+
+def _norm_off_by_a_percent(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
+    """About 2 bf16 ULP high on every element: outside a band of a few ULP."""
+    return (NORM.reference(x, z, weight, eps, group_size, norm_before_gate, amax).float() * 1.01).to(torch.bfloat16)
+
+
+BAND_RIGHT = dataclasses.replace(NORM, name="banded_norm", kernel=_norm_reference)
+BAND_WRONG = dataclasses.replace(NORM, name="off_norm", kernel=_norm_off_by_a_percent)
+
+
+@pytest.mark.parametrize("entry, mismatches", [(BAND_RIGHT, 0), (BAND_WRONG, 1)], ids=["within", "outside"])
+def test_a_band_op_is_checked_against_its_band(tmp_path, monkeypatch, entry, mismatches):
+    monkeypatch.setattr(catalog, "_REGISTRY", {**catalog._registry(), **catalog.group_kernels([entry])})
+    monkeypatch.setattr(certificates, "certificate_path", lambda e: tmp_path / f"{e.name}.cert.json")
+    monkeypatch.setenv(canary.CANARY_DIR_ENV, str(tmp_path / "canary"))
+    monkeypatch.setenv(canary.CANARY_ENV, "1/1")
+    certificates.forget_cached()
+    write_routable(entry, Arch.CPU_INTERP, {"plain_rms_norm": {}})
+    canary.COUNTS.clear()
+    canary.MISMATCHES.clear()
+    x = torch.randn(2, 256).to(torch.bfloat16)
+    entry(x=x, z=None, weight=torch.ones(256, dtype=torch.bfloat16), eps=1e-6, group_size=256)
+    certificates.forget_cached()
+    assert canary.COUNTS[entry.name, "checked"] == 1 and canary.COUNTS[entry.name, "mismatch"] == mismatches
+    if mismatches:
+        assert "exceeds the band" in canary.MISMATCHES[0]["finding"], canary.MISMATCHES
