@@ -1,6 +1,6 @@
 """The runtime canary: certified dispatch re-checks a sampled fraction of the calls it routes to a kernel,
 in the serving process itself, against the op's reference (bitwise ops) or its band around the float64
-truth and the stock op (band ops) — ``oracles.battery.check_parity``, the parity oracle of certification.
+truth and the stock op (band ops) — ``oracles.parity.check_parity``, the parity oracle of certification.
 A judge can be recognised (its process, its command line, its shared-memory inputs, its few hundred
 calls); a real call cannot be told apart from a checked one, so a kernel right only when judged is caught
 where it misbehaves.
@@ -47,8 +47,8 @@ from typing import Any
 
 import torch
 
-from oracles.battery import check_parity
 from oracles.failures import OracleFailure
+from oracles.parity import check_parity
 from oracles.determinism import run_on_copy
 from oracles.tensors import as_outputs, clone_inputs
 
@@ -67,6 +67,10 @@ MISMATCHES: list[dict] = []
 
 class CanaryMismatch(RuntimeError):
     """A sampled call's kernel output broke its op's parity class (``KPARITY_REQUIRE_CERTIFIED=1``)."""
+
+
+_PENDING: list[CanaryMismatch] = []  # found by the worker, raised by the serving thread's next routed call
+_LOCK = threading.Lock()
 
 
 def _fraction(text: str, where: str) -> fractions.Fraction:
@@ -147,13 +151,18 @@ def after(check: Check, result, bound: dict) -> None:
     try:
         worker.checks.put_nowait(check)
     except queue.Full:
-        COUNTS[check.entry.name, "skipped: checks pending"] += 1
+        _count(check.entry.name, "skipped: checks pending")
+
+
+def _count(op_name: str, what: str) -> None:
+    with _LOCK:  # the worker thread counts too
+        COUNTS[op_name, what] += 1
 
 
 def judge(check: Check) -> None:
     """Run the parity oracle on one sampled call; count it, and record a mismatch."""
     entry = check.entry
-    COUNTS[entry.name, "checked"] += 1
+    _count(entry.name, "checked")
     try:
         stock = None
         if entry.parity.value == "band":
@@ -165,18 +174,14 @@ def judge(check: Check) -> None:
     except OracleFailure as failure:
         _mismatch(check, failure.message)
     except Exception as error:  # noqa: BLE001 - the check itself broke: say so, never take the call down
-        COUNTS[entry.name, "check failed"] += 1
+        _count(entry.name, "check failed")
         LOG.error("canary: %s [%s] cell %s: the check raised %s: %s", entry.name, entry.backend, check.cell_id,
                   type(error).__name__, error)
 
 
-_PENDING: list[CanaryMismatch] = []
-_LOCK = threading.Lock()
-
-
 def _mismatch(check: Check, finding: str) -> None:
     entry = check.entry
-    COUNTS[entry.name, "mismatch"] += 1
+    _count(entry.name, "mismatch")
     shapes = {name: f"{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
               for name, value in check.inputs.items() if isinstance(value, torch.Tensor)}
     saved, command = _save(check, finding)

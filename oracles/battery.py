@@ -36,16 +36,15 @@ import hypothesis
 import torch
 from hypothesis import HealthCheck
 
-from oracles.band import check_band
 from oracles.batch_invariance import check_batch_invariance
-from oracles.bitwise import check_bitwise, first_difference
+from oracles.bitwise import first_difference
 from oracles.determinism import check_determinism, run_on_copy
 from oracles.failures import NUMERICS, ORACLES, OracleFailure
 from oracles.selection import ORACLE_GROUPS
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
+from oracles.parity import check_parity
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
-from oracles.tensors import as_outputs, clone_inputs
 from oracles.write_guards import check_write_guards
 
 PASS, FAIL, NOT_APPLICABLE, NOT_ASKED = "pass", "fail", "not applicable", "not asked"
@@ -220,21 +219,6 @@ def narrowing(cell, exercised: dict, device: torch.device) -> dict:
         return {}
     why = CPU_SIZE_CAP if device.type == "cpu" else "not reached by the corner and drawn inputs"
     return {"narrowed_by": why, "declared": declared}
-
-
-def check_parity(entry, kwargs: dict, actual: tuple, in_place: tuple[str, ...], stock: tuple | None):
-    """The parity oracle on one input: raise OracleFailure unless ``actual`` (outputs on ``kwargs``, then the
-    in-place arguments after the call) meets the op's parity class — bitwise: the reference's bits; band:
-    within the band of ``stock`` (the stock op's outputs; None: the reference's) against float64 truth.
-    Returns the reference's outputs and, for a band op, the band report.  The battery and the runtime
-    canary (``ops/canary.py``) judge by it alike."""
-    expected = run_on_copy(entry.reference, kwargs, in_place)
-    if entry.parity.value == "bitwise":
-        check_bitwise(actual, expected, "vs the contract's reference")
-        return expected, None
-    truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
-    return expected, check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
-                                expected=expected)
 
 
 class Battery:

@@ -9,8 +9,8 @@ synchronise, and the deferred checks are drained before the next setting.
 
     PYTHONPATH=. python docs/lab/canary_cost.py --device cuda --out $OUT/canary_cost.json   # ~3 min on an H200
 
-Prints one line per setting (median step time, overhead against 0) and the per-check cost extrapolated from
-1/10; writes them as JSON with ``--out``.
+Prints one line per setting (median and mean step time, overhead against 0, checks run and skipped) and the
+overhead at 1/1000 projected from 1/100; writes them as JSON with ``--out``.
 """
 from __future__ import annotations
 
@@ -96,12 +96,12 @@ def main(argv=None) -> int:
         print(f"KPARITY_CANARY={rate}: step {found['median_step_ms']:.3f} ms median, {found['mean_step_ms']:.3f} ms "
               f"mean, overhead {found['overhead_percent']:+.2f}% ({found['checked']} checked, {found['skipped']} "
               f"skipped, {found['mismatches']} mismatches)")
-    tenth = results["settings"]["1/10"]
-    per_check = (tenth["mean_step_ms"] - base) / max(1e-9, 0.1 * len(calls))
-    results["per_check_ms"] = per_check
-    results["projected_overhead_percent_at_1_in_1000"] = 100 * per_check * len(calls) / 1000 / base
-    print(f"per check {per_check:.3f} ms: at 1/1000, {results['projected_overhead_percent_at_1_in_1000']:.3f}% of a "
-          f"{base:.3f} ms step of {len(calls)} calls (target < 1%)")
+    # 1/1000 samples about one call in 30 steps here: its own figure is mostly noise, so it is also projected,
+    # linearly, from 1/100 (1/10 fills the worker's queue: its skipped checks cost only their copies)
+    hundredth = results["settings"]["1/100"]["overhead_percent"]
+    results["projected_overhead_percent_at_1_in_1000"] = hundredth / 10
+    print(f"projected from 1/100: {hundredth / 10:.3f}% of a {base:.3f} ms step of {len(calls)} calls at 1/1000 "
+          f"(target < 1%)")
     if args.out:
         with open(args.out, "w", encoding="utf-8") as file:
             json.dump(results, file, indent=2)
