@@ -199,7 +199,7 @@ def malformed_documents(draw):
     return document
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+@settings(max_examples=100, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(document=malformed_documents())
 def test_fuzzed_malformed_certificates_never_crash_and_never_route(forge, document):
@@ -209,7 +209,7 @@ def test_fuzzed_malformed_certificates_never_crash_and_never_route(forge, docume
     assert len(warned) <= 1, warned
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(extra=st.dictionaries(_EXTRA_KEYS, _JSON, min_size=1, max_size=3),
        seen=st.dictionaries(_EXTRA_KEYS, st.lists(st.text(max_size=8), min_size=1, max_size=3), max_size=2))
