@@ -34,19 +34,23 @@ ENTRY = dataclasses.replace(op("greedy_argmax"), name="judged_argmax", kernel=_r
 HONEST = dataclasses.replace(op("greedy_argmax"), name="honest_argmax", kernel=_argmax)
 
 
-@pytest.fixture
-def certified(tmp_path, monkeypatch):
-    """Both entries in the catalog and certified on decode_small_batch here (temporary certificates);
-    reproductions go to tmp_path; the canary's counts start empty."""
+def certify_both(tmp_path, monkeypatch, arch) -> None:
+    """Both entries in the catalog and certified on decode_small_batch for ``arch`` (temporary
+    certificates); reproductions go to tmp_path; the canary's counts start empty."""
     monkeypatch.setattr(catalog, "_REGISTRY", {**catalog._registry(), **catalog.group_kernels([ENTRY, HONEST])})
     monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}.cert.json")
     monkeypatch.setenv(canary.CANARY_DIR_ENV, str(tmp_path / "canary"))
     monkeypatch.delenv(canary.REQUIRE_CERTIFIED_ENV, raising=False)
     certificates.forget_cached()
     for entry in (ENTRY, HONEST):
-        write_routable(entry, Arch.CPU_INTERP, {CELL: {}})
+        write_routable(entry, arch, {CELL: {}})
     canary.COUNTS.clear()
     canary.MISMATCHES.clear()
+
+
+@pytest.fixture
+def certified(tmp_path, monkeypatch):
+    certify_both(tmp_path, monkeypatch, Arch.CPU_INTERP)
     yield tmp_path
     certificates.forget_cached()
 

@@ -6,25 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ops import canary, catalog, certificates
+from ops import canary, certificates
 from ops.catalog import arch_of
-from suites.certification import write_routable
-from suites.test_canary import CELL, ENTRY, HONEST
+from suites.test_canary import ENTRY, HONEST, certify_both
 
 pytestmark = pytest.mark.sm90
 
 
 @pytest.fixture
 def certified_here(tmp_path, monkeypatch):
-    monkeypatch.setattr(catalog, "_REGISTRY", {**catalog._registry(), **catalog.group_kernels([ENTRY, HONEST])})
-    monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}.cert.json")
-    monkeypatch.setenv(canary.CANARY_DIR_ENV, str(tmp_path / "canary"))
-    monkeypatch.delenv(canary.REQUIRE_CERTIFIED_ENV, raising=False)
-    certificates.forget_cached()
-    for entry in (ENTRY, HONEST):
-        write_routable(entry, arch_of(torch.device("cuda")), {CELL: {}})
-    canary.COUNTS.clear()
-    canary.MISMATCHES.clear()
+    certify_both(tmp_path, monkeypatch, arch_of(torch.device("cuda")))
     yield
     canary.drain()
     certificates.forget_cached()
