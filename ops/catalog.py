@@ -9,7 +9,9 @@ may have several kernels, one entry each, in modules of their own (``ops/norm/rm
 Calling an entry is *certified dispatch* of its op: the first of the op's kernels, in
 :data:`BACKEND_ORDER`, whose cell for this input holds a fresh certificate for this device's
 architecture runs; if none does, the stock op runs and the fallback is counted
-(``KPARITY_REQUIRE_CERTIFIED=1`` turns that fallback into an error).
+(``KPARITY_REQUIRE_CERTIFIED=1`` turns that fallback into an error).  A sampled fraction of the calls routed
+to a kernel is re-checked against the op's parity class by the runtime canary (``ops/canary.py``,
+``KPARITY_CANARY``).
 
 Example::
 
@@ -31,11 +33,11 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from ops import certificates
+from ops import canary, certificates
+from ops.canary import REQUIRE_CERTIFIED_ENV
 from references.bounds import OneOf, Span, stable_seed
 from references.validation import Refusal
 
-REQUIRE_CERTIFIED_ENV = "KPARITY_REQUIRE_CERTIFIED"
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 BACKEND_ORDER = ("cute", "triton")
@@ -290,14 +292,19 @@ class Entry:
         arch = arch_of(device)
         # an entry made outside the catalog (a test's copy) dispatches to its own kernel alone
         candidates = kernels(self.name) if any(k is self for k in kernels(self.name)) else (self,)
+        canary.raise_pending()
         reasons = []
         for entry in candidates:
             beyond = entry.beyond_limits(bound)
+            cell = entry.cell_of(*args, **kwargs)
             reason = (f"beyond the kernel's limits ({beyond})" if beyond is not None
-                      else entry.why_not_routed(arch, device, entry.cell_of(*args, **kwargs),
-                                                entry.params_of(**bound)))
+                      else entry.why_not_routed(arch, device, cell, entry.params_of(**bound)))
             if reason is None:
-                return entry.kernel(*args, **kwargs)
+                check = canary.before(entry, bound, cell.id)
+                result = entry.kernel(*args, **kwargs)
+                if check is not None:
+                    canary.after(check, result, bound)
+                return result
             reasons.append(f"{entry.backend}: {reason}")
         reason = "; ".join(reasons)
         FALLBACKS[(self.name, reason)] += 1

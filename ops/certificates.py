@@ -14,8 +14,10 @@ and under a lock.  Each arch section records:
 
 Certified dispatch routes an input only to a cell whose section meets :data:`POLICY`, the one statement of
 what "certified" requires.  A missing arch reads as unknown; a certificate that cannot be read (not JSON,
-truncated, empty, an unknown schema) reads as *not certified*: dispatch falls back to the stock op with one
-warning naming the file, and the tools exit 2 naming it.
+truncated, empty, an unknown schema, a field of the wrong type, a non-finite number, nesting too deep to
+parse, not a regular file) reads as *not certified*: dispatch falls back to the stock op with one warning naming
+the file, and the tools exit 2 naming it.  Dispatch also refuses a section whose report is missing or is not the
+one it names, and a cell whose exercised region is empty or not a region of the cell.
 """
 from __future__ import annotations
 
@@ -29,12 +31,14 @@ import importlib.metadata
 import json
 import os
 import pathlib
+import re
 import sys
 import tempfile
 import types
 import warnings
 from typing import Any, Callable, Mapping
 
+from ops.files import read_regular_bytes
 from oracles.failures import ORACLES
 
 # An ``ops.catalog.Entry`` and ``ops.catalog.Arch``: the catalog reads certificates to route calls, so this
@@ -78,32 +82,77 @@ class CertificationPolicy:
         if section.get("source_sha256") != digest:
             return "stale (its code digest is not the code's now)"
         if toolchain is not None:
-            earned = section.get("versions") or {}
+            earned = section.get("versions")
+            if not isinstance(earned, dict):
+                return "records no toolchain"
             for package in TOOLCHAIN_PACKAGES:
                 if earned.get(package) != toolchain.get(package):
                     return f"earned under {package} {earned.get(package)}, this machine has {toolchain.get(package)}"
-        if not isinstance(section.get("max_examples"), int) or section["max_examples"] < self.min_examples:
+        if not _is_int(section.get("max_examples")) or section["max_examples"] < self.min_examples:
             return f"drew {section.get('max_examples')} examples per cell, the policy asks {self.min_examples}"
-        if not isinstance(section.get("report_sha256"), str):
+        if not isinstance(section.get("report_sha256"), str) or not _SHA256.match(section["report_sha256"]):
             return "records no digest of the report of the run that earned it"
         return None
 
-    def cell_problem(self, record: dict | None) -> str | None:
-        """None when a cell's record is certified by the policy's standard; else why not."""
-        if record is None or record.get("status") != CERTIFIED:
+    def cell_problem(self, record: dict | None, cell=None) -> str | None:
+        """None when a cell's record is certified by the policy's standard; else why not.  ``cell`` (the
+        catalog's): the record's exercised region must also be a region of it (:func:`region_problem`)."""
+        if not isinstance(record, dict) or record.get("status") != CERTIFIED:
             return "not certified"
         if not isinstance(record.get("exercised"), dict):
             return "no record of the region its examples exercised"
-        if not isinstance(record.get("examples"), int) or record["examples"] < self.min_examples:
-            return f"certified on {record.get('examples')} examples, the policy asks {self.min_examples}"
-        ran, skipped = set(record.get("oracles") or ()), record.get("skipped") or {}
+        if not _is_int(record.get("examples")) or record["examples"] < self.min_examples:
+            return f"certified on {_shown(record.get('examples'))} examples, the policy asks {self.min_examples}"
+        ran, skipped = record.get("oracles") or [], record.get("skipped") or {}
+        if not isinstance(ran, list) or not isinstance(skipped, dict):
+            return "its oracles are not a list, or its skipped oracles not a mapping"
         missing = [oracle for oracle in self.oracles if oracle not in ran and not str(skipped.get(oracle, "")).strip()]
         if missing:
             return f"oracle {missing[0]} neither ran nor was declared not applicable"
-        return None
+        return None if cell is None else region_problem(record["exercised"], cell)
 
 
 POLICY = CertificationPolicy(min_examples=6, oracles=ORACLES)
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _is_int(value) -> bool:
+    return type(value) is int  # a bool is an int to isinstance, never a count or a size here
+
+
+def _shown(value, limit: int = 60) -> str:
+    """A value as a message shows it, cut short: a forged certificate may hold megabytes in one field."""
+    text = repr(value) if not _is_int(value) or value.bit_length() < 200 else f"an int of {value.bit_length()} bits"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _is_range(reached) -> bool:
+    return isinstance(reached, list) and len(reached) == 2 and all(map(_is_int, reached)) and reached[0] <= reached[1]
+
+
+def _is_choices(reached) -> bool:
+    return isinstance(reached, list) and bool(reached) and all(isinstance(value, str) for value in reached)
+
+
+def _choice_name(value) -> str:
+    return str(value).removeprefix("torch.")
+
+
+def region_problem(exercised: dict, cell) -> str | None:
+    """None when ``exercised`` is a region of ``cell``: every bound of the cell present, an integer dimension
+    as ``[lo, hi]`` inside its span, a choice dimension as names of its choices; else why not.  An empty or
+    partial region is no region (it would route every input), and one beyond the cell's bounds was not earned
+    by judging this cell."""
+    if not exercised:
+        return "its exercised region is empty"
+    for name, bound in cell.bounds.items():
+        reached = exercised.get(name)
+        if hasattr(bound, "lo"):
+            if not _is_range(reached) or reached[0] < bound.lo or reached[1] > bound.hi:
+                return f"its exercised {name} {_shown(reached)} is not a range inside {bound.lo}..{bound.hi}"
+        elif not _is_choices(reached) or not set(reached) <= {_choice_name(choice) for choice in bound.choices}:
+            return f"its exercised {name} {_shown(reached)} is not a list of the cell's choices"
+    return None
 
 
 def toolchain() -> dict:
@@ -124,9 +173,10 @@ def certificate_path(entry: Entry) -> pathlib.Path:
 
 
 def report_path(entry: Entry, arch: Arch) -> pathlib.Path:
-    """Where the report of the run that earned ``arch``'s section is committed, beside the certificate."""
-    kernel = pathlib.Path(entry.kernel_file)
-    return kernel.with_name(f"{kernel.stem}.{arch.value}.report.json")
+    """Where the report of the run that earned ``arch``'s section is committed, beside the certificate
+    (``greedy_argmax.cert.json`` -> ``greedy_argmax.sm90.report.json``)."""
+    certificate = certificate_path(entry)
+    return certificate.with_name(f"{certificate.name.removesuffix('.cert.json')}.{arch.value}.report.json")
 
 
 # The catalog and the certificates themselves describe kernels; they are not part of one.
@@ -210,19 +260,71 @@ def read_certificate(path: pathlib.Path, text: str | None = None) -> dict:
     """The certificate in ``path`` (or ``text``, its contents) as written; CertificateError naming the file
     when it is not one this code can read."""
     try:
-        text = path.read_text(encoding="utf-8") if text is None else text
-        certificate = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        reason = "empty" if text == "" else f"{type(error).__name__}: {error}"
+        text = read_regular_bytes(path).decode("utf-8") if text is None else text
+        certificate = json.loads(text, parse_constant=_refuse_constant)
+    except (OSError, ValueError, RecursionError) as error:
+        # ValueError: not JSON, not UTF-8, NaN/Infinity, or an integer past Python's digit limit;
+        # RecursionError: nested deeper than the parser recurses
+        reason = "empty" if text == "" else f"{type(error).__name__}: {_shown(str(error), 200)}"
         raise CertificateError(f"{path}: unreadable certificate ({reason})") from None
     schema = certificate.get("schema", 1) if isinstance(certificate, dict) else None
-    if schema not in KNOWN_SCHEMAS:
-        raise CertificateError(f"{path}: unknown certificate schema {schema!r} (this code reads {KNOWN_SCHEMAS})")
+    if not _is_int(schema) or schema not in KNOWN_SCHEMAS:
+        raise CertificateError(f"{path}: unknown certificate schema {_shown(schema)} (this code reads {KNOWN_SCHEMAS})")
     archs = certificate.get("archs")
     if not isinstance(archs, dict) or not all(
             isinstance(section, dict) and isinstance(section.get("cells"), dict) for section in archs.values()):
         raise CertificateError(f"{path}: not a certificate (expected archs -> sections with cells)")
+    for arch, section in archs.items():
+        problem = _section_shape_problem(section)
+        if problem:
+            raise CertificateError(f"{path}: section {_shown(arch)}: {problem}")
     return certificate
+
+
+def _is_text(value) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number a certificate holds")
+
+
+# The fields dispatch and the tools read, each with the test its value must pass when present (absent is
+# the policy's business).  Other fields (verdicts, annotations) are kept as written.
+_SECTION_FIELDS = {"source_sha256": (_is_text, "a string or null"), "report_sha256": (_is_text, "a string or null"),
+                   "max_examples": (_is_int, "an integer"), "versions": (dict, "a mapping")}
+_CELL_FIELDS = {"status": (str, "a string"), "examples": (_is_int, "an integer"), "oracles": (list, "a list"),
+                "skipped": (dict, "a mapping"), "exercised": (dict, "a mapping")}
+
+
+def _field_problem(record: dict, fields: dict) -> str | None:
+    for name, (kind, words) in fields.items():
+        if name in record and not (isinstance(record[name], kind) if isinstance(kind, type) else kind(record[name])):
+            return f"{name} is {_shown(record[name])}, expected {words}"
+    return None
+
+
+def _section_shape_problem(section: dict) -> str | None:
+    """Why a section's fields are not of the types this code reads, or None."""
+    problem = _field_problem(section, _SECTION_FIELDS)
+    if problem:
+        return problem
+    if not all(isinstance(v, (str, type(None))) for v in section.get("versions", {}).values()):
+        return "versions holds a value that is neither a version string nor null"
+    for cell_id, record in section["cells"].items():
+        if not isinstance(record, dict):
+            return f"cell {_shown(cell_id)} is {type(record).__name__}, expected a mapping"
+        problem = _field_problem(record, _CELL_FIELDS)
+        if not problem and not all(isinstance(o, str) for o in record.get("oracles", [])):
+            problem = "oracles holds a non-string"
+        if not problem and not all(isinstance(why, str) for why in record.get("skipped", {}).values()):
+            problem = "skipped holds a reason that is not a string"
+        for name, reached in ({} if problem else record.get("exercised", {})).items():
+            if not problem and not (_is_range(reached) or _is_choices(reached)):
+                problem = f"exercised {_shown(name)} is {_shown(reached)}, expected [lo, hi] or a list of names"
+        if problem:
+            return f"cell {_shown(cell_id)}: {problem}"
+    return None
 
 
 def load(entry: Entry) -> dict:
@@ -242,12 +344,25 @@ def _dispatch_view(entry: Entry) -> tuple[str, dict | CertificateError, dict]:
     return source_digest(entry), certificate, toolchain()
 
 
+@functools.lru_cache(maxsize=None)
+def _dispatch_report_problem(entry: Entry, arch: Arch) -> str | None:
+    """:func:`report_problem` of the section dispatch read, checked once, when the section is first read."""
+    return report_problem(entry, arch, _dispatch_view(entry)[1]["archs"][arch.value])
+
+
 _WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(f"{message}; running the stock op", RuntimeWarning, stacklevel=5)
 
 
 def forget_cached() -> None:
     """Drop what dispatch read, after a certificate or a source changed in this process."""
     _dispatch_view.cache_clear()
+    _dispatch_report_problem.cache_clear()
 
 
 def arch_status(entry: Entry, arch: Arch, certificate: dict | None = None, digest: str | None = None) -> str:
@@ -267,35 +382,37 @@ def why_not_certified(entry: Entry, arch: Arch, cell_id: str, params: Mapping | 
     An unreadable certificate is not certified: one warning per file, then the stock op."""
     digest, certificate, versions = _dispatch_view(entry)
     if isinstance(certificate, CertificateError):
-        if str(certificate) not in _WARNED:
-            _WARNED.add(str(certificate))
-            warnings.warn(f"{certificate}; running the stock op", RuntimeWarning, stacklevel=4)
+        _warn_once(str(certificate))
         return f"certificate unreadable: {certificate}"
     status = arch_status(entry, arch, certificate, digest)
     if status != "fresh":
         return f"certificate for {arch.value} is {status}"
     section = certificate["archs"][arch.value]
-    problem = POLICY.section_problem(section, digest, versions)
+    problem = POLICY.section_problem(section, digest, versions) or _dispatch_report_problem(entry, arch)
     if problem:
         return f"certificate for {arch.value} is below the policy: {problem}"
-    problem = POLICY.cell_problem(section["cells"].get(cell_id))
+    cell = entry.cell(cell_id)
+    record = section["cells"].get(cell_id)
+    problem = POLICY.cell_problem(record, cell)
     if problem:
+        if isinstance(record, dict) and record.get("status") == CERTIFIED:  # a certified record that is not one
+            _warn_once(f"{certificate_path(entry)}: {arch.value} cell {cell_id}: {problem}")
         return f"cell {cell_id} is not certified on {arch.value}" + ("" if problem == "not certified" else f": {problem}")
-    return outside_exercised(section["cells"][cell_id], params or {})
+    return outside_exercised(record, params or {}, cell)
 
 
-def outside_exercised(record: dict, params: Mapping) -> str | None:
+def outside_exercised(record: dict, params: Mapping, cell) -> str | None:
     """Why an input lies outside what a certified cell's examples reached — a certificate claims that
-    region only (a CPU size cap narrows it) — else None (the policy refuses a record without it)."""
-    for name, reached in record.get("exercised", {}).items():
-        if name not in params:
-            continue
-        value = params[name]
-        if all(isinstance(bound, int) for bound in reached) and isinstance(value, int):
-            if not reached[0] <= value <= reached[1]:
-                return f"{name}={value} is outside the exercised {reached[0]}..{reached[1]}"
-        elif str(value).removeprefix("torch.") not in reached:
-            return f"{name}={str(value).removeprefix('torch.')} was not exercised ({', '.join(reached)})"
+    region only (a CPU size cap narrows it) — else None.  ``record``'s region has passed
+    :func:`region_problem` for ``cell``: the cell's bounds are the dimensions judged, each compared whole
+    (an int by value, a choice by its exact name)."""
+    for name, bound in cell.bounds.items():
+        reached, value = record["exercised"][name], params.get(name)
+        if hasattr(bound, "lo"):
+            if not _is_int(value) or not reached[0] <= value <= reached[1]:
+                return f"{name}={_shown(value)} is outside the exercised {reached[0]}..{reached[1]}"
+        elif _choice_name(value) not in reached:
+            return f"{name}={_choice_name(value)} was not exercised ({', '.join(reached)})"
     return None
 
 
@@ -369,7 +486,7 @@ def report_problem(entry: Entry, arch: Arch, section: dict) -> str | None:
         return "the section records no report digest (re-certify to keep the run's report)"
     path = report_path(entry, arch)
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_regular_bytes(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         return f"its report {path} cannot be read ({type(error).__name__})"
     if report_digest(text) != recorded:

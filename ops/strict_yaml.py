@@ -1,11 +1,14 @@
 """YAML the project's own files are read with (test lists, the quarantine ledger): strict where PyYAML is
 lenient.  A duplicate key would silently drop a block, a non-scalar key ends in a TypeError, a file that
-is not UTF-8 in a UnicodeDecodeError: each is a :class:`YamlFileError` naming ``file:line`` instead."""
+is not UTF-8 in a UnicodeDecodeError, a FIFO in the file's place blocks for ever: each is a
+:class:`YamlFileError` naming ``file:line`` (or the file) instead."""
 from __future__ import annotations
 
 import pathlib
 
 import yaml
+
+from ops.files import read_regular_bytes
 
 
 class YamlFileError(ValueError):
@@ -35,7 +38,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
 def compose_file(path: pathlib.Path, label: str) -> yaml.Node | None:
     """The file's YAML node tree (None for an empty document); ``label`` names it in errors."""
     try:
-        data = pathlib.Path(path).read_bytes()
+        data = read_regular_bytes(path)
     except OSError as error:
         raise YamlFileError(f"{label}: cannot read: {error.strerror}") from None
     try:

@@ -36,16 +36,15 @@ import hypothesis
 import torch
 from hypothesis import HealthCheck
 
-from oracles.band import check_band
 from oracles.batch_invariance import check_batch_invariance
-from oracles.bitwise import check_bitwise, first_difference
+from oracles.bitwise import first_difference
 from oracles.determinism import check_determinism, run_on_copy
 from oracles.failures import NUMERICS, ORACLES, OracleFailure
 from oracles.selection import ORACLE_GROUPS
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
+from oracles.parity import check_parity
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
-from oracles.tensors import as_outputs, clone_inputs
 from oracles.write_guards import check_write_guards
 
 PASS, FAIL, NOT_APPLICABLE, NOT_ASKED = "pass", "fail", "not applicable", "not asked"
@@ -281,17 +280,13 @@ class Battery:
             return {asked[0]: OracleFailure(asked[0], f"raised {type(error).__name__}: {error}")}
 
         def parity():
-            expected = run_on_copy(entry.reference, kwargs, in_place)
             stock = self._stock(kwargs, in_place)
+            expected, report = check_parity(entry, kwargs, actual, in_place, stock)
             if entry.parity.value == "bitwise":
-                check_bitwise(actual, expected, "vs the contract's reference")
                 if result is not None and stock is not None and \
                         any(first_difference(s, e) for s, e in zip(stock, expected)):
                     result.stock_disagreements += 1
             else:
-                truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
-                report = check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
-                                    expected=expected)
                 if result is not None and report.stock_failure:  # the band fell back to its floor: say why
                     failures = result.annotations.setdefault("stock_failures", {"examples": 0, "first": None})
                     failures["examples"] += 1

@@ -71,14 +71,33 @@ def assert_rejected(result: CellResult, oracle: str | tuple[str, ...], impl: str
     assert set(result.failing()) & set(oracles), describe(result, machine_device().type, impl)
 
 
+def cell_region(cell) -> dict:
+    """A cell's whole region as a certificate's ``exercised`` records it: [lo, hi] per span, the names of its
+    choices otherwise."""
+    return {name: [bound.lo, bound.hi] if hasattr(bound, "lo") else [str(c).removeprefix("torch.") for c in bound.choices]
+            for name, bound in cell.bounds.items()}
+
+
 def routable_section(entry, cells: dict[str, dict], digest: str | None = None) -> dict:
     """A certificate section that meets ``ops.certificates.POLICY`` on this machine, with ``cells``' records
-    (each a full certified record unless it says otherwise) and ``digest`` in place of the code's if given."""
+    (each a full certified record over the cell's whole region unless it says otherwise) and ``digest`` in
+    place of the code's if given.  Dispatch also asks for the report it names: write it with
+    :func:`write_routable`."""
     from ops import certificates
 
     policy = certificates.POLICY
     complete = {"status": certificates.CERTIFIED, "examples": policy.min_examples, "oracles": list(policy.oracles),
-                "skipped": {}, "exercised": {}}
+                "skipped": {}}
     return {"source_sha256": digest or certificates.source_digest(entry), "versions": certificates.toolchain(),
             "max_examples": policy.min_examples, "report_sha256": "0" * 64,
-            "cells": {cell_id: {**complete, **record} for cell_id, record in cells.items()}}
+            "cells": {cell_id: {**complete, "exercised": cell_region(entry.cell(cell_id)), **record}
+                      for cell_id, record in cells.items()}}
+
+
+def write_routable(entry, arch, cells: dict[str, dict], digest: str | None = None, change: dict | None = None):
+    """Write :func:`routable_section` (with ``change``'s fields over it) as ``arch``'s section of the entry's
+    certificate, with a report beside it whose sha256 it names: what a certifying run leaves."""
+    from ops import certificates
+
+    return certificates.write_section(entry, arch, {**routable_section(entry, cells, digest), **(change or {})},
+                                      report={"results": [], "written_by": "suites.certification.write_routable"})

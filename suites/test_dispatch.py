@@ -12,7 +12,7 @@ import sys
 
 from ops import catalog, certificates
 from ops.catalog import BACKEND_ORDER, FALLBACKS, Arch, FallbackRefused, kernels, op
-from suites.certification import routable_section
+from suites.certification import write_routable
 
 pytestmark = pytest.mark.cpu
 ENTRY = op("greedy_argmax")
@@ -28,8 +28,7 @@ def certificate(tmp_path, monkeypatch):
     FALLBACKS.clear()
 
     def write(status="certified", digest=None, **record):
-        certificates.write_section(ENTRY, Arch.CPU_INTERP,
-                                   routable_section(ENTRY, {CELL: {"status": status, **record}}, digest))
+        write_routable(ENTRY, Arch.CPU_INTERP, {CELL: {"status": status, **record}}, digest)
 
     yield write
     certificates.forget_cached()
@@ -147,7 +146,7 @@ def twin(certificate, monkeypatch):
 
     def certify(backend, status="certified", digest=None, cell=CELL, arch=Arch.CPU_INTERP):
         entry = twins[backend]
-        certificates.write_section(entry, arch, routable_section(entry, {cell: {"status": status}}, digest))
+        write_routable(entry, arch, {cell: {"status": status}}, digest)
 
     return twins, calls, certify
 
@@ -229,7 +228,7 @@ def test_rms_norm_gated_has_a_cute_and_a_triton_kernel_and_the_cpu_takes_triton(
     assert Arch.CPU_INTERP not in norm[0].archs and norm[1] is triton_kernel.ENTRY
     x = torch.randn(2, 256).to(torch.bfloat16)
     call = {"x": x, "z": None, "weight": torch.ones(256, dtype=torch.bfloat16), "eps": 1e-6, "group_size": 256}
-    certificates.write_section(norm[1], Arch.CPU_INTERP, routable_section(norm[1], {"plain_rms_norm": {}}))
+    write_routable(norm[1], Arch.CPU_INTERP, {"plain_rms_norm": {}})
     FALLBACKS.clear()
     assert torch.equal(op("rms_norm_gated")(**call), triton_kernel.rms_norm_gated(**call))
     assert FALLBACKS == {}

@@ -19,7 +19,7 @@ from ops.catalog import FALLBACKS, Arch, FallbackRefused, op
 from references.attention import paged_decode as paged_contract
 from references.attention.paged_slots import refusal_plane, refusal_positions, refusal_table
 from references.ssm.gdn_decode import make_inputs
-from suites.certification import routable_section
+from suites.certification import write_routable
 
 pytestmark = pytest.mark.cpu
 GDN = op("gdn_decode")
@@ -37,7 +37,7 @@ def certified_gdn(tmp_path, monkeypatch):
     monkeypatch.setattr(certificates, "certificate_path",
                         lambda entry: tmp_path / f"{entry.name}-{entry.backend}.cert.json")
     certificates.forget_cached()
-    certificates.write_section(GDN, Arch.CPU_INTERP, routable_section(GDN, {"fp32_state": {}}))
+    write_routable(GDN, Arch.CPU_INTERP, {"fp32_state": {}})
     FALLBACKS.clear()
     yield
     certificates.forget_cached()

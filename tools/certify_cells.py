@@ -44,6 +44,11 @@ from tools.engine.isolation import SANITIZER_TOOLS
 from tools.engine.shards import parse_shard
 
 
+# The nightly run draws 400 per cell; at 10**5 a cell of millisecond examples is over a day of work, so a
+# larger count is a typo (10**30 ran on for ever), not a plan.
+MAX_EXAMPLES_LIMIT = 100_000
+
+
 def parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="tools/certify-cells",
@@ -103,6 +108,8 @@ def parse_args(argv) -> RunOptions:
         raise UsageError("--impl: empty; name an implementation as MODULE[:ATTR]")
     if args.max_examples is not None and args.max_examples < 0:
         raise UsageError(f"--max-examples: {args.max_examples} is negative")
+    if args.max_examples is not None and args.max_examples > MAX_EXAMPLES_LIMIT:
+        raise UsageError(f"--max-examples: {args.max_examples:.3g} is above {MAX_EXAMPLES_LIMIT} draws per cell")
     if args.cell_timeout is not None and not (math.isfinite(args.cell_timeout) and args.cell_timeout > 0):
         raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not positive and finite (seconds)")
     for flag, path in (("--report", args.report), ("--junit", args.junit)):

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from references.attention.paged_decode import attended_tokens
 from references.bounds import Span
 from references.strategies.layouts import ND_LAYOUTS, nd_view
-from references.strategies.shapes import seeds, sizes
+from references.strategies.shapes import production_corners, seeds, sizes
 
 SPARE_PAGES = 3
 LENGTHS = ("mixed", "ragged", "edges", "uniform", "full")
@@ -155,7 +155,15 @@ def corners(cell, device) -> list[dict]:
         found.append({**found[1], "T": 0, "seed": cell.seed("corner", "no selection")})
     # sm_scale as a one-element tensor: the contract answers it, the kernel refuses it (its own limit)
     found.append({**found[1], "sm_scale_tensor": True, "seed": cell.seed("corner", "tensor sm_scale")})
-    return found
+    if _on_cpu(device):  # the interpreter's budget goes to the corners above; S and the group are drawn there
+        return found
+
+    def fit(recipe: dict) -> dict:
+        pages, entries = _largest(cell, device, recipe["B"], recipe["Hkv"], recipe["S"], recipe["D"])
+        return {**recipe, "M": pages, "T": entries if _sparse(cell) else None}
+
+    return found + production_corners(found[1:5], cell, {"S": ("page_size",), "group": ("gqa_group",),
+                                                         "D": ("head_dim",)}, fit)
 
 
 # -- build ----------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ import torch
 from hypothesis import strategies as st
 
 from references.formats import E4M3_MAX, e4m3_satfinite_rne
-from references.gemm.gemv_inputs import activations, corner_shapes, draw_shape
+from references.gemm.gemv_inputs import (  # noqa: F401 - cpu_cap: the verdict line reads it
+    activations, corner_shapes, cpu_cap, draw_shape, with_production_corners)
 from references.strategies.layouts import LAYOUTS
 from references.strategies.shapes import seeds
 from references.strategies.values import FINITE_MODES
@@ -39,12 +40,12 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 
 def corners(cell, device) -> list[dict]:
     """Each corner shape in turn with every weight mode, activation mode and layout."""
-    return [
+    return with_production_corners([
         {"M": rows, "N": cols, "K": depth, "x_values": FINITE_MODES[i % len(FINITE_MODES)],
          "x_layout": LAYOUTS[i % len(LAYOUTS)], "weights": WEIGHT_MODES[i % len(WEIGHT_MODES)],
          "w_scale": SCALE_MODES[i % len(SCALE_MODES)], "seed": cell.seed("corner", i)}
         for i, (rows, cols, depth) in enumerate(corner_shapes(cell, device, 1))
-    ]
+    ], cell, device)
 
 
 def _weight(cols: int, depth: int, mode: str, generator: torch.Generator, device: torch.device) -> torch.Tensor:

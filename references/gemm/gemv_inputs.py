@@ -11,12 +11,19 @@ import torch
 from hypothesis import strategies as st
 
 from references.strategies.layouts import LAYOUTS, row_view
-from references.strategies.shapes import multiples, sizes
+from references.strategies.shapes import multiples, product_cap, production_corners, sizes
 from references.strategies.values import FINITE_MODES, finite_rows
 
 # An example calls the kernel 4 times (parity, determinism, write guards twice) and quantizes its weight
 # with the reference: 2**15 weights keep it within a second or two on a loaded 2-core machine.
 CPU_WEIGHT_BUDGET = 2**15
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    caps = [product_cap(cell, ("N", "K"), CPU_WEIGHT_BUDGET),
+            f"N <= {CPU_WEIGHT_BUDGET // 8}" if cell.bounds["N"].hi > CPU_WEIGHT_BUDGET // 8 else None]
+    return ", ".join(cap for cap in caps if cap) or None
 
 
 def _depth_cap(cols: int, device: torch.device) -> int | None:
@@ -60,6 +67,21 @@ def corner_shapes(cell, device: torch.device, k_step: int) -> list[tuple[int, in
               (rows.lo, past_tile, widest_depth(past_tile)), (rows.lo + 2, widest_cols, k_lo),
               (rows.hi, long_sums, widest_depth(long_sums))]
     return list(dict.fromkeys(shapes))  # on a CPU the last is the second: its budget allows no longer sums
+
+
+def with_production_corners(fixed: list[dict], cell, device) -> list[dict]:
+    """``fixed`` and, at the fewest rows, every real hidden size the cell holds as K and every real hidden
+    size and vocabulary (an LM head) as N (``production_corners``), where the device's budget takes it."""
+    device = torch.device(device)
+
+    def fit(recipe: dict) -> dict | None:
+        cols_cap, depth_cap = _cols_cap(device), _depth_cap(recipe["N"], device)
+        if (cols_cap is not None and recipe["N"] > cols_cap) or (depth_cap is not None and recipe["K"] > depth_cap):
+            return None
+        return recipe
+
+    fewest = [corner for corner in fixed if corner["M"] == cell.bounds["M"].lo]
+    return fixed + production_corners(fewest, cell, {"K": ("hidden",), "N": ("hidden", "vocabulary")}, fit)
 
 
 def activations(recipe: dict, generator: torch.Generator, device: torch.device) -> torch.Tensor:

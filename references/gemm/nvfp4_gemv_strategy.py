@@ -15,7 +15,8 @@ import torch
 from hypothesis import strategies as st
 
 from references.formats import NVFP4_BLOCK, nvfp4_quantize
-from references.gemm.gemv_inputs import activations, corner_shapes, draw_shape
+from references.gemm.gemv_inputs import (  # noqa: F401 - cpu_cap: the verdict line reads it
+    activations, corner_shapes, cpu_cap, draw_shape, with_production_corners)
 from references.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
 from references.strategies.layouts import LAYOUTS
 from references.strategies.shapes import seeds
@@ -41,12 +42,12 @@ def corners(cell, device) -> list[dict]:
     """Each corner shape, and each global-scale mode, in turn; hard weights, every activation mode."""
     shapes = corner_shapes(cell, device, NVFP4_BLOCK)
     count = max(len(shapes), len(SCALE_MODES))
-    return [
+    return with_production_corners([
         {"M": rows, "N": cols, "K": depth, "x_values": FINITE_MODES[i % len(FINITE_MODES)],
          "x_layout": LAYOUTS[i % len(LAYOUTS)], "global_scale": SCALE_MODES[i % len(SCALE_MODES)],
          "weights": "hard", "seed": cell.seed("corner", i)}
         for i, (rows, cols, depth) in enumerate(shapes[i % len(shapes)] for i in range(count))
-    ]
+    ], cell, device)
 
 
 def build(recipe: dict, device) -> dict:

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from references.bounds import Span
 from references.strategies.layouts import LAYOUTS, row_view
-from references.strategies.shapes import seeds, sizes
+from references.strategies.shapes import product_cap, production_corners, seeds, sizes
 
 GATES = ("none", "norm_then_gate", "gate_then_norm")
 WEIGHT_LAYOUTS = ("contiguous", "column_offset", "strided")
@@ -37,6 +37,11 @@ EPS = (1e-6, 1e-5, 1e-3)
 # (several narrow rows).  On the CPU keep T * H near 2**15 so one example (about a dozen calls across
 # the battery) takes a fraction of a second; GPUs take the whole cell.
 CPU_ELEMENT_BUDGET = 2**15
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    return product_cap(cell, ("T", "H"), CPU_ELEMENT_BUDGET)
 
 
 def _group_sizes(cell) -> list:
@@ -88,7 +93,8 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 def corners(cell, device) -> list[dict]:
     """Per group choice: the narrowest row at the fewest tokens, the widest at the most (capped on the
     CPU), and a width off every block (1001 channels, or 65 groups: a padded power of two of groups),
-    each in another gate, amax, layout and value mode."""
+    each in another gate, amax, layout and value mode; then every real hidden size the cell holds
+    (``production_corners``) at the fewest tokens, where the device's budget takes it."""
     device = torch.device(device)
     tokens = cell.bounds["T"]
     shapes = []
@@ -102,13 +108,23 @@ def corners(cell, device) -> list[dict]:
             most = tokens.hi if cap is None else min(tokens.hi, cap)
             shapes += [(tokens.lo, width, group), (most, width, group)]
     gates = cell.bounds["gate"].choices
-    return [
+    fixed = [
         {"T": rows, "H": width, "group_size": width if group == "row" else group,
          "gate": gates[i % len(gates)], "amax": AMAX[i % len(AMAX)], "x_layout": LAYOUTS[i % len(LAYOUTS)],
          "z_layout": LAYOUTS[(i + 1) % len(LAYOUTS)], "weight_layout": WEIGHT_LAYOUTS[i % len(WEIGHT_LAYOUTS)],
          "values": MODES[i % len(MODES)], "eps": EPS[i % len(EPS)], "seed": cell.seed("corner", i)}
         for i, (rows, width, group) in enumerate(dict.fromkeys(shapes))
     ]
+
+    def fit(recipe: dict) -> dict | None:
+        whole_row = recipe["group_size"] not in _group_sizes(cell)  # a "row" corner: its group is its width
+        span = _width_span(cell, "row" if whole_row else recipe["group_size"], device)
+        if recipe["H"] not in span or (not whole_row and recipe["H"] % recipe["group_size"]):
+            return None
+        return {**recipe, "group_size": recipe["H"]} if whole_row else recipe
+
+    fewest = [corner for corner in fixed if corner["T"] == tokens.lo]
+    return fixed + production_corners(fewest, cell, {"H": ("hidden",)}, fit)
 
 
 def _weight_view(width: int, layout: str, device) -> torch.Tensor:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from references.formats import NVFP4_BLOCK
 from references.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
 from references.strategies.layouts import LAYOUTS, row_view
-from references.strategies.shapes import multiples, seeds, sizes
+from references.strategies.shapes import multiples, product_cap, production_corners, seeds, sizes
 
 BLOCK_MIXES = {
     "hard": HARD_BLOCK_KINDS,
@@ -25,6 +25,11 @@ BLOCK_MIXES = {
 # The interpreter does about 2 M elements per second here; an example calls the kernel 8 times (parity,
 # determinism, batch invariance 4, write guards 2): 2**17 elements keeps it under a second.
 CPU_ELEMENT_BUDGET = 2**17
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    return product_cap(cell, ("M", "K"), CPU_ELEMENT_BUDGET)
 
 
 def _cap(rows: int, device: torch.device) -> int | None:
@@ -57,7 +62,8 @@ def _widest(rows: int, span, device) -> int:
 
 def corners(cell, device) -> list[dict]:
     """Every global-scale mode once on a wide shape (the bounds of M against a 64-misaligned K = 80 and
-    the widest K), each in another layout, on hard blocks; and the smallest shape of the cell."""
+    the widest K), each in another layout, on hard blocks; the smallest shape of the cell; and every real
+    hidden size the cell holds as K (``production_corners``), where the device's budget takes it."""
     device = torch.device(device)
     rows_span, cols_span = cell.bounds["M"], cell.bounds["K"]
     top_rows = rows_span.hi if device.type != "cpu" else min(rows_span.hi, CPU_ELEMENT_BUDGET // 80)
@@ -65,11 +71,18 @@ def corners(cell, device) -> list[dict]:
             (top_rows, _widest(top_rows, cols_span, device)), (rows_span.lo + 2, 3 * 64 - 16)]
     cases = [(wide[i % len(wide)], mode) for i, mode in enumerate(GLOBAL_SCALE_MODES)]
     cases.append(((rows_span.lo, cols_span.lo), "from_amax"))
-    return [
+    fixed = [
         {"M": rows, "K": cols, "layout": LAYOUTS[i % len(LAYOUTS)], "global_scale": mode, "blocks": "hard",
          "seed": cell.seed("corner", i)}
         for i, ((rows, cols), mode) in enumerate(cases)
     ]
+
+    def fit(recipe: dict) -> dict | None:
+        cap = _cap(recipe["M"], device)
+        return recipe if cap is None or recipe["K"] <= cap else None
+
+    fewest = [corner for corner in fixed if corner["M"] == rows_span.lo]
+    return fixed + production_corners(fewest, cell, {"K": ("hidden",)}, fit)
 
 
 def build(recipe: dict, device) -> dict:

@@ -10,7 +10,7 @@ import torch
 from hypothesis import strategies as st
 
 from references.strategies.layouts import LAYOUTS, row_view
-from references.strategies.shapes import seeds, sizes
+from references.strategies.shapes import product_cap, production_corners, seeds, sizes
 from references.strategies.values import MODES, row_values
 
 # The interpreter costs milliseconds per program and per tile op: on the CPU keep R * V under 2**18
@@ -21,6 +21,11 @@ CPU_ELEMENT_BUDGET = 2**18
 
 def _vocab_cap(rows: int, device: torch.device) -> int | None:
     return CPU_ELEMENT_BUDGET // max(rows, 1) if device.type == "cpu" else None
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    return product_cap(cell, ("R", "V"), CPU_ELEMENT_BUDGET)
 
 
 def _dtype_names(cell) -> list[str]:
@@ -46,7 +51,9 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 
 
 def corners(cell, device) -> list[dict]:
-    """Both bounds of R against both bounds of V, and a block edge, each in another dtype/layout/mode."""
+    """Both bounds of R against both bounds of V, and a block edge, each in another dtype/layout/mode; then
+    every real vocabulary the cell holds (``production_corners``) at the fewest rows, and on a GPU at the
+    most rows too (on the CPU a vocabulary above the budget narrows onto the widest corner: left out)."""
     device = torch.device(device)
     rows_span, vocab_span = cell.bounds["R"], cell.bounds["V"]
     shapes = []
@@ -55,11 +62,19 @@ def corners(cell, device) -> list[dict]:
         widest = vocab_span.hi if cap is None else max(vocab_span.lo, min(vocab_span.hi, cap))
         shapes += [(rows, vocab_span.lo), (rows, widest), (rows, min(4097, widest))]  # 4097: a block + 1
     dtypes, modes = _dtype_names(cell), ("specials", "ties", "tail_max", "neg_inf", "signed_zeros")
-    return [
+    fixed = [
         {"R": rows, "V": vocab, "dtype": dtypes[i % len(dtypes)], "layout": LAYOUTS[i % len(LAYOUTS)],
          "values": modes[i % len(modes)], "seed": cell.seed("corner", i)}
         for i, (rows, vocab) in enumerate(dict.fromkeys(shapes))
     ]
+
+    def fit(recipe: dict) -> dict | None:
+        cap = _vocab_cap(recipe["R"], device)
+        return recipe if cap is None or recipe["V"] <= cap else None  # narrowed: the widest corner has it
+
+    # templates at the fewest rows; on a GPU at the most rows as well (the CPU budget would narrow them away)
+    templates = [c for c in fixed if c["R"] == rows_span.lo or device.type != "cpu"]
+    return fixed + production_corners(templates, cell, {"V": ("vocabulary",)}, fit)
 
 
 def build(recipe: dict, device) -> dict:

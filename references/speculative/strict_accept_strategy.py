@@ -17,7 +17,7 @@ import torch
 from hypothesis import strategies as st
 
 from references.strategies.layouts import LAYOUTS, row_view
-from references.strategies.shapes import seeds, sizes
+from references.strategies.shapes import production_corners, seeds, sizes
 
 ROW_MODES = ("mixed", "all_accepted", "all_rejected")
 VOCABS = ("small", "wide")
@@ -44,7 +44,8 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 
 
 def corners(cell, device) -> list[dict]:
-    """Both bounds of B (capped on the CPU) against K of 0, 1, 15 and 16, in every row mode."""
+    """Both bounds of B (capped on the CPU) against K of 0, 1, 15 and 16, in every row mode; and the
+    speculative depths of real deployments (3, 7: ``production_corners``) at the smallest B."""
     device = torch.device(device)
     batch_span, draft_span = cell.bounds["B"], cell.bounds["K"]
     cap = _batch_cap(device)
@@ -52,11 +53,13 @@ def corners(cell, device) -> list[dict]:
     shapes = [(batch, drafts) for batch in dict.fromkeys((batch_span.lo, widest))
               for drafts in dict.fromkeys((draft_span.lo, 1, draft_span.hi - 1, draft_span.hi))
               if drafts in draft_span]
-    return [
+    fixed = [
         {"B": batch, "K": drafts, "layout": LAYOUTS[i % len(LAYOUTS)], "rows": ROW_MODES[i % len(ROW_MODES)],
          "vocab": VOCABS[i % len(VOCABS)], "seed": cell.seed("corner", i)}
         for i, (batch, drafts) in enumerate(shapes)
     ]
+    fewest = [corner for corner in fixed if corner["B"] == batch_span.lo]
+    return fixed + production_corners(fewest, cell, {"K": ("speculative_depth",)}, lambda recipe: recipe)
 
 
 def _tokens(shape, vocab: str, generator, device) -> torch.Tensor:

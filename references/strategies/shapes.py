@@ -12,6 +12,17 @@ from references.bounds import Span
 
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
+# CONTRACTS.md, "Production shapes are corners": the sizes of real models, by what a dimension is.  A bug at
+# one of them must not hide between span edges that random draws rarely land on.
+PRODUCTION_SIZES = {
+    "vocabulary": (32000, 32064, 50257, 128256, 151936, 152064, 202048, 262144),
+    "hidden": (2048, 2560, 4096, 5120, 7168, 8192),
+    "head_dim": (64, 128, 256),
+    "gqa_group": (1, 4, 8, 16),
+    "page_size": (16, 32, 64, 128),
+    "speculative_depth": (1, 3, 7),
+}
+
 
 def edge_sizes(span: Span, cap: int | None = None) -> list[int]:
     hi = span.hi if cap is None else min(span.hi, cap)
@@ -45,6 +56,39 @@ def multiples(span: Span, step: int, cap: int | None = None) -> st.SearchStrateg
             candidates.update({multiple - step, multiple, multiple + step})
     edges = sorted(v for v in candidates if lo <= v <= hi and v % step == 0)
     return st.one_of(st.sampled_from(edges), st.integers(lo // step, hi // step).map(lambda k: k * step))
+
+
+def production_corners(corners: list[dict], cell, dims: dict[str, tuple[str, ...]], fit) -> list[dict]:
+    """Extra corners for the production sizes ``cell`` holds: for each dimension ``name`` of ``dims`` (name ->
+    kinds of :data:`PRODUCTION_SIZES`) and each size of those kinds that the cell's bound on it holds and no
+    corner has yet, a template of ``corners`` (taken in turn, so dtypes, layouts and value modes vary) with
+    ``name`` set to that size, passed to ``fit`` (the strategy's: the recipe made consistent with the size,
+    or None where the device's budget cannot take it, and the next template is tried; a size no template
+    fits is left out: on the CPU it narrows onto the widest corner the budget allows, there already)."""
+    extra = []
+    for name, kinds in dims.items():
+        bound = cell.bounds.get(name)
+        present = {recipe.get(name) for recipe in corners}
+        held = [size for kind in kinds for size in PRODUCTION_SIZES[kind]
+                if bound is not None and size in bound and size not in present]
+        for i, size in enumerate(dict.fromkeys(held)):
+            # the first template, from the i-th on, whose other sizes let this one fit the budget
+            tried = (fit({**corners[(i + j) % len(corners)], name: size, "seed": cell.seed("production", name, size)})
+                     for j in range(len(corners)))
+            recipe = next((found for found in tried if found is not None), None)
+            if recipe is not None:
+                extra.append(recipe)
+    return extra
+
+
+def product_cap(cell, dims: tuple[str, str], budget: int) -> str | None:
+    """A CPU budget on the product of two of ``cell``'s spans in words (``"R·V <= 2^18"``), or None where the
+    cell's largest product fits it: what a CPU run judges of the cell, for its verdict line."""
+    first, second = (cell.bounds[name] for name in dims)
+    if first.hi * second.hi <= budget:
+        return None
+    written = f"2^{budget.bit_length() - 1}" if budget & (budget - 1) == 0 else str(budget)
+    return f"{dims[0]}·{dims[1]} <= {written}"
 
 
 def seeds() -> st.SearchStrategy[int]:

@@ -38,6 +38,8 @@ def _refused(*words: str) -> str:
     (("--cell-timeout", "inf"), "--cell-timeout: inf"),
     (("--cell-timeout", "-1"), "--cell-timeout: -1"),
     (("--op", "greedy_argmax", "--max-examples", "0"), "a certifying run draws at least"),
+    (("--op", "greedy_argmax", "--max-examples", str(10 ** 30)), "--max-examples: 1e+30 is above 100000"),
+    (("--op", "greedy_argmax", "--max-examples", "100001"), "is above 100000 draws per cell"),
     (("--op", "greedy_argmax", "--report", "/no/such/folder/report.json"), "folder /no/such/folder does not exist"),
     (("--op", "greedy_argmax", "--junit", "."), "--junit: . is a folder"),
     (("--workers", "0"), "--workers 0: expected a positive number"),

@@ -149,8 +149,9 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
              backend: str | None = None) -> str:
     """What a run prints for one cell (``op[backend]/cell`` for a catalog kernel): the verdict, and for a
     failure where, why and how to reproduce it."""
+    from ops.certificates import CERTIFIED
     from ops.quarantine import QUARANTINED, citation
-    from oracles.battery import recipe_json
+    from oracles.battery import PASSED, recipe_json
 
     where = f"{result.op}[{backend}]" if backend else result.op
 
@@ -166,7 +167,9 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
                    f"vs float64 truth")
     else:  # bitwise: the only number is how often the stock op itself breaks the contract
         numbers = f"bitwise; stock op disagreed with the contract on {result.stock_disagreements} examples"
-    line = f"{where}/{result.cell_id}: {result.status.upper()} after {result.examples} examples ({numbers})"
+    judged = judged_region(result, device, entry) if result.status in (CERTIFIED, PASSED) else None
+    status = result.status.upper() + (f" on {judged[0]} only: {judged[1]}; not judged above" if judged else "")
+    line = f"{where}/{result.cell_id}: {status} after {result.examples} examples ({numbers})"
     if result.refused_examples:
         line += f", {result.refused_examples} more refused clearly (beyond the implementation's own limits)"
     if seconds is not None:
@@ -194,6 +197,23 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
         lines.append(f"  {sanitizer['tool']}:")
         lines += [f"    | {text}" for text in sanitizer["report"][:8]]
     return "\n".join(lines)
+
+
+def judged_region(result, device: str, entry) -> tuple[str, str] | None:
+    """The part of its cell a passing run judged and why, in words, when it is not the whole cell: the
+    strategy's CPU budget (``cpu_cap``: "R·V <= 2^18", the CPU interpreter cap) and any dimension the
+    examples did not span; None when they judged all of it."""
+    regions, whys = [], []
+    cap = getattr(entry.strategy_module, "cpu_cap", None) if entry is not None and device == "cpu" else None
+    words = cap(entry.cell(result.cell_id)) if cap is not None else None
+    if words:
+        regions.append(words)
+        whys.append("CPU interpreter cap")
+    narrowed = result.annotations.get("narrowed_by")
+    if narrowed:
+        regions.append(_region(result.exercised, result.annotations["declared"]))
+        whys.append(narrowed)
+    return (" and ".join(regions), "; ".join(dict.fromkeys(whys))) if regions else None
 
 
 def _region(exercised: dict, declared: dict) -> str:

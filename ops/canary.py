@@ -1,0 +1,290 @@
+"""The runtime canary: certified dispatch re-checks a sampled fraction of the calls it routes to a kernel,
+in the serving process itself, against the op's reference (bitwise ops) or its band around the float64
+truth and the stock op (band ops) — ``oracles.parity.check_parity``, the parity oracle of certification.
+A judge can be recognised (its process, its command line, its shared-memory inputs, its few hundred
+calls); a real call cannot be told apart from a checked one, so a kernel right only when judged is caught
+where it misbehaves.
+
+``KPARITY_CANARY`` sets the fraction: ``1/1000`` (the default), ``0`` (off), or per op before a default,
+``greedy_argmax=1/10,1/1000``.  Each routed call is sampled from ``os.urandom``: not every Nth call, nor a
+generator whose state the kernel could read in the same process and predict.
+
+What a sampled call costs, and where:
+
+- before the kernel, the inputs are cloned (strides, offsets and padding kept): the pre-call state an
+  in-place kernel would otherwise destroy; after it, its outputs and in-place arguments are cloned (the
+  caller may overwrite them at once).  On CUDA these are stream-ordered device copies, queued, not waited on.
+- CPU: the check runs right after the call, in the calling thread (there is no device to overlap with).
+- CUDA: an event is recorded after the copies and the check goes to a worker thread, which runs the
+  reference and the comparison on a side stream of its own after that event, so the serving stream is
+  never synchronised by the canary; at most :data:`MAX_PENDING` checks wait (more are counted as skipped,
+  never queued without bound).  The worker's Python work still shares the GIL with the serving thread:
+  ``tools/canary-cost`` measures what that costs a decode step.
+
+A mismatch is counted (:data:`COUNTS`), recorded (:data:`MISMATCHES`), logged on the ``kparity.canary``
+logger with the op, kernel, cell, shapes and a reproduction — the inputs saved with ``torch.save`` under
+``KPARITY_CANARY_DIR`` (default: the temporary folder's ``kparity-canary``) and the command
+``python -m ops.canary FILE`` that re-runs the kernel and the check on them.  Under
+``KPARITY_REQUIRE_CERTIFIED=1`` a mismatch raises :class:`CanaryMismatch`: from the call itself on the CPU,
+from the next routed call (or :func:`drain`) on CUDA.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import fractions
+import functools
+import importlib
+import logging
+import os
+import pathlib
+import queue
+import sys
+import tempfile
+import threading
+import uuid
+from typing import Any
+
+import torch
+
+from oracles.failures import OracleFailure
+from oracles.parity import check_parity
+from oracles.determinism import run_on_copy
+from oracles.tensors import as_outputs, clone_inputs
+
+CANARY_ENV = "KPARITY_CANARY"
+REQUIRE_CERTIFIED_ENV = "KPARITY_REQUIRE_CERTIFIED"  # the catalog's too: fallbacks and mismatches alike
+CANARY_DIR_ENV = "KPARITY_CANARY_DIR"
+DEFAULT_RATE = "1/1000"
+MAX_PENDING = 4  # deferred checks waiting on CUDA: each holds clones of one call's tensors
+
+LOG = logging.getLogger("kparity.canary")
+COUNTS: collections.Counter = collections.Counter()
+"""(op name, ``checked`` | ``mismatch`` | ``skipped: checks pending`` | ``check failed``) -> calls."""
+MISMATCHES: list[dict] = []
+"""Every mismatch of this process: op, backend, cell, shapes, finding, reproduction file and command."""
+
+
+class CanaryMismatch(RuntimeError):
+    """A sampled call's kernel output broke its op's parity class (``KPARITY_REQUIRE_CERTIFIED=1``)."""
+
+
+_PENDING: list[CanaryMismatch] = []  # found by the worker, raised by the serving thread's next routed call
+_LOCK = threading.Lock()
+
+
+def _fraction(text: str, where: str) -> fractions.Fraction:
+    numerator, slash, denominator = text.strip().partition("/")
+    try:
+        value = fractions.Fraction(int(numerator), int(denominator) if slash else 1)
+    except (ValueError, ZeroDivisionError):
+        value = None
+    if value is None or not 0 <= value <= 1:
+        raise ValueError(f"{CANARY_ENV}={where!r}: {text.strip()!r} is not a fraction of calls in 0..1 "
+                         f"(write 1/1000, 0, or op=1/10,1/1000)")
+    return value
+
+
+@functools.lru_cache(maxsize=8)
+def parse_rates(text: str) -> tuple[fractions.Fraction, dict[str, fractions.Fraction]]:
+    """``KPARITY_CANARY``'s text as (the default fraction, {op: fraction}); ValueError naming it when malformed."""
+    default, per_op = fractions.Fraction(1, 1000), {}
+    for part in filter(str.strip, text.split(",")):
+        name, equals, value = part.partition("=")
+        if equals:
+            if not name.strip():
+                raise ValueError(f"{CANARY_ENV}={text!r}: {part!r} names no op")
+            per_op[name.strip()] = _fraction(value, text)
+        else:
+            default = _fraction(part, text)
+    return default, per_op
+
+
+def rate(op_name: str) -> fractions.Fraction:
+    default, per_op = parse_rates(os.environ.get(CANARY_ENV, DEFAULT_RATE))
+    return per_op.get(op_name, default)
+
+
+def sampled(fraction: fractions.Fraction) -> bool:
+    """One unpredictable draw: True with probability ``fraction``."""
+    if fraction == 0 or fraction == 1:
+        return fraction == 1
+    return int.from_bytes(os.urandom(8), "little") * fraction.denominator < fraction.numerator << 64
+
+
+@dataclasses.dataclass
+class Check:
+    """One sampled call: the kernel's entry, the input's cell, the inputs as they were before the call, and
+    (once it returned) its outputs followed by its in-place arguments, all cloned."""
+
+    entry: Any
+    cell_id: str
+    inputs: dict
+    in_place: tuple[str, ...]
+    actual: tuple = ()
+    event: Any = None
+
+
+def before(entry, bound: dict, cell_id: str) -> Check | None:
+    """A Check of this call when it is sampled (its inputs cloned now, before the kernel runs), else None."""
+    if not sampled(rate(entry.name)):
+        return None
+    in_place = tuple(name for name in entry.in_place if bound.get(name) is not None)
+    return Check(entry, cell_id, clone_inputs(bound), in_place)
+
+
+def after(check: Check, result, bound: dict) -> None:
+    """The call returned ``result``: judge it now (CPU) or queue it for the worker (CUDA)."""
+    actual = as_outputs(result) + tuple(bound[name] for name in check.in_place)
+    check.actual = tuple(value.clone() if isinstance(value, torch.Tensor) else value for value in actual)
+    device = _device(check.inputs)
+    if device.type != "cuda":
+        judge(check)
+        raise_pending()
+        return
+    worker = _worker(device)
+    check.event = torch.cuda.Event()
+    check.event.record()
+    for value in (*check.inputs.values(), *check.actual):
+        if isinstance(value, torch.Tensor):
+            value.record_stream(worker.stream)  # the clones are freed by the worker, after its stream used them
+    try:
+        worker.checks.put_nowait(check)
+    except queue.Full:
+        _count(check.entry.name, "skipped: checks pending")
+
+
+def _count(op_name: str, what: str) -> None:
+    with _LOCK:  # the worker thread counts too
+        COUNTS[op_name, what] += 1
+
+
+def judge(check: Check) -> None:
+    """Run the parity oracle on one sampled call; count it, and record a mismatch."""
+    entry = check.entry
+    _count(entry.name, "checked")
+    try:
+        stock = None
+        if entry.parity.value == "band":
+            try:
+                stock = run_on_copy(entry.stock, check.inputs, check.in_place)
+            except Exception:  # noqa: BLE001 - the stock op's own limits: the band falls back to the reference
+                stock = None
+        check_parity(entry, check.inputs, check.actual, check.in_place, stock)
+    except OracleFailure as failure:
+        _mismatch(check, failure.message)
+    except Exception as error:  # noqa: BLE001 - the check itself broke: say so, never take the call down
+        _count(entry.name, "check failed")
+        LOG.error("canary: %s [%s] cell %s: the check raised %s: %s", entry.name, entry.backend, check.cell_id,
+                  type(error).__name__, error)
+
+
+def _mismatch(check: Check, finding: str) -> None:
+    entry = check.entry
+    _count(entry.name, "mismatch")
+    shapes = {name: f"{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+              for name, value in check.inputs.items() if isinstance(value, torch.Tensor)}
+    saved, command = _save(check, finding)
+    record = {"op": entry.name, "backend": entry.backend, "cell": check.cell_id, "shapes": shapes,
+              "finding": finding, "reproduction": saved, "command": command}
+    MISMATCHES.append(record)
+    LOG.error("canary: %s [%s] cell %s, %s: %s; reproduce: %s", entry.name, entry.backend, check.cell_id,
+              ", ".join(f"{name} {shape}" for name, shape in shapes.items()), finding, command)
+    if os.environ.get(REQUIRE_CERTIFIED_ENV) == "1":
+        with _LOCK:
+            _PENDING.append(CanaryMismatch(
+                f"{entry.name} [{entry.backend}] cell {check.cell_id}: a sampled call broke its parity class "
+                f"({finding}); reproduce: {command}; {REQUIRE_CERTIFIED_ENV}=1 forbids serving it"))
+
+
+def _save(check: Check, finding: str) -> tuple[str | None, str]:
+    folder = pathlib.Path(os.environ.get(CANARY_DIR_ENV) or pathlib.Path(tempfile.gettempdir()) / "kparity-canary")
+    path = folder / f"{check.entry.name}-{check.cell_id}-{uuid.uuid4().hex[:12]}.pt"
+    inputs = {name: value.cpu() if isinstance(value, torch.Tensor) else value for name, value in check.inputs.items()}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save({"op": check.entry.name, "backend": check.entry.backend, "module": check.entry.kernel.__module__,
+                    "cell": check.cell_id,
+                    "device": str(_device(check.inputs)), "finding": finding, "inputs": inputs}, path)
+    except (OSError, RuntimeError) as error:
+        LOG.error("canary: could not save the reproduction to %s: %s", path, error)
+        return None, f"(inputs not saved: {error})"
+    return str(path), f"PYTHONPATH={pathlib.Path(__file__).resolve().parent.parent} {sys.executable} -m ops.canary {path}"
+
+
+def raise_pending() -> None:
+    """Raise the first mismatch found since the last call (``KPARITY_REQUIRE_CERTIFIED=1`` only fills it)."""
+    if _PENDING:
+        with _LOCK:
+            found = _PENDING[:]
+            _PENDING.clear()
+        if found:
+            raise found[0]
+
+
+def drain() -> None:
+    """Wait for every queued check (CUDA), then raise a pending mismatch."""
+    for worker in list(_WORKERS.values()):
+        worker.checks.join()
+    raise_pending()
+
+
+def _device(inputs: dict) -> torch.device:
+    return next((value.device for value in inputs.values() if isinstance(value, torch.Tensor)), torch.device("cpu"))
+
+
+class _Worker(threading.Thread):
+    """Runs one device's deferred checks on a side stream, after the event of the call they check."""
+
+    def __init__(self, device: torch.device):
+        super().__init__(name=f"kparity-canary-{device}", daemon=True)
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+        self.checks: queue.Queue = queue.Queue(maxsize=MAX_PENDING)
+
+    def run(self) -> None:
+        while True:
+            check = self.checks.get()
+            try:
+                with torch.cuda.device(self.device), torch.cuda.stream(self.stream):
+                    self.stream.wait_event(check.event)
+                    judge(check)
+            finally:
+                self.checks.task_done()
+
+
+_WORKERS: dict[torch.device, _Worker] = {}
+
+
+def _worker(device: torch.device) -> _Worker:
+    with _LOCK:
+        if device not in _WORKERS:
+            _WORKERS[device] = _Worker(device)
+            _WORKERS[device].start()
+        return _WORKERS[device]
+
+
+def replay(path: str | os.PathLike) -> str | None:
+    """Re-run a saved mismatch: the kernel of its op and backend on its inputs, judged as the canary did.
+    Returns the finding, or None when the kernel agrees this time."""
+    saved = torch.load(path, weights_only=False)
+    entry = importlib.import_module(saved["module"]).ENTRY
+    device = torch.device(saved["device"])
+    inputs = {name: value.to(device) if isinstance(value, torch.Tensor) else value
+              for name, value in saved["inputs"].items()}
+    check = Check(entry, saved["cell"], clone_inputs(inputs),
+                  tuple(name for name in entry.in_place if inputs.get(name) is not None))
+    result = entry.kernel(**inputs)
+    check.actual = as_outputs(result) + tuple(inputs[name] for name in check.in_place)
+    before_count = len(MISMATCHES)
+    judge(check)
+    return MISMATCHES[-1]["finding"] if len(MISMATCHES) > before_count else None
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python -m ops.canary FILE (a reproduction the canary saved)", file=sys.stderr)
+        sys.exit(2)
+    found = replay(sys.argv[1])
+    print(f"reproduced: {found}" if found else "the kernel agrees with its parity class on these inputs this time")
+    sys.exit(1 if found else 0)

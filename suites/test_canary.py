@@ -1,0 +1,174 @@
+"""The runtime canary (issue 25.3): certified dispatch re-checks a sampled fraction of the calls it routes,
+against the op's parity class, and catches a kernel that is right only when judged."""
+from __future__ import annotations
+
+import dataclasses
+import fractions
+import logging
+
+import pytest
+import torch
+
+from ops import canary, catalog, certificates
+from ops.catalog import Arch, op
+from suites.certification import write_routable
+
+pytestmark = pytest.mark.cpu
+CELL = "decode_small_batch"
+
+
+def _right_when_judged(logits):
+    """Right when its inputs live in shared memory, as the implementation host passes them to the judge's
+    examples; on a serving process's private tensors, the last index of each row instead of the argmax."""
+    if logits.is_shared():
+        return torch.argmax(logits, dim=-1)
+    return torch.full((logits.shape[0],), logits.shape[1] - 1, dtype=torch.int64)
+
+
+def _argmax(logits):
+    return torch.argmax(logits, dim=-1)
+
+
+ENTRY = dataclasses.replace(op("greedy_argmax"), name="judged_argmax", kernel=_right_when_judged)
+"""A catalog entry of the hostile kernel (``ops.canary.replay`` finds a kernel module's ``ENTRY``)."""
+HONEST = dataclasses.replace(op("greedy_argmax"), name="honest_argmax", kernel=_argmax)
+
+
+def certify_both(tmp_path, monkeypatch, arch) -> None:
+    """Both entries in the catalog and certified on decode_small_batch for ``arch`` (temporary
+    certificates); reproductions go to tmp_path; the canary's counts start empty."""
+    monkeypatch.setattr(catalog, "_REGISTRY", {**catalog._registry(), **catalog.group_kernels([ENTRY, HONEST])})
+    monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}.cert.json")
+    monkeypatch.setenv(canary.CANARY_DIR_ENV, str(tmp_path / "canary"))
+    monkeypatch.delenv(canary.REQUIRE_CERTIFIED_ENV, raising=False)
+    certificates.forget_cached()
+    for entry in (ENTRY, HONEST):
+        write_routable(entry, arch, {CELL: {}})
+    canary.COUNTS.clear()
+    canary.MISMATCHES.clear()
+
+
+@pytest.fixture
+def certified(tmp_path, monkeypatch):
+    certify_both(tmp_path, monkeypatch, Arch.CPU_INTERP)
+    yield tmp_path
+    certificates.forget_cached()
+
+
+def _logits(rows=3, vocab=300):
+    return torch.randn(rows, vocab).to(torch.bfloat16)
+
+
+def test_the_hostile_kernel_is_right_on_the_judges_shared_memory_inputs():
+    """What makes it a hostile kernel: every example the judge gives it (shared memory) comes out right."""
+    logits = _logits().share_memory_()
+    assert torch.equal(_right_when_judged(logits), torch.argmax(logits, dim=-1))
+
+
+def test_the_canary_catches_a_kernel_right_only_when_judged(certified, monkeypatch, caplog):
+    monkeypatch.setenv(canary.CANARY_ENV, "judged_argmax=1/1,0")
+    logits = _logits()
+    with caplog.at_level(logging.ERROR, logger="kparity.canary"):
+        ENTRY(logits)  # routed to the kernel (certified), and checked
+    assert canary.COUNTS == {("judged_argmax", "checked"): 1, ("judged_argmax", "mismatch"): 1}
+    (found,) = canary.MISMATCHES
+    assert (found["op"], found["backend"], found["cell"]) == ("judged_argmax", "triton", CELL)
+    assert found["shapes"] == {"logits": "[3, 300] bfloat16"} and "differ" in found["finding"]
+    assert "python -m ops.canary" in found["command"] and found["reproduction"] in found["command"]
+    assert "judged_argmax" in caplog.text and "reproduce:" in caplog.text
+    # the saved inputs reproduce it
+    assert "differ" in canary.replay(found["reproduction"])
+
+
+def test_under_require_certified_a_mismatch_raises(certified, monkeypatch):
+    monkeypatch.setenv(canary.CANARY_ENV, "1/1")
+    monkeypatch.setenv(canary.REQUIRE_CERTIFIED_ENV, "1")
+    with pytest.raises(canary.CanaryMismatch, match="judged_argmax .triton. cell decode_small_batch"):
+        ENTRY(_logits())
+    assert torch.equal(HONEST(logits := _logits()), torch.argmax(logits, dim=-1))  # nothing left pending
+
+
+def test_an_honest_kernel_is_checked_and_passes(certified, monkeypatch):
+    """The negative control: the same check on a right kernel finds nothing."""
+    monkeypatch.setenv(canary.CANARY_ENV, "1/1")
+    monkeypatch.setenv(canary.REQUIRE_CERTIFIED_ENV, "1")
+    for rows in (1, 16):
+        HONEST(_logits(rows))
+    assert canary.COUNTS == {("honest_argmax", "checked"): 2} and canary.MISMATCHES == []
+
+
+def test_with_the_canary_off_the_hostile_kernel_is_served_unnoticed(certified, monkeypatch):
+    """Why the canary exists: certification alone would serve this kernel's wrong answers."""
+    monkeypatch.setenv(canary.CANARY_ENV, "0")
+    logits = _logits()
+    assert not torch.equal(ENTRY(logits), torch.argmax(logits, dim=-1))
+    assert canary.COUNTS == {}
+
+
+def test_a_stock_fallback_is_not_checked(certified, monkeypatch):
+    monkeypatch.setenv(canary.CANARY_ENV, "1/1")
+    ENTRY(_logits(rows=40))  # decode_mid_batch: not certified here, the stock op runs
+    assert canary.COUNTS == {}
+
+
+def test_sampling_is_unpredictable_not_every_nth_call(monkeypatch):
+    half = fractions.Fraction(1, 2)
+    runs = [[canary.sampled(half) for _ in range(400)] for _ in range(2)]
+    assert runs[0] != runs[1]  # equal by chance with probability 2**-400
+    assert 120 < sum(runs[0]) < 280
+    tenth = fractions.Fraction(1, 10)
+    hits = [i for i in range(3000) if canary.sampled(tenth)]
+    gaps = {b - a for a, b in zip(hits, hits[1:])}
+    assert len(gaps) > 3 and 180 < len(hits) < 420
+    assert canary.sampled(fractions.Fraction(1)) and not canary.sampled(fractions.Fraction(0))
+
+
+@pytest.mark.parametrize("text, default, per_op", [
+    ("1/1000", fractions.Fraction(1, 1000), {}),
+    ("0", fractions.Fraction(0), {}),
+    ("greedy_argmax=1/10,1/1000", fractions.Fraction(1, 1000), {"greedy_argmax": fractions.Fraction(1, 10)}),
+    ("paged_decode=0", fractions.Fraction(1, 1000), {"paged_decode": fractions.Fraction(0)}),
+])
+def test_the_rate_is_set_per_op(text, default, per_op):
+    assert canary.parse_rates(text) == (default, per_op)
+
+
+@pytest.mark.parametrize("text", ["1/0", "2", "-1/10", "one in ten", "=1/10", "1/10/2", "nan"])
+def test_a_malformed_rate_is_an_error_naming_the_variable(text):
+    with pytest.raises(ValueError, match="KPARITY_CANARY"):
+        canary.parse_rates(text)
+
+
+# -- a band op: judged within its band around the float64 truth ----------------------------------------
+NORM = catalog.kernels("rms_norm_gated")[-1]  # the Triton kernel's entry: the one the CPU runs
+
+
+def _norm_reference(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
+    return NORM.reference(x, z, weight, eps, group_size, norm_before_gate, amax)
+
+
+def _norm_off_by_a_percent(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
+    """About 2 bf16 ULP high on every element: outside a band of a few ULP."""
+    return (NORM.reference(x, z, weight, eps, group_size, norm_before_gate, amax).float() * 1.01).to(torch.bfloat16)
+
+
+BAND_RIGHT = dataclasses.replace(NORM, name="banded_norm", kernel=_norm_reference)
+BAND_WRONG = dataclasses.replace(NORM, name="off_norm", kernel=_norm_off_by_a_percent)
+
+
+@pytest.mark.parametrize("entry, mismatches", [(BAND_RIGHT, 0), (BAND_WRONG, 1)], ids=["within", "outside"])
+def test_a_band_op_is_checked_against_its_band(tmp_path, monkeypatch, entry, mismatches):
+    monkeypatch.setattr(catalog, "_REGISTRY", {**catalog._registry(), **catalog.group_kernels([entry])})
+    monkeypatch.setattr(certificates, "certificate_path", lambda e: tmp_path / f"{e.name}.cert.json")
+    monkeypatch.setenv(canary.CANARY_DIR_ENV, str(tmp_path / "canary"))
+    monkeypatch.setenv(canary.CANARY_ENV, "1/1")
+    certificates.forget_cached()
+    write_routable(entry, Arch.CPU_INTERP, {"plain_rms_norm": {}})
+    canary.COUNTS.clear()
+    canary.MISMATCHES.clear()
+    x = torch.randn(2, 256).to(torch.bfloat16)
+    entry(x=x, z=None, weight=torch.ones(256, dtype=torch.bfloat16), eps=1e-6, group_size=256)
+    certificates.forget_cached()
+    assert canary.COUNTS[entry.name, "checked"] == 1 and canary.COUNTS[entry.name, "mismatch"] == mismatches
+    if mismatches:
+        assert "exceeds the band" in canary.MISMATCHES[0]["finding"], canary.MISMATCHES

@@ -1,0 +1,73 @@
+"""Production shapes are corners (CONTRACTS.md; issue 25.4): a kernel wrong only at real model sizes is
+rejected, because each real size a cell's bounds hold is one of the cell's fixed corners."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from ops.catalog import op
+from references.strategies.shapes import PRODUCTION_SIZES
+from suites.certification import assert_rejected, certify_cell, judged
+
+pytestmark = pytest.mark.cpu
+ENTRY = op("greedy_argmax")
+REAL_VOCABULARIES = {32000, 50257, 128256, 151936, 152064}
+
+
+def wrong_at_real_vocabularies(logits):
+    """Right everywhere but at five real vocabularies, where every row answers its last index."""
+    ENTRY.validate(logits)
+    if logits.shape[1] in REAL_VOCABULARIES:
+        return torch.full((logits.shape[0],), logits.shape[1] - 1, dtype=torch.int64)
+    return torch.argmax(logits, dim=-1)
+
+
+def _vocabularies(cell_id: str, device: str) -> set[int]:
+    return {recipe["V"] for recipe in ENTRY.strategy_module.corners(ENTRY.cell(cell_id), torch.device(device))}
+
+
+def test_a_kernel_wrong_only_at_real_vocabularies_is_rejected_on_the_cpu():
+    impl = judged(ENTRY, sys.modules[__name__], "wrong_at_real_vocabularies")
+    result = certify_cell(ENTRY, ENTRY.cell("decode_small_batch"), impl, max_examples=1)
+    assert_rejected(result, "parity", impl.label)
+
+
+@pytest.mark.parametrize("cell_id", [cell.id for cell in ENTRY.cells])
+def test_every_real_vocabulary_is_a_corner_of_every_cell_on_a_gpu(cell_id):
+    assert set(PRODUCTION_SIZES["vocabulary"]) <= _vocabularies(cell_id, "cuda")
+
+
+def test_what_the_cpu_budget_reaches():
+    """R·V <= 2^18 on the CPU: at R = 1 every real vocabulary is a corner (and at R = 0); from R = 17 up the
+    budget (V <= 15420) holds none of them, and those corners run on the GPU only."""
+    assert set(PRODUCTION_SIZES["vocabulary"]) <= _vocabularies("decode_small_batch", "cpu")
+    assert set(PRODUCTION_SIZES["vocabulary"]) <= _vocabularies("empty_batch", "cpu")
+    for cell_id in ("decode_mid_batch", "decode_large_batch"):
+        assert not set(PRODUCTION_SIZES["vocabulary"]) & _vocabularies(cell_id, "cpu")
+
+
+# Which dimension of which op is a production size of which kind (CONTRACTS.md's list).  Not yet here:
+# rollback_save/restore (S page sizes 32 and 128, T positions 3 and 7) and the gdn ops' token counts.
+PRODUCTION_DIMS = {
+    "greedy_argmax": {"V": ("vocabulary",)},
+    "strict_accept": {"K": ("speculative_depth",)},
+    "rms_norm_gated": {"H": ("hidden",)},
+    "nvfp4_quantize": {"K": ("hidden",)},
+    "fp8_gemv": {"K": ("hidden",), "N": ("hidden", "vocabulary")},
+    "nvfp4_gemv": {"K": ("hidden",), "N": ("hidden", "vocabulary")},
+    "paged_decode": {"S": ("page_size",), "group": ("gqa_group",), "D": ("head_dim",)},
+    "paged_decode_nvfp4kv": {"S": ("page_size",), "group": ("gqa_group",), "D": ("head_dim",)},
+}
+
+
+@pytest.mark.parametrize("op_name", list(PRODUCTION_DIMS))
+def test_every_production_size_a_cell_holds_is_one_of_its_corners_on_a_gpu(op_name):
+    entry = op(op_name)
+    for cell in entry.cells:
+        corners = entry.strategy_module.corners(cell, torch.device("cuda"))
+        for name, kinds in PRODUCTION_DIMS[op_name].items():
+            held = {size for kind in kinds for size in PRODUCTION_SIZES[kind] if size in cell.bounds[name]}
+            reached = {recipe[name] for recipe in corners}
+            assert held <= reached, f"{cell.id}: {name} {sorted(held - reached)} is no corner"
