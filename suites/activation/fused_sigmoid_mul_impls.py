@@ -81,3 +81,27 @@ def missing_refusal(x, gate, amax=None):
     if amax is not None:
         raise_amax(amax, y)
     return y
+
+
+# -- the op's own mistakes ------------------------------------------------------------------------
+def inputs_swapped(x, gate, amax=None):
+    """Wrong: ``sigmoid(x) * gate`` (the two bf16 [T, H] arguments look alike at the call site)."""
+    return contract.fused_sigmoid_mul(gate, x, amax)
+
+
+def silu_gate(x, gate, amax=None):
+    """Wrong: ``silu(gate) * x``, the gate of the GDN layers' gated norm, not of gated attention."""
+    contract.validate(x, gate, amax)
+    y = (elementwise.WRITTEN_OUT.silu(gate.float()) * x.float()).to(torch.bfloat16)
+    if amax is not None:
+        raise_amax(amax, y)
+    return y
+
+
+def bf16_arithmetic(x, gate, amax=None):
+    """Wrong: sigmoid and product in bf16, each rounded (a kernel that never upcasts)."""
+    contract.validate(x, gate, amax)
+    y = contract.formula(x, gate, elementwise.WRITTEN_OUT)
+    if amax is not None:
+        raise_amax(amax, y)
+    return y

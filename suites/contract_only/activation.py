@@ -25,4 +25,16 @@ def fused_sigmoid_mul(x, gate, amax=None):
     return y
 
 
-CONTRACT_ONLY = {"fused_sigmoid_mul": {"contract": {"fused_sigmoid_mul": fused_sigmoid_mul}}}
+def fused_sigmoid_mul_exp2(x, gate, amax=None):
+    """The alternative: sigmoid through exp2 (``1 / (1 + 2**(-g * log2(e)))``, as ``ex2``-based GPU kernels
+    compute it): other fp32 bits than exp's, inside the band."""
+    _validate(x, gate, amax)
+    g = gate.float()
+    y = (x.float() / (1 + torch.exp2(g * -1.4426950408889634))).to(torch.bfloat16)
+    if amax is not None and y.numel():
+        amax.copy_(torch.maximum(amax, y.float().abs().amax().reshape(1)))
+    return y
+
+
+CONTRACT_ONLY = {"fused_sigmoid_mul": {"contract": {"fused_sigmoid_mul": fused_sigmoid_mul},
+                                       "exp2": {"fused_sigmoid_mul": fused_sigmoid_mul_exp2}}}
