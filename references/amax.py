@@ -30,6 +30,13 @@ def raise_amax(amax: torch.Tensor, y: torch.Tensor) -> None:
         amax.copy_(torch.maximum(amax, y.abs().amax().float().reshape(1)))
 
 
+def raised(amax: torch.Tensor | None, y: torch.Tensor) -> torch.Tensor:
+    """``y``, after :func:`raise_amax` when ``amax`` is given: an op's last line (``return raised(amax, y)``)."""
+    if amax is not None:
+        raise_amax(amax, y)
+    return y
+
+
 def amax_property(op_name: str, output: int | None = None) -> Callable:
     """The stateful property of an op with an in-place ``amax``: after the call,
     ``amax[0] == max(old amax[0], max |y|)`` exactly, ``y`` being the bf16 values the same call returned

@@ -328,14 +328,14 @@ def formula($inputs, fn):
 def $name($params) -> torch.Tensor:
     validate($args)
     $out = formula($inputs_float, elementwise.WRITTEN_OUT).to($out_torch)
-$raise_amax    return $out
+    return $returned
 
 
 $truth_def
 def stock($params) -> torch.Tensor:
     """What a serving engine runs without a fused kernel: PyTorch's own functions in fp32, one kernel each."""
     $out = formula($inputs_float, elementwise.TORCH).to($out_torch)
-$raise_amax    return $out
+    return $returned
 $amax_property
 
 # -- refused inputs ------------------------------------------------------------------------------
@@ -385,14 +385,14 @@ def reference_py(op: Op) -> str:
                 "stateful property ``amax_is_max_of_returned_values`` does, exactly.") if op.amax else ""
     return REFERENCE.substitute(
         v, amax_doc=amax_doc,
-        amax_import="from references.amax import amax_property, amax_refusals, raise_amax, validate_amax\n" if op.amax else "",
+        amax_import="from references.amax import amax_property, amax_refusals, raised, validate_amax\n" if op.amax else "",
         todo_def="" if op.formula else (f"\n\ndef _todo(*operands):\n    raise NotImplementedError(\"{TODO}: "
                                         f"write the contract's arithmetic in formula()\")\n"),
         validate_body="\n".join(validate), validate_amax="    validate_amax(amax)\n" if op.amax else "",
         devices=", ".join(f'"{n}": {n}' for n in op.inputs + (["amax"] if op.amax else [])),
         inputs=", ".join(op.inputs), formula_fn=op.formula_in("fn", "") if op.formula else "_todo(" + ", ".join(op.inputs) + ")",
         inputs_float=", ".join(n + ".float()" for n in op.inputs),
-        raise_amax=f"    if amax is not None:\n        raise_amax(amax, {op.out})\n" if op.amax else "",
+        returned=f"raised(amax, {op.out})" if op.amax else op.out,
         truth_def=truth,
         amax_property=(f"\n\namax_is_max_of_returned_values = amax_property(\"{op.name}\")\n" if op.amax else ""),
         call_kwargs=",\n              ".join(call), refusal_rows="\n".join(rows))
@@ -503,7 +503,7 @@ def strategy_py(op: Op) -> str:
                                  for k, n in enumerate(op.inputs)),
         amax_draw=' "amax": draw(st.sampled_from(AMAX_MODES)),' if op.amax else "",
         amax_corner=' "amax": AMAX_MODES[i % len(AMAX_MODES)],' if op.amax else "",
-        input_dtypes="(" + ", ".join(f'("{n}", {op.dtype(n)})' for n in op.inputs) + ",)",
+        input_dtypes="(" + ", ".join(f'("{n}", {op.dtype(n)})' for n in op.inputs) + ("," if len(op.inputs) == 1 else "") + ")",
         amax_build=', "amax": amax_of_mode(recipe["amax"], device)' if op.amax else "")
 
 
@@ -530,6 +530,7 @@ import triton
 import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
+from ops.triton_backend import interpreting
 from ops.triton_elementwise import $kernel_imports
 from references.$family import $name as contract
 
@@ -543,10 +544,13 @@ class LaunchPlan:
 
 
 def launch_plan(rows: int, cols: int) -> LaunchPlan:
-    # 4096 elements a program at 8 warps: 16 a thread, two 16-byte loads of each bf16 input in flight; a
-    # narrow row shares its program with the next rows rather than leaving lanes idle
-    block_cols = min(triton.next_power_of_2(cols), 1024)
-    block_rows = min(4096 // block_cols, triton.next_power_of_2(max(rows, 1)))
+    # GPU: 4096 elements a program at 8 warps: 16 a thread, two 16-byte loads of each bf16 input in flight;
+    # a narrow row shares its program with the next rows rather than leaving lanes idle.  The interpreter
+    # costs about 60 ms a program whatever its size: there, programs of 4096 columns, so that the CPU
+    # strategy's inputs (2**14 elements at most) take 1 to 4 of them, amax folded across programs.
+    tile, widest = (4096, 4096) if interpreting() else (4096, 1024)
+    block_cols = min(triton.next_power_of_2(cols), widest)
+    block_rows = min(tile // block_cols, triton.next_power_of_2(max(rows, 1)))
     return LaunchPlan(block_rows, block_cols, num_warps=max(1, min(8, block_rows * block_cols // 512)))
 
 
@@ -705,7 +709,7 @@ def correct_in_float64($params):
     """Right: the contract's arithmetic in float64, rounded once (within half an ULP of the truth)."""
     contract.validate($args)
     $out = contract.formula($inputs_double, elementwise.WRITTEN_OUT).to($out_torch)
-$raise_amax    return $out
+    return $returned
 $amax_wrongs
 
 def strided_rows_read_as_contiguous($params):
@@ -719,7 +723,7 @@ def non_finite_as_zero($params):
     """Wrong: NaN and infinities of the result written as 0 (a kernel that masks them "for safety")."""
     contract.validate($args)
     $out = torch.nan_to_num(_fp32($inputs), nan=0.0, posinf=0.0, neginf=0.0).to($out_torch)
-$raise_amax    return $out
+    return $returned
 
 
 def writes_${first}_in_place($params):
@@ -742,7 +746,7 @@ def batch_of_one_returns_$first($params):
 def missing_refusal($params):
     """Wrong: no validation; a mismatched input fails inside torch, or is broadcast, instead."""
     $out = _fp32($inputs).to($out_torch)
-$raise_amax    return $out
+    return $returned
 ''')
 
 
@@ -770,10 +774,10 @@ def amax_ignores_old({op.params}):
     return {op.out}
 '''
     return IMPLS.substitute(
-        v, amax_import="from references.amax import raise_amax\n" if op.amax else "",
+        v, amax_import="from references.amax import raised\n" if op.amax else "",
         inputs=", ".join(op.inputs), inputs_float=", ".join(n + ".float()" for n in op.inputs),
         inputs_double=", ".join(n + ".double()" for n in op.inputs),
-        raise_amax=f"    if amax is not None:\n        raise_amax(amax, {op.out})\n" if op.amax else "",
+        returned=f"raised(amax, {op.out})" if op.amax else op.out,
         amax_wrongs=amax_wrongs, rest_args=", ".join(op.inputs[1:] + (["amax"] if op.amax else [])) or "")
 
 
@@ -834,7 +838,7 @@ $checks
 def $name($params):
     _validate($args)
     $out = ($formula_torch).to($out_torch)
-$raise_amax    return $out
+    return $returned
 
 
 CONTRACT_ONLY = {"$name": {"contract": {"$name": $name}}}

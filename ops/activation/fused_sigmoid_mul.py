@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, Parity, Span
+from ops.triton_backend import interpreting
 from ops.triton_elementwise import fold_amax, load_bf16, sigmoid, store_bf16
 from references.activation import fused_sigmoid_mul as contract
 
@@ -38,10 +39,13 @@ class LaunchPlan:
 
 
 def launch_plan(rows: int, cols: int) -> LaunchPlan:
-    # 4096 elements a program at 8 warps: 16 a thread, two 16-byte loads of each bf16 input in flight; a
-    # narrow row shares its program with the next rows rather than leaving lanes idle
-    block_cols = min(triton.next_power_of_2(cols), 1024)
-    block_rows = min(4096 // block_cols, triton.next_power_of_2(max(rows, 1)))
+    # GPU: 4096 elements a program at 8 warps: 16 a thread, two 16-byte loads of each bf16 input in flight;
+    # a narrow row shares its program with the next rows rather than leaving lanes idle.  The interpreter
+    # costs about 60 ms a program whatever its size: there, programs of 4096 columns, so that the CPU
+    # strategy's inputs (2**14 elements at most) take 1 to 4 of them, amax folded across programs.
+    tile, widest = (4096, 4096) if interpreting() else (4096, 1024)
+    block_cols = min(triton.next_power_of_2(cols), widest)
+    block_rows = min(tile // block_cols, triton.next_power_of_2(max(rows, 1)))
     return LaunchPlan(block_rows, block_cols, num_warps=max(1, min(8, block_rows * block_cols // 512)))
 
 

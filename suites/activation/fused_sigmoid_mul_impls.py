@@ -8,7 +8,7 @@ import torch
 
 from references import elementwise
 from references.activation import fused_sigmoid_mul as contract
-from references.amax import raise_amax
+from references.amax import raised
 
 
 def _fp32(x, gate):
@@ -19,9 +19,7 @@ def correct_in_float64(x, gate, amax=None):
     """Right: the contract's arithmetic in float64, rounded once (within half an ULP of the truth)."""
     contract.validate(x, gate, amax)
     y = contract.formula(x.double(), gate.double(), elementwise.WRITTEN_OUT).to(torch.bfloat16)
-    if amax is not None:
-        raise_amax(amax, y)
-    return y
+    return raised(amax, y)
 
 
 def amax_before_rounding(x, gate, amax=None):
@@ -53,9 +51,7 @@ def non_finite_as_zero(x, gate, amax=None):
     """Wrong: NaN and infinities of the result written as 0 (a kernel that masks them "for safety")."""
     contract.validate(x, gate, amax)
     y = torch.nan_to_num(_fp32(x, gate), nan=0.0, posinf=0.0, neginf=0.0).to(torch.bfloat16)
-    if amax is not None:
-        raise_amax(amax, y)
-    return y
+    return raised(amax, y)
 
 
 def writes_x_in_place(x, gate, amax=None):
@@ -78,9 +74,7 @@ def batch_of_one_returns_x(x, gate, amax=None):
 def missing_refusal(x, gate, amax=None):
     """Wrong: no validation; a mismatched input fails inside torch, or is broadcast, instead."""
     y = _fp32(x, gate).to(torch.bfloat16)
-    if amax is not None:
-        raise_amax(amax, y)
-    return y
+    return raised(amax, y)
 
 
 # -- the op's own mistakes ------------------------------------------------------------------------
@@ -93,15 +87,11 @@ def silu_gate(x, gate, amax=None):
     """Wrong: ``silu(gate) * x``, the gate of the GDN layers' gated norm, not of gated attention."""
     contract.validate(x, gate, amax)
     y = (elementwise.WRITTEN_OUT.silu(gate.float()) * x.float()).to(torch.bfloat16)
-    if amax is not None:
-        raise_amax(amax, y)
-    return y
+    return raised(amax, y)
 
 
 def bf16_arithmetic(x, gate, amax=None):
     """Wrong: sigmoid and product in bf16, each rounded (a kernel that never upcasts)."""
     contract.validate(x, gate, amax)
     y = contract.formula(x, gate, elementwise.WRITTEN_OUT)
-    if amax is not None:
-        raise_amax(amax, y)
-    return y
+    return raised(amax, y)
