@@ -22,6 +22,8 @@ from references.strategies.shapes import seeds, sizes
 CPU_ELEMENT_BUDGET = 2**14
 PRODUCTION = {"decode": {"H": (2048, 4096, 8192)}, "prefill": {"H": (4096,)}}
 """cell id -> dim -> the production sizes its corners pin (CONTRACTS.md: production shapes are corners)."""
+EXP_ARGUMENTS = {"gate": "sigmoid"}
+"""input -> the exp-based function of the formula it is an argument of (``elementwise.within_fp32_exp``)."""
 
 
 def _caps(cell, device) -> tuple[Span, Span]:
@@ -73,13 +75,6 @@ def corners(cell, device) -> list[dict]:
             for i, (t, width) in enumerate(dict.fromkeys(shapes))]
 
 
-# Past g = -88.7 fp32's exp(-g) overflows where float64's does not (until g = -745): every fp32 sigmoid, the
-# stock op's too, is 0 there where the truth is e**g, so x = inf gives NaN against an infinite truth and a row
-# of such gates is 100% off.  No band judges inputs where every legitimate implementation is that far from the
-# truth (CONTRACTS.md): gates in (-1e4, -80) are drawn at -80 instead; -1e5 and -inf (0 in both) stay.
-GATE_FLOOR = -80.0
-
-
 def build(recipe: dict, device) -> dict:
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(recipe["seed"])
@@ -88,8 +83,6 @@ def build(recipe: dict, device) -> dict:
     for name, dtype in (("x", torch.bfloat16), ("gate", torch.bfloat16)):
         tensor = row_view(rows, cols, dtype, recipe[f"{name}_layout"], device)
         values = elementwise.values(rows, cols, dtype, recipe["values"], generator, device)
-        if name == "gate":
-            values = torch.where((values < GATE_FLOOR) & (values > -1e4), GATE_FLOOR, values)
-        tensor.copy_(values.to(dtype))
+        tensor.copy_(elementwise.within_fp32_exp(values, EXP_ARGUMENTS.get(name)).to(dtype))
         inputs[name] = tensor
     return {**inputs, "amax": amax_of_mode(recipe["amax"], device)}

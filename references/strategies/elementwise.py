@@ -41,3 +41,23 @@ def values(rows: int, cols: int, dtype: torch.dtype, mode: str, generator: torch
     elif mode == "subnormal":
         x = torch.where(uniform(rows, 1) < 0.5, x * torch.finfo(dtype).tiny / 8, x)
     return x
+
+
+# Past g = -88.7 fp32's exp(-g) overflows where float64's does not (until -745): every fp32 sigmoid or silu,
+# the stock op's too, is 0 there where the truth is not (x = inf gives NaN against an infinite truth; a row of
+# such gates is 100% off); exp(g) overflows past +88.7 the same way.  No band judges inputs where every
+# legitimate implementation is that far from the truth (CONTRACTS.md): such arguments are drawn at the edge of
+# fp32's range instead; +-1e5 and +-inf (the same in both precisions) stay.
+EXP_EDGE = 80.0
+OVERFLOWS = {"sigmoid": -1, "silu": -1, "exp": 1}
+"""function -> the sign of the arguments whose fp32 exp overflows where float64's does not."""
+
+
+def within_fp32_exp(values: torch.Tensor, function: str | None) -> torch.Tensor:
+    """``values`` of an argument of ``function`` (None: of none) with the magnitudes in (80, 1e4) on the side
+    where its exp overflows drawn at 80."""
+    if function is None:
+        return values
+    sign = OVERFLOWS[function]
+    beyond = (values * sign > EXP_EDGE) & (values * sign < 1e4)
+    return torch.where(beyond, sign * EXP_EDGE, values)

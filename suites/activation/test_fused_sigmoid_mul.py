@@ -25,5 +25,5 @@ WRONG = [
 SUITE = OpSuite.of_module(ENTRY, impls, wrong=WRONG, correct="correct_in_float64")
 
 test_cell = SUITE.cell_test()
-test_battery_rejects = SUITE.rejects_test(max_examples=4)
+test_battery_rejects = SUITE.rejects_test(max_examples=0)  # corners only: they reach each mistake here
 test_battery_accepts_another_correct_implementation = SUITE.accepts_test()
