@@ -758,6 +758,9 @@ def missing_refusal($params):
     """Wrong: no validation; a mismatched input fails inside torch, or is broadcast, instead."""
     $out = _fp32($inputs).to($out_torch)
     return $returned
+
+
+# -- the op's own mistakes ------------------------------------------------------------------------
 ''')
 
 
@@ -846,10 +849,10 @@ def _validate($params):
 $checks
 
 
-def $name($params):
+${finished}def $name($params):
     _validate($args)
     $out = ($formula_torch).to($out_torch)
-$raise_amax    return $out
+    return $returned
 
 
 CONTRACT_ONLY = {"$name": {"contract": {"$name": $name}}}
@@ -866,11 +869,12 @@ def contract_only_py(op: Op) -> str:
     torch_names = {"sigmoid": "torch.sigmoid", "silu": "F.silu", "exp": "torch.exp"}
     formula = (_rename(op.formula, lambda f: torch_names[f], lambda n: f"{n}.float()") if op.formula
                else f"{op.first}.float()  # {TODO}: the contract's arithmetic")
-    raise_amax = (f"    if amax is not None and {op.out}.numel():\n"
-                  f"        amax.copy_(torch.maximum(amax, {op.out}.float().abs().amax().reshape(1)))\n") if op.amax else ""
+    finished = ('def _finished(amax, y):\n    """``y``, with ``amax`` raised to ``max(amax, max |y|)`` when given."""\n'
+                "    if amax is not None and y.numel():\n"
+                "        amax.copy_(torch.maximum(amax, y.float().abs().amax().reshape(1)))\n    return y\n\n\n") if op.amax else ""
     functional = "import torch.nn.functional as F\n" if "F.silu" in formula else ""
-    return CONTRACT_ONLY.substitute(op.values(), checks="\n".join(checks), formula_torch=formula, raise_amax=raise_amax,
-                                    functional=functional)
+    return CONTRACT_ONLY.substitute(op.values(), checks="\n".join(checks), formula_torch=formula, finished=finished,
+                                    returned=f"_finished(amax, {op.out})" if op.amax else op.out, functional=functional)
 
 
 # -- the test lists ------------------------------------------------------------------------------

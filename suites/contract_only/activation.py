@@ -17,23 +17,25 @@ def _validate(x, gate, amax=None):
         shape("amax", amax, (1,))
 
 
-def fused_sigmoid_mul(x, gate, amax=None):
-    _validate(x, gate, amax)
-    y = (torch.sigmoid(gate.float()) * x.float()).to(torch.bfloat16)
+def _finished(amax, y):
+    """``y``, with ``amax`` raised to ``max(amax, max |y|)`` when given."""
     if amax is not None and y.numel():
         amax.copy_(torch.maximum(amax, y.float().abs().amax().reshape(1)))
     return y
+
+
+def fused_sigmoid_mul(x, gate, amax=None):
+    _validate(x, gate, amax)
+    y = (torch.sigmoid(gate.float()) * x.float()).to(torch.bfloat16)
+    return _finished(amax, y)
 
 
 def fused_sigmoid_mul_exp2(x, gate, amax=None):
     """The alternative: sigmoid through exp2 (``1 / (1 + 2**(-g * log2(e)))``, as ``ex2``-based GPU kernels
     compute it): other fp32 bits than exp's, inside the band."""
     _validate(x, gate, amax)
-    g = gate.float()
-    y = (x.float() / (1 + torch.exp2(g * -1.4426950408889634))).to(torch.bfloat16)
-    if amax is not None and y.numel():
-        amax.copy_(torch.maximum(amax, y.float().abs().amax().reshape(1)))
-    return y
+    y = (x.float() / (1 + torch.exp2(gate.float() * -1.4426950408889634))).to(torch.bfloat16)
+    return _finished(amax, y)
 
 
 CONTRACT_ONLY = {"fused_sigmoid_mul": {"contract": {"fused_sigmoid_mul": fused_sigmoid_mul},
