@@ -659,7 +659,7 @@ def kernel_py(op: Op) -> str:
                         if isinstance(node, ast.Call)}) if op.formula else []
     imports = sorted(set(functions) | {"load_bf16" for n in op.inputs if d["inputs"][n] == "bf16"}
                      | ({"store_bf16"} if op.out_dtype == "bf16" else set()) | ({"fold_amax"} if op.amax else set()))
-    value = op.formula if op.formula else f"{op.first}  # {TODO}: the contract's arithmetic"
+    value = op.formula or op.first
     store = _TRITON_STORE[op.out_dtype].format(v=value, out=op.out)
     cells = []
     for c in d["cells"]:
@@ -687,7 +687,8 @@ def kernel_py(op: Op) -> str:
         pointer_params=", ".join(f"{n}_ptr, {n}_row_stride, {n}_col_stride" for n in op.inputs),
         amax_param_doc=" and amax's bits (int32; unused without WRITE_AMAX)" if op.amax else "",
         amax_param=" amax_bits_ptr," if op.amax else "", amax_meta=" WRITE_AMAX: tl.constexpr," if op.amax else "",
-        loads="\n".join(f"    {n} = " + _TRITON_LOAD[d["inputs"][n]].format(n=n) for n in op.inputs),
+        loads="\n".join([f"    {n} = " + _TRITON_LOAD[d["inputs"][n]].format(n=n) for n in op.inputs]
+                        + ([] if op.formula else [f"    # {TODO}: the contract's arithmetic, in place of {op.first} below"])),
         store=store, fold=("    if WRITE_AMAX:\n        fold_amax(amax_bits_ptr, " + op.out + ", inside)\n") if op.amax else "",
         launch_inputs=", ".join(f"{n}, {n}.stride(0), {n}.stride(1)" for n in op.inputs),
         amax_arg=f" {op.out} if amax is None else amax.view(torch.int32)," if op.amax else "",
@@ -868,7 +869,9 @@ def contract_only_py(op: Op) -> str:
                    '        shape("amax", amax, (1,))']
     torch_names = {"sigmoid": "torch.sigmoid", "silu": "F.silu", "exp": "torch.exp"}
     formula = (_rename(op.formula, lambda f: torch_names[f], lambda n: f"{n}.float()") if op.formula
-               else f"{op.first}.float()  # {TODO}: the contract's arithmetic")
+               else f"{op.first}.float()")
+    if not op.formula:
+        checks.append(f"    # {TODO}: the contract's arithmetic, in place of {op.first} in {op.name}() below")
     finished = ('def _finished(amax, y):\n    """``y``, with ``amax`` raised to ``max(amax, max |y|)`` when given."""\n'
                 "    if amax is not None and y.numel():\n"
                 "        amax.copy_(torch.maximum(amax, y.float().abs().amax().reshape(1)))\n    return y\n\n\n") if op.amax else ""

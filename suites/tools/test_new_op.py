@@ -122,3 +122,20 @@ def test_a_scaffolded_op_runs_its_battery_and_rejects_its_wrong_implementations(
         env=nested_pytest_environment(PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1"))
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
     assert re.search(r"\b6 passed\b", tests.stdout), tests.stdout[-500:]
+
+
+def test_without_a_formula_every_file_compiles_and_marks_the_arithmetic_to_write(tmp_path):
+    """An op that is not elementwise: the same files, valid Python, the arithmetic left as TODO(new-op) in
+    the contract, the reference, the kernel and the contract-only implementation (whose suite then fails
+    until it is written: the reference raises NotImplementedError)."""
+    declared = new_op.load_declaration(_declaration(tmp_path, 'formula = "sigmoid(gate) * x"\n', ""))
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "test_lists", root / "test_lists")
+    (root / "suites" / "contract_only").mkdir(parents=True)
+    files = new_op.plan_files("activation", "fused_todo", declared, root)
+    for path, text in files.items():
+        if path.suffix == ".py":
+            compile(text, str(path), "exec")
+    todo = [path.relative_to(root).as_posix() for path, text in files.items() if new_op.TODO in text]
+    assert todo == ["docs/contracts/fused_todo.md", "references/activation/fused_todo.py", "ops/activation/fused_todo.py",
+                    "suites/contract_only/activation.py"]
