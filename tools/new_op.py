@@ -292,15 +292,18 @@ CONTRACT = string.Template('''\
 ## $family/$name — $parity_title
 `$signature`
 - $input_line; any strides.
-- In fp32: `$out = $formula_text`, rounded once to $out_dtype$sigmoid_note.
-${amax_line}- ${batch_line}Refuse: shape/dtype mismatch.
+- In fp32: `$out = $formula_text`, rounded once to $out_dtype$sigmoid_note; NaN and +-inf give what
+  that IEEE arithmetic gives.
+${amax_line}- `$out` is freshly allocated$fresh_note. ${batch_line}Refuse: shape/dtype mismatch.
 - Cells: $cells_line.
 ''')
 
 
 def contract_md(op: Op) -> str:
     sigmoid = " (`sigmoid(g) = 1 / (1 + exp(-g))`)" if op.formula and "sigmoid" in op.formula else ""
-    return CONTRACT.substitute(op.values(), sigmoid_note=sigmoid)
+    fresh = (" (no input is written: `amax` is the only in-place argument)" if op.amax
+             else " (no input is written)")
+    return CONTRACT.substitute(op.values(), sigmoid_note=sigmoid, fresh_note=fresh)
 
 
 REFERENCE = string.Template('''\
