@@ -57,7 +57,7 @@ def output_error(output: torch.Tensor, truth: torch.Tensor) -> OutputError:
     value = output.to(torch.float64)
     finite = truth.isfinite()
     # non-finite truth must be matched exactly; NaN output against finite truth is an infinite error
-    exact_miss = (~finite) & (value != truth)
+    exact_miss = (~finite) & (value != truth) & ~(value.isnan() & truth.isnan())  # NaN truth: NaN matches
     diff = torch.where(finite, (value - truth).abs(), torch.zeros_like(truth))
     diff = torch.where(finite & value.isnan(), torch.full_like(diff, math.inf), diff)
     error_ulp = (diff / row_ulp(truth, output.dtype)).max().item()

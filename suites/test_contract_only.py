@@ -13,9 +13,13 @@ rollback answering a plane of three trailing dims wrongly fails where one refusi
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import pytest
 import torch
 
+import suites.contract_only
 from oracles.battery import Implementation, run_cell
 from ops.catalog import entries
 from suites.contract_only import attention, gemm, norm, quant, sampling, speculative, ssm
@@ -49,6 +53,18 @@ IMPLEMENTATIONS = {
     "gdn_verify": {"contract": GDN, "refusing_column_strided_qkv": {**GDN, "gdn_verify": ssm.gdn_verify_unit_stride}},
     "gdn_commit": {"contract": GDN},
 }
+
+
+def _registered() -> dict:
+    """What contract-only modules register themselves (``CONTRACT_ONLY = {op: {label: functions}}``): the
+    modules tools/new-op writes, which need no line here."""
+    found = {}
+    for info in pkgutil.iter_modules(suites.contract_only.__path__):
+        found.update(getattr(importlib.import_module(f"suites.contract_only.{info.name}"), "CONTRACT_ONLY", {}))
+    return found
+
+
+IMPLEMENTATIONS.update(_registered())
 CASES = [(op_name, label) for op_name, impls in IMPLEMENTATIONS.items() for label in impls]
 # cells an alternative refuses whole (every input beyond its own limits): refusing is allowed input by
 # input, but a cell where nothing was answered is not passed — the battery says so

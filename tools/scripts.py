@@ -36,6 +36,10 @@ def gate() -> None:
     _run("gate")
 
 
+def new_op() -> None:
+    _run("new_op")
+
+
 def nightly() -> None:
     _run("nightly")
 

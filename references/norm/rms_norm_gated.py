@@ -23,7 +23,7 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from oracles.failures import OracleFailure
+from references.amax import amax_property, amax_refusals, raise_amax, validate_amax
 from references.validation import (
     Refusal,
     refuse,
@@ -56,10 +56,7 @@ def validate(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) ->
                      "group_size must be a positive divisor of H (H itself for one group per row)")
     if not isinstance(norm_before_gate, numbers.Integral):   # a bool, or an int read as one
         raise TypeError(f"norm_before_gate: expected a bool, got {type(norm_before_gate).__name__}")
-    if amax is not None:
-        require_tensor("amax", amax)
-        require_dtype("amax", amax, (torch.float32,))
-        require_shape("amax", amax, (1,), "(one fp32 element)")
+    validate_amax(amax)
     require_same_device({"x": x, "z": z, "weight": weight, "amax": amax})
 
 
@@ -81,12 +78,6 @@ def normalize(x, z, weight, eps, group_size, norm_before_gate, dtype) -> torch.T
     if gate is not None and norm_before_gate:
         y = y * gate
     return y
-
-
-def raise_amax(amax: torch.Tensor, y: torch.Tensor) -> None:
-    """``amax[0] = max(amax[0], max |y|)`` in place (NaN propagates, as in torch.maximum)."""
-    if y.numel():
-        amax.copy_(torch.maximum(amax, y.abs().amax().float().reshape(1)))
 
 
 def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) -> torch.Tensor:
@@ -123,21 +114,8 @@ def stock(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) -> to
     return y
 
 
-# -- the contract's stateful property ------------------------------------------------------------
-def amax_is_max_of_returned_values(impl, kwargs) -> None:
-    """After the call, ``amax[0] == max(old amax[0], max |y|)`` exactly, ``y`` being the bf16 values the
-    same call returned (``==``: -0.0 equals +0.0; NaN only where the maximum is NaN)."""
-    amax = kwargs["amax"]
-    if amax is None:
-        return
-    old = amax.clone()
-    y = impl["rms_norm_gated"](**kwargs)
-    expected = old.clone()
-    raise_amax(expected, y)
-    if not bool(((amax == expected) | (amax.isnan() & expected.isnan())).all()):
-        largest = y.float().abs().amax().item() if y.numel() else None
-        raise OracleFailure("stateful", f"amax is {amax.item()!r} after the call; max(old {old.item()!r}, "
-                                        f"max |y| {largest!r} of the returned bf16 values) is {expected.item()!r}")
+# -- the contract's stateful property (references/amax.py) ----------------------------------------
+amax_is_max_of_returned_values = amax_property("rms_norm_gated")
 
 
 # -- refused inputs ------------------------------------------------------------------------------
@@ -177,8 +155,5 @@ REFUSALS = (
             TypeError, clause=WRONG_TYPE),
     Refusal("eps as a tensor", lambda device: _call(device, eps=torch.tensor(1e-6)), "eps", TypeError,
             clause=WRONG_TYPE),
-    Refusal("bf16 amax", lambda device: _call(device, amax=torch.zeros(1, device=device).to(torch.bfloat16)),
-            "amax", TypeError, clause=MISMATCH),
-    Refusal("amax of two elements", lambda device: _call(device, amax=torch.zeros(2, device=device)), "amax",
-            clause=MISMATCH),
+    *amax_refusals(_call, MISMATCH),
 )
