@@ -147,9 +147,11 @@ def test_the_fingerprints_show_where_a_judge_has_them():
     as it was), this process's modules and a shared tensor each show their fingerprint."""
     from suites.faults import hostile_impls
 
-    child = subprocess.run([sys.executable, "-c", "from suites.faults import hostile_impls as h; "
-                            "import sys; print(h.parent_looks_like_the_judge(), sys.argv == ['-c'])"],
-                           cwd=REPO, capture_output=True, text=True)
+    check = "from suites.faults import hostile_impls as h; import sys; print(h.parent_looks_like_the_judge(), " \
+            "sys.argv == ['-c'])"
+    # a parent whose command line names the project, as the judge's does, starting a ``-c`` program
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {check!r}])"
+    child = subprocess.run([sys.executable, "-c", parent, str(REPO)], cwd=REPO, capture_output=True, text=True)
     assert child.stdout.split() == ["True", "True"], child.stdout + child.stderr
     assert hostile_impls.host_modules_loaded()
     shared = _logits().share_memory_()

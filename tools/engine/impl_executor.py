@@ -90,8 +90,10 @@ def read_only_paths() -> list[str]:
     """What the judge reads code from, which a host sees read-only: the project tree, every folder of this
     interpreter's path (the packages, the standard library, an editable install's source), its prefixes,
     the bytecode cache of the tools (``sys.pycache_prefix``) and the launcher's folder."""
+    # (the working directory, sys.path's "", is left writable: it may be a home folder the host's caches
+    # are in, and the judge's code there is the tree's, which is bound on its own)
     found = [REPO, pathlib.Path(sys.prefix), pathlib.Path(sys.base_prefix), _launcher().parent,
-             *(pathlib.Path(entry or ".") for entry in sys.path)]
+             *(pathlib.Path(entry) for entry in sys.path if entry)]
     if sys.pycache_prefix:
         found.append(pathlib.Path(sys.pycache_prefix))
     folders = sorted({path.resolve() for path in found if path.resolve().is_dir()}, key=lambda p: len(p.parts))
