@@ -166,7 +166,7 @@ def test_right_for_the_first_5000_calls_is_caught_by_the_warm_up(monkeypatch):
     from suites.faults.hostile_impls import _right, right_for_the_first_5000_calls
     from tools.engine import impl_executor
 
-    monkeypatch.setattr(impl_executor, "WARMUP_LIMIT_S", 600.0)
+    monkeypatch.setitem(impl_executor.WARMUP_LIMIT_S, "cpu", 600.0)
     logits = _logits()
     assert torch.equal(right_for_the_first_5000_calls(logits), _right(logits))
     host = ImplementationHost("cpu", call_limit_s=300, warmup=5000)

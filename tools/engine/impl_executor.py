@@ -63,9 +63,10 @@ START_LIMIT_S = 300     # importing torch (and, for the catalog, Triton) in a fr
 POLL_S = 0.5
 NO_ORACLE = "implementation host"   # what a finding names before any oracle has begun
 # Warm-up calls before the first judged one: log-uniform over 0..2**16 - 1, so that no call count is safe
-# for "right for the first N calls", within a time limit (an interpreted kernel makes few).
+# for "right for the first N calls", within a time limit per device (an interpreted kernel makes few; the
+# CPU's hosts are many in CI, whose budget is minutes).
 WARMUP_MAX_LOG2 = 16
-WARMUP_LIMIT_S = 2.0
+WARMUP_LIMIT_S = {"cpu": 0.25, "cuda": 2.0}
 # What the judge imports before its first host starts (besides what it imported already): the modules it
 # loads later, which a host must not get to plant code for.
 JUDGE_PACKAGES = ("oracles", "references.strategies")
@@ -250,7 +251,7 @@ class ImplementationHost:
         channel = Connection(ours.detach())
         channel.send((HOST.read_text(), {
             "repo": str(REPO), "read_only": read_only_paths(), "guardian_fd": guarding.fileno(),
-            "warmup": draw_warmup() if warmup is None else warmup, "warmup_limit_s": WARMUP_LIMIT_S}))
+            "warmup": draw_warmup() if warmup is None else warmup, "warmup_limit_s": WARMUP_LIMIT_S[self.device]}))
         guarding.close()
         self.process, self.channel = _HostProcess(launcher.pid, guardian), channel
         try:
