@@ -34,6 +34,7 @@ import pathlib
 import re
 import sys
 import tempfile
+import threading
 import types
 import warnings
 from typing import Any, Callable, Mapping
@@ -211,9 +212,25 @@ def used_sources(entry: Entry) -> list[pathlib.Path]:
     return sorted(pathlib.Path(sys.modules[name].__file__) for name in used)
 
 
+# ``ast.parse`` is not safe from several threads at once on CPython 3.11 (its syntax tree constructor keeps
+# one recursion counter per interpreter: a thread switch inside it, a finalizer run by the collector, raises
+# SystemError "AST constructor recursion depth mismatch"), so each source is parsed once per process,
+# under this lock; reentrant, as source_digest holds it around its walk of sys.modules too.
+_CODE_LOCK = threading.RLock()
+_CODE: dict[bytes, str] = {}
+
+
 def code_of(source: bytes | str) -> str:
     """A module's meaning: its syntax tree without docstrings (nor any other bare string statement) and
     without positions, so that comments, docstrings and formatting do not count."""
+    key = source.encode("utf-8") if isinstance(source, str) else bytes(source)
+    with _CODE_LOCK:
+        if key not in _CODE:
+            _CODE[key] = _code_of(key)
+        return _CODE[key]
+
+
+def _code_of(source: bytes) -> str:
     tree = ast.parse(source)
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -248,6 +265,11 @@ def source_digest(entry: Entry, read_bytes: Callable[[pathlib.Path], bytes] = pa
     """The code digest: sha256 of the kernel module (kernel + launch plan + entry and its cells), the
     reference, and the modules they use (``used_sources``), each as :func:`code_of`.  ``read_bytes`` reads a
     source (``tools/gate`` reads them at another git revision)."""
+    with _CODE_LOCK:
+        return _source_digest(entry, read_bytes)
+
+
+def _source_digest(entry: Entry, read_bytes: Callable[[pathlib.Path], bytes]) -> str:
     digest = hashlib.sha256()
     for role, path in (("kernel", entry.kernel_file), ("reference", entry.reference_file)):
         digest.update(role.encode() + b"\0" + code_of(read_bytes(pathlib.Path(path))).encode() + b"\0")

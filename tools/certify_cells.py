@@ -24,7 +24,8 @@ This module is the command line alone: it turns flags into ``RunOptions`` and ha
 (``tools/engine/certify.py``), which checks them against the catalog, the policy and the machine.
 
 Exit status: 0 every cell passed; 1 a cell failed (op, cell, oracle, minimal recipe and a one-line
-reproduction are printed), or a quarantined cell now passes; 2 a usage, import or input error (one line).
+reproduction are printed), or a quarantined cell now passes; 2 a usage, import or input error, or a tree holding
+bytecode that is not its source's (``tools/engine/bytecode.py``), in one line.
 """
 from __future__ import annotations
 
@@ -39,9 +40,12 @@ import sys
 from oracles.failures import ORACLES
 from oracles.selection import parse_oracles
 from tools.cli import ArgumentParser, UsageError, run_main
+from tools.engine.bytecode import refuse_planted
 from tools.engine.certify import DEFAULT_CELL_TIMEOUT_S, RunOptions, certify
 from tools.engine.isolation import SANITIZER_TOOLS
 from tools.engine.shards import parse_shard
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 # The nightly run draws 400 per cell; at 10**5 a cell of millisecond examples is over a day of work, so a
@@ -176,7 +180,9 @@ def check_writable(flag: str, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    return certify(parse_args(argv))
+    options = parse_args(argv)
+    refuse_planted(REPO)
+    return certify(options)
 
 
 if __name__ == "__main__":

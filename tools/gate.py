@@ -27,7 +27,8 @@ The diff is the working tree against the base: uncommitted and untracked (not ig
 When nothing changed, no test runs; stale certificates are findings all the same.
 
 Exit status: 0 clean; 1 a finding (a failed test, a stale certificate, a catalog that does not
-import); 2 a usage error (an unknown revision, not a git checkout), in one line.
+import); 2 a usage error (an unknown revision, not a git checkout, a tree holding bytecode that is not
+its source's: ``tools/engine/bytecode.py``), in one line.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ import sys
 import tempfile
 
 from tools import imports
-from tools.engine import junit
+from tools.engine import bytecode, junit
 from tools.cli import ArgumentParser, UsageError, run_main
 
 # ops (torch) is imported in the functions that use it: --help and usage errors need no torch, and a catalog
@@ -297,6 +298,7 @@ def run_tests(ids: list[str], args, junit_path: str) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    bytecode.refuse_planted(REPO)
     base = resolve_base(args.base)
     changed = changed_files(base)
     findings = []

@@ -12,9 +12,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from suites.certification import machine_device
 from suites.claims import REPO
+from tools.engine.impl_executor import WARMUP_MAX_LOG2, ImplementationHost, draw_warmup
 from tools.engine.worker import CellTask, execute
 
 HOSTILE = "suites.faults.hostile_impls"
@@ -109,3 +111,76 @@ def test_results_cached_by_input_address_fail_graph_parity_or_parity():
     result = _judged("caches_by_input_address", "cuda", max_examples=3)
     assert result.status == "failed", result.record()
     assert result.failure.oracle in ("parity", "determinism", "batch_invariance", "graph_parity"), result.record()
+
+
+SPOTTERS = ("right_only_for_a_judges_child", "right_only_for_a_c_program", "right_only_beside_host_modules",
+            "right_only_on_shared_inputs")
+
+
+def _logits() -> torch.Tensor:
+    """Rows whose maximum is never at index 0: the wrong answer (all zeros) differs in every row."""
+    logits = torch.randn(4, 300)
+    logits[torch.arange(4), torch.tensor([5, 77, 150, 299])] = 100.0
+    return logits
+
+
+@pytest.mark.cpu
+def test_an_implementation_that_spots_its_host_answers_as_in_serving():
+    """Each tells the judge's host by one fingerprint (its parent's command line, its own, the modules
+    loaded, inputs in shared memory); the host shows none, so each answers as it would in serving: wrongly,
+    which parity then finds (``test_a_hostile_implementation_fails_its_cell`` judges that path)."""
+    from suites.faults.hostile_impls import _wrong
+
+    logits = _logits()
+    host = ImplementationHost("cpu", call_limit_s=60, warmup=0)
+    try:
+        host.load([str(REPO)], {name: (HOSTILE, name) for name in SPOTTERS})
+        for name in SPOTTERS:
+            assert torch.equal(host.function(name)(logits), _wrong(logits)), f"{name} spotted the host"
+    finally:
+        host.close()
+
+
+@pytest.mark.cpu
+def test_the_fingerprints_show_where_a_judge_has_them():
+    """The negative control of the test above: a child of this process started as ``python -c`` (the host
+    as it was), this process's modules and a shared tensor each show their fingerprint."""
+    from suites.faults import hostile_impls
+
+    check = "from suites.faults import hostile_impls as h; import sys; print(h.parent_looks_like_the_judge(), " \
+            "sys.argv == ['-c'])"
+    # a parent whose command line names the project, as the judge's does, starting a ``-c`` program
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {check!r}])"
+    child = subprocess.run([sys.executable, "-c", parent, str(REPO)], cwd=REPO, capture_output=True, text=True)
+    assert child.stdout.split() == ["True", "True"], child.stdout + child.stderr
+    assert hostile_impls.host_modules_loaded()
+    shared = _logits().share_memory_()
+    assert torch.equal(hostile_impls.right_only_on_shared_inputs(shared), hostile_impls._right(shared))
+
+
+@pytest.mark.cpu
+def test_right_for_the_first_5000_calls_is_caught_by_the_warm_up(monkeypatch):
+    """A host that warms up 5000 calls before judging meets the wrong answers on its first judged call,
+    where the same call as a process's first (the control, here) is right.  (No time limit on the warm-up
+    here: this machine's speed must not decide the test.)"""
+    from suites.faults.hostile_impls import _right, right_for_the_first_5000_calls
+    from tools.engine import impl_executor
+
+    monkeypatch.setitem(impl_executor.WARMUP_LIMIT_S, "cpu", 600.0)
+    logits = _logits()
+    assert torch.equal(right_for_the_first_5000_calls(logits), _right(logits))
+    host = ImplementationHost("cpu", call_limit_s=300, warmup=5000)
+    try:
+        host.load([str(REPO)], {"f": (HOSTILE, "right_for_the_first_5000_calls")})
+        assert not torch.equal(host.function("f")(logits), _right(logits))
+    finally:
+        host.close()
+
+
+@pytest.mark.cpu
+def test_the_number_of_warm_up_calls_is_not_predictable():
+    draws = [draw_warmup() for _ in range(400)]
+    assert min(draws) >= 0 and max(draws) < 2 ** WARMUP_MAX_LOG2
+    assert len(set(draws)) > 100
+    # every order of magnitude of "right for the first N calls" is met by some hosts
+    assert all(any(10 ** k <= d < 10 ** (k + 1) for d in draws) for k in range(4))

@@ -27,10 +27,16 @@ from __future__ import annotations
 import atexit
 import builtins
 import dataclasses
+import functools
+import importlib
 import io
 import os
 import pathlib
 import pickle
+import pkgutil
+import secrets
+import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -51,13 +57,87 @@ from oracles.tensors import storage_bytes
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HOST = REPO / "tools" / "engine" / "impl_host.py"
-# the host's code runs as the ``-c`` program itself: sys.argv stays ``["-c"]``, nothing names a file of ours
-BOOTSTRAP = (f"path = {str(HOST)!r}; exec(compile(open(path).read(), path, 'exec'), "
-             f"{{'__name__': '__main__', '__file__': path}})")
-PLATFORM_ENV_PREFIXES = ("KPARITY_", "PYTEST", "_PYTEST", "HYPOTHESIS", "COV_CORE_")
+LAUNCHER = REPO / "tools" / "engine" / "impl_launch.py"
+PLATFORM_ENV_PREFIXES = ("KPARITY_", "PYTEST", "_PYTEST", "HYPOTHESIS", "COV_CORE_", "PYTHONPYCACHEPREFIX")
 START_LIMIT_S = 300     # importing torch (and, for the catalog, Triton) in a fresh interpreter
 POLL_S = 0.5
 NO_ORACLE = "implementation host"   # what a finding names before any oracle has begun
+# Warm-up calls before the first judged one: log-uniform over 0..2**16 - 1, so that no call count is safe
+# for "right for the first N calls", within a time limit per device (an interpreted kernel makes few; the
+# CPU's hosts are many in CI, whose budget is minutes).
+WARMUP_MAX_LOG2 = 16
+WARMUP_LIMIT_S = {"cpu": 0.25, "cuda": 2.0}
+# What the judge imports before its first host starts (besides what it imported already): the modules it
+# loads later, which a host must not get to plant code for.
+JUDGE_PACKAGES = ("oracles", "references.strategies")
+JUDGE_MODULES = ("ops.quarantine", "ops.strict_yaml", "oracles.battery")
+
+
+def draw_warmup() -> int:
+    return int(2 ** secrets.SystemRandom().uniform(0, WARMUP_MAX_LOG2)) - 1
+
+
+def import_judge() -> None:
+    """Import every module the judge will use, before a host can write anything (the packages it reads
+    code from are read-only to a host; this is for a machine where they cannot be made so)."""
+    for name in JUDGE_MODULES:
+        importlib.import_module(name)
+    for package in JUDGE_PACKAGES:
+        for module in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
+            importlib.import_module(module.name)
+
+
+def read_only_paths() -> list[str]:
+    """What the judge reads code from, which a host sees read-only: the project tree, every folder of this
+    interpreter's path (the packages, the standard library, an editable install's source), its prefixes,
+    the bytecode cache of the tools (``sys.pycache_prefix``) and the launcher's folder."""
+    # (the working directory, sys.path's "", is left writable: it may be a home folder the host's caches
+    # are in, and the judge's code there is the tree's, which is bound on its own)
+    found = [REPO, pathlib.Path(sys.prefix), pathlib.Path(sys.base_prefix), _launcher().parent,
+             *(pathlib.Path(entry) for entry in sys.path if entry)]
+    if sys.pycache_prefix:
+        found.append(pathlib.Path(sys.pycache_prefix))
+    folders = sorted({path.resolve() for path in found if path.resolve().is_dir()}, key=lambda p: len(p.parts))
+    kept = []
+    for folder in folders:   # one bind mount covers what lies under it
+        if not any(folder.is_relative_to(outer) for outer in kept):
+            kept.append(folder)
+    return [str(folder) for folder in kept]
+
+
+@functools.lru_cache(maxsize=None)
+def _launcher() -> pathlib.Path:
+    """The launcher, copied into a private folder of this process: the host's command line names no file of
+    the project."""
+    folder = pathlib.Path(tempfile.mkdtemp())
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    script = folder / "main.py"
+    script.write_bytes(LAUNCHER.read_bytes())
+    return script
+
+
+class _HostProcess:
+    """The host as the judge sees it, though it is not the judge's child: the process group to end, and
+    how it ended, as its guardian tells (a ``subprocess.Popen``'s ``pid``, ``poll``, ``wait``, ``returncode``)."""
+
+    def __init__(self, group: int, guardian: socket.socket):
+        self.pid, self.guardian, self.returncode = group, guardian, None
+
+    def poll(self) -> int | None:
+        return self.wait(0) if self.returncode is None and self._ended(0) else self.returncode
+
+    def _ended(self, timeout: float | None) -> bool:
+        return bool(select.select([self.guardian], [], [], timeout)[0])
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not self._ended(timeout):
+                raise subprocess.TimeoutExpired("implementation host", timeout)
+            told = self.guardian.recv(64)
+            # nothing told: the guardian was killed with its group
+            self.returncode = os.waitstatus_to_exitcode(int(told)) if told else -signal.SIGKILL
+            self.guardian.close()
+        return self.returncode
 
 
 def neutral_environment() -> dict:
@@ -136,10 +216,13 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 class ImplementationHost:
     """One host process, serving one implementation's functions to the oracles of this process."""
 
-    def __init__(self, device: str, call_limit_s: float | None = None, via_host_memory: bool = False):
+    def __init__(self, device: str, call_limit_s: float | None = None, via_host_memory: bool = False,
+                 warmup: int | None = None):
         """``via_host_memory``: device tensors cross through shared host memory instead of CUDA IPC (under
         compute-sanitizer, whose stream-ordered allocations CUDA IPC does not serve); no graph capture.
-        It concerns this side only: a host started early may be given either way before its first call."""
+        It concerns this side only: a host started early may be given either way before its first call.
+        ``warmup``: calls before the first judged one (None: drawn at random).  ``unprotected``: None when
+        the host sees the judge's code read-only, else why not."""
         torch.multiprocessing.set_sharing_strategy("file_system")
         self.device = device
         self.via_host_memory = via_host_memory
@@ -149,13 +232,34 @@ class ImplementationHost:
         self.oracle, self.recipe = NO_ORACLE, None   # told by the battery: what a finding names
         self.fault: HostFault | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="kparity-host-", suffix=".log", delete=False)
-        ours, theirs = socket.socketpair()
-        self.process = subprocess.Popen([sys.executable, "-u", "-c", BOOTSTRAP], stdin=theirs, stdout=self.log,
-                                        stderr=self.log, env=neutral_environment(), start_new_session=True)
-        theirs.close()
-        self.channel = Connection(ours.detach())
+        self.process, self.channel, self.unprotected = self._start(warmup)
         _LIVE.add(self)
         _end_hosts_on_sigterm()
+
+    def _start(self, warmup: int | None) -> tuple[_HostProcess, Connection, str | None]:
+        """Start the host: the launcher, in a session of its own, makes the judge's code read-only, leaves
+        a guardian and the host (its child), and ends; the host says whether the code is read-only."""
+        if not _JUDGE_IMPORTED:
+            import_judge()
+            _JUDGE_IMPORTED.append(True)
+        ours, theirs = socket.socketpair()
+        guardian, guarding = socket.socketpair()
+        launcher = subprocess.Popen([sys.executable, "-u", str(_launcher())], stdin=theirs, stdout=self.log,
+                                    stderr=self.log, env=neutral_environment(), start_new_session=True,
+                                    pass_fds=(guarding.fileno(),))
+        theirs.close()
+        channel = Connection(ours.detach())
+        channel.send((HOST.read_text(), {
+            "repo": str(REPO), "read_only": read_only_paths(), "guardian_fd": guarding.fileno(),
+            "warmup": draw_warmup() if warmup is None else warmup, "warmup_limit_s": WARMUP_LIMIT_S[self.device]}))
+        guarding.close()
+        self.process, self.channel = _HostProcess(launcher.pid, guardian), channel
+        try:
+            started = self._receive(START_LIMIT_S)
+        except HostFault as fault:   # the first call reports it, as a host that dies later
+            self.fault, started = fault, ("started", {"unprotected": f"the host did not start: {fault}"})
+        launcher.wait()
+        return self.process, channel, started[1]["unprotected"]
 
     @property
     def pool(self):
@@ -357,6 +461,7 @@ class HostedFunction:
 
 
 _LIVE: set[ImplementationHost] = set()
+_JUDGE_IMPORTED: list[bool] = []
 
 
 def _end_hosts_on_sigterm() -> None:

@@ -1,16 +1,21 @@
 """The implementation host: the process where an implementation under judgement runs, apart from its judge.
 
-The judge (``tools/engine/impl_executor.py``) starts it as ``python -u -c <bootstrap>`` — nothing on the command
-line says what it is for — with an environment from which the platform's variables are removed, and
-talks to it over the socket that is its stdin.  It imports torch and the implementation, nothing else
+The judge (``tools/engine/impl_executor.py``) starts it as ``python -u <temporary folder>/main.py``, a copy of
+``tools/engine/impl_launch.py`` — nothing on the command line says what it is for — with an environment from
+which the platform's variables are removed, and talks to it over the socket that is its stdin.  The
+launcher makes the judge's code read-only (a mount namespace), detaches (the host is not the judge's
+child) and runs this code, sent over the socket, in a namespace of its own: no module of this file.  It imports torch and the implementation, nothing else
 of the project: no references, stock ops, oracles, Hypothesis or pytest.  The two pieces of judging
 that must run beside the implementation (poisoned allocations, CUDA graph capture) are loaded from their
 files under names of their own (``oracles/allocations.py``, ``oracles/capture.py`` import only torch),
 so that no package of the judge is ever in ``sys.modules`` here.
 
 Tensors cross by shared memory on the CPU (torch's ``file_system`` sharing) and by CUDA IPC on the GPU:
-the judge's (copied) inputs are written in place here; outputs go back by CUDA IPC, or on the CPU by
-value (the bytes of their storages: no shared-memory object per output).
+the judge's (copied) inputs are copied again here, into private memory, for the call (what the
+implementation sees is never shared memory), and written back after it; outputs go back by CUDA IPC, or
+on the CPU by value (the bytes of their storages: no shared-memory object per output).  Before its first
+judged call the host makes a number of warm-up calls the judge drew at random (on private copies of that
+call's inputs, outputs discarded): an implementation cannot tell its judged calls by counting.
 Under compute-sanitizer (stream-ordered allocations, which CUDA IPC does not serve) device tensors cross
 through shared host memory instead, each copied to an allocation of its own here, which the sanitizer
 bounds tightly.  The
@@ -20,16 +25,14 @@ judge checks them from its own side.
 
 Messages, judge -> host: ``("load", {"paths": [...], "functions": {name: (module, attribute)}})``,
 ``("call", name, arguments, positional, poison or None, moved)``, ``("capture", name, kwargs)``, ``("replay",)``;
-host -> judge: ``("loaded", {"missing": [...]})``, ``("returned", outputs)``, ``("captured", outputs)``,
+host -> judge: ``("started", {"unprotected": None or why not})`` first, ``("loaded", {"missing": [...]})``, ``("returned", outputs)``, ``("captured", outputs)``,
 ``("replayed",)``, ``("raised", exception facts)``.  The host ends when its socket closes.
 """
-import ctypes
 import faulthandler
 import importlib
 import importlib.util
 import os
 import pathlib
-import signal
 import sys
 import time
 from multiprocessing.connection import Connection
@@ -37,21 +40,16 @@ from multiprocessing.connection import Connection
 import torch
 import torch.multiprocessing
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 SETTLE_S = 0.002   # after the call returned and the device synchronized: how long a late writer has to show
-PR_SET_PDEATHSIG = 1
+allocations = capture = None   # oracles/allocations.py and oracles/capture.py, loaded by serve()
 
 
-def _load_beside(name: str):
-    """``oracles/<name>.py`` as a module of its own (it imports only torch), never as ``oracles.<name>``."""
-    spec = importlib.util.spec_from_file_location(f"host_{name}", REPO / "oracles" / f"{name}.py")
+def _load_beside(repo: str, name: str):
+    """``oracles/<name>.py`` as a module of its own (it imports only torch), never in ``sys.modules``."""
+    spec = importlib.util.spec_from_file_location(name, pathlib.Path(repo) / "oracles" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-allocations = _load_beside("allocations")
-capture = _load_beside("capture")
 
 
 def type_name(value) -> str:
@@ -99,19 +97,22 @@ def _sent(item, poisoned, via_host_memory: bool) -> tuple | None:
     return ("storage", _storage(item, via_host_memory), *geometry)
 
 
-def _to_devices(kwargs: dict, moved: dict) -> tuple[dict, list]:
-    """The arguments that came through host memory, on their devices (views of one storage stay views of
-    one copy); and (shared bytes, device bytes) pairs to copy back after the call."""
-    on_device, back, placed = {}, [], dict(kwargs)
-    for name, device in moved.items():
-        value = kwargs[name]
-        key = value.untyped_storage().data_ptr()
-        if key not in on_device:
+def _private(kwargs: dict, moved: dict) -> tuple[dict, list]:
+    """The tensor arguments copied out of the memory shared with the judge into this process's own (on
+    their devices, for those that came through host memory; views of one storage stay views of one copy);
+    and (shared bytes, private bytes) pairs to copy back after the call."""
+    private, back, placed = {}, [], dict(kwargs)
+    for name, value in kwargs.items():
+        if type(value) is not torch.Tensor:
+            continue
+        device = torch.device(moved.get(name, value.device))
+        key = (value.device, value.untyped_storage().data_ptr())
+        if key not in private:
             shared = _bytes_of(value)
-            on_device[key] = shared.to(device)
-            back.append((shared, on_device[key]))
+            private[key] = shared.to(device, copy=True)
+            back.append((shared, private[key]))
         placed[name] = torch.empty(0, dtype=value.dtype, device=device).set_(
-            on_device[key].untyped_storage(), value.storage_offset(), value.shape, value.stride())
+            private[key].untyped_storage(), value.storage_offset(), value.shape, value.stride())
     return placed, back
 
 
@@ -124,10 +125,11 @@ def outputs(returned, poisoned=None, copies=None, via_host_memory: bool = False)
 
 
 class Host:
-    def __init__(self, channel: Connection):
+    def __init__(self, channel: Connection, warmup: int = 0, warmup_limit_s: float = 0.0):
         self.channel = channel
         self.functions = {}
         self.graph = None   # (graph, static inputs, what the captured call returned): kept alive for replays
+        self.warmup, self.warmup_limit_s = warmup, warmup_limit_s
 
     def load(self, request: dict) -> tuple:
         sys.path[:0] = [path for path in request["paths"] if path not in sys.path]
@@ -146,7 +148,9 @@ class Host:
         """``arguments``: the positional ones keyed 0..``positional``-1, then the keyword ones.  ``moved``:
         None when tensors cross by CUDA IPC; else the arguments that crossed through host memory, with their
         devices (and the outputs go back the same way)."""
-        kwargs, back = _to_devices(arguments, moved) if moved else (dict(arguments), [])
+        if self.warmup:
+            self._warm_up(name, arguments, positional, moved or {})
+        kwargs, back = _private(arguments, moved or {})
         args = [kwargs.pop(index) for index in range(positional)]
         poisoned = allocations.PoisonedAllocations(poison) if poison is not None else None
         if poisoned is not None:
@@ -161,6 +165,17 @@ class Host:
         for shared, on_device in back:
             shared.copy_(on_device)
         return ("returned", outputs(returned, poisoned, copies, via_host_memory=moved is not None))
+
+    def _warm_up(self, name: str, arguments: dict, positional: int, moved: dict) -> None:
+        """Once, before the first judged call: the drawn number of calls on private copies of its inputs,
+        outputs discarded, for at most ``warmup_limit_s`` (a slow kernel makes fewer)."""
+        count, self.warmup = self.warmup, 0
+        deadline = time.monotonic() + self.warmup_limit_s
+        for _ in range(count):
+            kwargs, _ = _private(arguments, moved)
+            self.functions[name](*[kwargs.pop(index) for index in range(positional)], **kwargs)
+            if time.monotonic() > deadline:
+                break
 
     def capture(self, name: str, static: dict) -> tuple:
         graph, returned = capture.capture_call(self.functions[name], static)
@@ -193,15 +208,11 @@ class Host:
             self.channel.send(reply)
 
 
-def main() -> None:
-    # ended with its judge, however the judge ends (a kill leaves nothing to close its socket)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def serve(channel: Connection, settings: dict) -> None:
+    """The host's life, once the launcher has detached it (``tools/engine/impl_launch.py``)."""
+    global allocations, capture
     faulthandler.enable()   # a crash prints its Python stack to the log the judge quotes
     torch.multiprocessing.set_sharing_strategy("file_system")
-    channel = Connection(os.dup(0))
+    allocations, capture = _load_beside(settings["repo"], "allocations"), _load_beside(settings["repo"], "capture")
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    Host(channel).serve()
-
-
-if __name__ == "__main__":
-    main()
+    Host(channel, settings["warmup"], settings["warmup_limit_s"]).serve()

@@ -99,13 +99,18 @@ _SPARE: dict = {}   # device -> a host started ahead, serving nothing yet
 def implementation_host(impl: str | None, device: str, call_limit_s: float | None = None,
                         sanitized: bool = False) -> "ImplementationHost":
     """The live host of ``impl`` (None: the catalog's kernels) on ``device``, started when there is none.
-    Under compute-sanitizer, device tensors cross through host memory (its allocator serves no CUDA IPC)."""
+    Under compute-sanitizer, device tensors cross through host memory (its allocator serves no CUDA IPC).
+    Third-party code (``impl``) is judged only by a host that sees the judge's code read-only."""
     from tools.engine.impl_executor import ImplementationHost
 
     host = _HOSTS.get((impl, device, sanitized))
     if host is None or host.fault is not None:
         retire_host(impl, device, sanitized)
         host = _SPARE.pop(device, None) or ImplementationHost(device)
+        if impl is not None and host.fault is None and host.unprotected:
+            host.close()
+            raise UsageError(f"--impl: refused: its process could write the judge's code here "
+                             f"({host.unprotected}); run as root or where user namespaces are allowed")
         _HOSTS[impl, device, sanitized] = host
     host.call_limit_s, host.via_host_memory = call_limit_s, sanitized
     return host
