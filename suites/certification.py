@@ -72,13 +72,14 @@ def assert_rejected(result: CellResult, oracle: str | tuple[str, ...], impl: str
 
 
 def routable_section(entry, cells: dict[str, dict], digest: str | None = None) -> dict:
-    """A certificate section that meets ``ops.certificates.POLICY`` on this machine, with ``cells``' records
+    """A certificate section that meets ``ops.certificates.POLICY`` on this machine (on every arch), with ``cells``' records
     (each a full certified record unless it says otherwise) and ``digest`` in place of the code's if given."""
     from ops import certificates
 
     policy = certificates.POLICY
-    complete = {"status": certificates.CERTIFIED, "examples": policy.min_examples, "oracles": list(policy.oracles),
+    least = max(policy.min_examples.values())
+    complete = {"status": certificates.CERTIFIED, "examples": least, "oracles": list(policy.oracles),
                 "skipped": {}, "exercised": {}}
     return {"source_sha256": digest or certificates.source_digest(entry), "versions": certificates.toolchain(),
-            "max_examples": policy.min_examples, "report_sha256": "0" * 64,
+            "max_examples": least, "report_sha256": "0" * 64,
             "cells": {cell_id: {**complete, **record} for cell_id, record in cells.items()}}

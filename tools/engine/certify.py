@@ -74,13 +74,20 @@ def writes_certificates(options: RunOptions) -> bool:
 
 
 def check_policy(options: RunOptions) -> None:
-    """A certifying run must draw as many examples as the policy asks of a certificate."""
+    """A certifying run must draw as many examples as the policy asks of a certificate of its arch."""
+    import torch
+
+    from ops.catalog import arch_of
     from ops.certificates import POLICY
 
-    if writes_certificates(options) and not options.list_only and options.examples < POLICY.min_examples:
-        raise UsageError(f"--max-examples {options.examples}: a certifying run draws at least {POLICY.min_examples} "
-                         f"examples per cell (ops/certificates.py POLICY); pass --cell to explore without "
-                         f"certifying")
+    if not writes_certificates(options) or options.list_only:
+        return
+    arch = arch_of(options.device) if options.device == "cpu" or torch.cuda.is_available() else None
+    least = POLICY.examples_on(arch) if arch is not None else max(POLICY.min_examples.values())
+    if options.examples < least:
+        raise UsageError(f"--max-examples {options.examples}: a certifying run draws at least {least} "
+                         f"examples per cell{f' on {arch.value}' if arch else ''} (ops/certificates.py POLICY); "
+                         f"pass --cell to explore without certifying")
 
 
 def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
