@@ -357,13 +357,18 @@ class ImplementationHost:
             raise result
         return result
 
-    def calls(self, name: str, calls: list[tuple[dict, tuple]], poison: int | None = None) -> list:
-        """Several calls of ``name`` (each ``(kwargs, args)``) in one message, run there in order: each one's
-        (outputs, overwritten allocations), or the exception it raised (as one of the judge's classes; the
-        calls after it did not run).  What the checks of outputs find about any of them raises."""
+    def calls(self, name: str, calls: list[tuple[dict, tuple] | None], poison: int | None = None) -> list:
+        """Several calls of ``name`` (each ``(kwargs, args)``, or None: replay the captured graph) in one
+        message, run there in order: each one's (outputs, overwritten allocations), or the exception it
+        raised (as one of the judge's classes; the calls after it did not run).  What the checks of outputs
+        find about any of them raises."""
         staged, pairs = [], []
         try:
-            for kwargs, args in calls:
+            for call in calls:
+                if call is None:
+                    staged.append(("replay",))
+                    continue
+                kwargs, args = call
                 plain, views, its_pairs, moved = self._stage({**dict(enumerate(args)), **kwargs})
                 pairs += its_pairs
                 staged.append((name, plain, views, len(args), poison, moved if self.via_host_memory else None))
@@ -428,8 +433,26 @@ class HostedFunction:
             raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "
                                                 f"{type(error).__name__}: {error}") from None
         host._outputs({**sent, "copies": None}, poisoned=False)   # the type facts
-        return (tuple(_rebuilt(item, copy=False)[0] for item in sent["tensors"]),
-                lambda: self.host._ask(("replay",), "replayed"))
+        return tuple(_rebuilt(item, copy=False)[0] for item in sent["tensors"]), _Replay(self)
+
+
+@dataclasses.dataclass
+class _Replay:
+    """The replay of the graph a host captured; ``between`` sends calls around it in the same message."""
+
+    function: HostedFunction
+
+    def __call__(self) -> None:
+        self.function.host._ask(("replay",), "replayed")
+
+    def between(self, before: list[dict], after: list[dict]) -> list[tuple]:
+        """Call on each of ``before``, replay, call on each of ``after``: the outputs of the calls after."""
+        results = self.function.host.calls(self.function.name, [*((kwargs, ()) for kwargs in before), None,
+                                                                *((kwargs, ()) for kwargs in after)])
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return [outputs for outputs, _ in results[len(before) + 1:]]
 
 
 _LIVE: set[ImplementationHost] = set()

@@ -22,8 +22,9 @@ poisoned allocations, a copy of each output taken as the call returned — and d
 judge checks them from its own side.
 
 Messages, judge -> host: ``("load", {"paths": [...], "functions": {name: (module, attribute)}})``,
-``("calls", shares, [(name, plain, views, positional, poison or None, moved), ...])`` (several calls in
-one message, run in order; one settle after the last), ``("capture", name, plain, views, shares)``,
+``("calls", shares, [(name, plain, views, positional, poison or None, moved) or ("replay",), ...])``
+(several calls in one message, run in order, a replay of the captured graph among them; one settle
+after the last), ``("capture", name, plain, views, shares)``,
 ``("replay",)``; host -> judge: ``("loaded", {"missing": [...]})``, ``("returned", shares, [("returned",
 outputs) or ("raised", exception facts), ...])`` (the calls after a raising one do not run),
 ``("captured", outputs)``, ``("replayed",)``, ``("raised", exception facts)``.  ``shares``: {buffer number:
@@ -228,7 +229,7 @@ class Host:
         ran, replies = [], []
         for call in calls:
             try:
-                ran.append(self._run(*call))
+                ran.append(self._replay_step() if call == ("replay",) else self._run(*call))
             except Exception as error:  # noqa: BLE001 - the judge decides what an exception means
                 replies.append(("raised", exception_facts(error)))
                 break
@@ -250,6 +251,11 @@ class Host:
         self.graph = (graph, static, returned)
         torch.cuda.synchronize()
         return ("captured", outputs(returned))
+
+    def _replay_step(self) -> tuple:
+        """A replay among calls: what ``_run`` returns, for a step that returns nothing."""
+        self.graph[0].replay()
+        return None, None, [], [], False
 
     def replay(self) -> tuple:
         self.graph[0].replay()
