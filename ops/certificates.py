@@ -89,9 +89,9 @@ class CertificationPolicy:
             for package in TOOLCHAIN_PACKAGES:
                 if earned.get(package) != toolchain.get(package):
                     return f"earned under {package} {earned.get(package)}, this machine has {toolchain.get(package)}"
-        least = self.examples_on(arch)
+        least, arch = self.examples_on(arch), getattr(arch, "value", arch)
         if not isinstance(section.get("max_examples"), int) or section["max_examples"] < least:
-            return f"drew {section.get('max_examples')} examples per cell, the policy asks {least} on {getattr(arch, 'value', arch)}"
+            return f"drew {section.get('max_examples')} examples per cell, the policy asks {least} on {arch}"
         if not isinstance(section.get("report_sha256"), str):
             return "records no digest of the report of the run that earned it"
         return None
@@ -102,9 +102,9 @@ class CertificationPolicy:
             return "not certified"
         if not isinstance(record.get("exercised"), dict):
             return "no record of the region its examples exercised"
-        least = self.examples_on(arch)
+        least, arch = self.examples_on(arch), getattr(arch, "value", arch)
         if not isinstance(record.get("examples"), int) or record["examples"] < least:
-            return f"certified on {record.get('examples')} examples, the policy asks {least} on {getattr(arch, 'value', arch)}"
+            return f"certified on {record.get('examples')} examples, the policy asks {least} on {arch}"
         ran, skipped = set(record.get("oracles") or ()), record.get("skipped") or {}
         missing = [oracle for oracle in self.oracles if oracle not in ran and not str(skipped.get(oracle, "")).strip()]
         if missing:

@@ -239,7 +239,8 @@ class ImplementationHost:
     def view(self, staged: tuple) -> torch.Tensor:
         """The judge's own view of a staged tensor (what the host sees)."""
         number, dtype, offset, shape, stride, device = staged
-        storage = self._buffers[number].untyped_storage() if number is not None else torch.UntypedStorage(0, device=device)
+        storage = self._buffers[number].untyped_storage() if number is not None else \
+            torch.UntypedStorage(0, device=device)
         return torch.empty(0, dtype=dtype, device=device).set_(storage, offset, shape, stride)
 
     # -- the battery's side -------------------------------------------------------------------------
