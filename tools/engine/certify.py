@@ -75,13 +75,13 @@ def writes_certificates(options: RunOptions) -> bool:
 
 def check_policy(options: RunOptions) -> None:
     """A certifying run must draw as many examples as the policy asks of a certificate of its arch."""
-    import torch
+    if not writes_certificates(options) or options.list_only:
+        return
+    import torch   # here: a run that writes no certificate (a replay line) starts without it
 
     from ops.catalog import arch_of
     from ops.certificates import POLICY
 
-    if not writes_certificates(options) or options.list_only:
-        return
     arch = arch_of(options.device) if options.device == "cpu" or torch.cuda.is_available() else None
     least = POLICY.examples_on(arch) if arch is not None else max(POLICY.min_examples.values())
     if options.examples < least:
