@@ -67,19 +67,26 @@ class CertificationPolicy:
     """What a certificate section must hold before dispatch routes to its kernel (the gate and the report
     judge by it too).
 
-    - ``min_examples``: examples per cell, and Hypothesis draws the run asked for per cell; a run of the
-      corners alone proves only the corners.
+    - ``min_examples``: per architecture (``Arch`` value), examples per cell, and Hypothesis draws the run
+      asked for per cell; a run of the corners alone proves only the corners.  Each is the depth measured
+      to catch every wrong implementation the suites keep, with margin (``suites/measure_draws.py``,
+      docs/draws.md).
     - ``oracles``: each must have run on the cell, or be recorded as not applicable with a reason.
     - the code digest must match the code now, the toolchain this machine's, and the section must name
       the digest of the report of the run that earned it.
     """
 
-    min_examples: int
+    min_examples: Mapping[str, int]
     oracles: tuple[str, ...]
 
-    def section_problem(self, section: dict, digest: str, toolchain: dict | None = None) -> str | None:
-        """None when the section as a whole may route; else why not, in words.  ``toolchain`` None: not
-        compared (``tools/gate`` judges on a CPU machine whatever the section's toolchain)."""
+    def examples_on(self, arch: Arch | str) -> int:
+        """The examples per cell a section of ``arch`` must hold."""
+        return self.min_examples[getattr(arch, "value", arch)]
+
+    def section_problem(self, section: dict, digest: str, toolchain: dict | None = None, *,
+                        arch: Arch | str) -> str | None:
+        """None when the section of ``arch`` as a whole may route; else why not, in words.  ``toolchain``
+        None: not compared (``tools/gate`` judges on a CPU machine whatever the section's toolchain)."""
         if section.get("source_sha256") != digest:
             return "stale (its code digest is not the code's now)"
         if toolchain is not None:
@@ -89,21 +96,24 @@ class CertificationPolicy:
             for package in TOOLCHAIN_PACKAGES:
                 if earned.get(package) != toolchain.get(package):
                     return f"earned under {package} {earned.get(package)}, this machine has {toolchain.get(package)}"
-        if not _is_int(section.get("max_examples")) or section["max_examples"] < self.min_examples:
-            return f"drew {section.get('max_examples')} examples per cell, the policy asks {self.min_examples}"
+        least, arch = self.examples_on(arch), getattr(arch, "value", arch)
+        if not _is_int(section.get("max_examples")) or section["max_examples"] < least:
+            return f"drew {_shown(section.get('max_examples'))} examples per cell, the policy asks {least} on {arch}"
         if not isinstance(section.get("report_sha256"), str) or not _SHA256.match(section["report_sha256"]):
             return "records no digest of the report of the run that earned it"
         return None
 
-    def cell_problem(self, record: dict | None, cell=None) -> str | None:
-        """None when a cell's record is certified by the policy's standard; else why not.  ``cell`` (the
-        catalog's): the record's exercised region must also be a region of it (:func:`region_problem`)."""
+    def cell_problem(self, record: dict | None, cell=None, *, arch: Arch | str) -> str | None:
+        """None when a cell's record in a section of ``arch`` is certified by the policy's standard; else why
+        not.  ``cell`` (the catalog's): the record's exercised region must also be a region of it
+        (:func:`region_problem`)."""
         if not isinstance(record, dict) or record.get("status") != CERTIFIED:
             return "not certified"
         if not isinstance(record.get("exercised"), dict):
             return "no record of the region its examples exercised"
-        if not _is_int(record.get("examples")) or record["examples"] < self.min_examples:
-            return f"certified on {_shown(record.get('examples'))} examples, the policy asks {self.min_examples}"
+        least, arch = self.examples_on(arch), getattr(arch, "value", arch)
+        if not _is_int(record.get("examples")) or record["examples"] < least:
+            return f"certified on {_shown(record.get('examples'))} examples, the policy asks {least} on {arch}"
         ran, skipped = record.get("oracles") or [], record.get("skipped") or {}
         if not isinstance(ran, list) or not isinstance(skipped, dict):
             return "its oracles are not a list, or its skipped oracles not a mapping"
@@ -113,7 +123,14 @@ class CertificationPolicy:
         return None if cell is None else region_problem(record["exercised"], cell)
 
 
-POLICY = CertificationPolicy(min_examples=6, oracles=ORACLES)
+POLICY = CertificationPolicy(min_examples={
+    "cpu-interp": 20,   # docs/draws.md: the last wrong implementation falls at draw 10; twice that
+    # every sm90 section was earned at 6; the measurement on the H200 (docs/draws.md) sets this, with the
+    # re-certification at that depth
+    "sm90": 6,
+    # no device to measure on: the CPU's measured depth
+    "sm100": 20, "sm103": 20, "sm107": 20,
+}, oracles=ORACLES)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -410,12 +427,12 @@ def why_not_certified(entry: Entry, arch: Arch, cell_id: str, params: Mapping | 
     if status != "fresh":
         return f"certificate for {arch.value} is {status}"
     section = certificate["archs"][arch.value]
-    problem = POLICY.section_problem(section, digest, versions) or _dispatch_report_problem(entry, arch)
+    problem = POLICY.section_problem(section, digest, versions, arch=arch) or _dispatch_report_problem(entry, arch)
     if problem:
         return f"certificate for {arch.value} is below the policy: {problem}"
     cell = entry.cell(cell_id)
     record = section["cells"].get(cell_id)
-    problem = POLICY.cell_problem(record, cell)
+    problem = POLICY.cell_problem(record, cell, arch=arch)
     if problem:
         if isinstance(record, dict) and record.get("status") == CERTIFIED:  # a certified record that is not one
             _warn_once(f"{certificate_path(entry)}: {arch.value} cell {cell_id}: {problem}")

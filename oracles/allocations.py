@@ -16,6 +16,12 @@ MARGIN_BYTES = 512
 CANARY = 0xC3
 
 
+def pooled_bytes(nbytes: int) -> int:
+    """The size of the reused buffer that holds ``nbytes`` in a pool of shared staging buffers (the judge's
+    and the implementation host's): a power of two, so that draws of ever-new sizes reuse a few buffers."""
+    return 1 << max(9, (nbytes - 1).bit_length()) if nbytes else 0
+
+
 def margin_bytes(itemsize: int) -> int:
     """The margin on each side of an allocation of elements of ``itemsize`` bytes (whole elements)."""
     return MARGIN_BYTES - MARGIN_BYTES % itemsize

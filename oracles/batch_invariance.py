@@ -17,7 +17,8 @@ from typing import Callable
 import torch
 
 from oracles.bitwise import check_bitwise
-from oracles.tensors import as_outputs, clone_inputs
+from oracles.calls import call_each
+from oracles.tensors import clone_inputs
 
 
 def _take_rows(kwargs: dict, batch_args: tuple[str, ...], rows: torch.Tensor | slice) -> dict:
@@ -38,16 +39,18 @@ def _permuted_in_place(tensor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor
 
 
 def check_batch_invariance(fn: Callable, kwargs: dict, batch_args: tuple[str, ...], full: tuple) -> None:
-    """``full``: the outputs of ``fn`` on the whole batch (already computed by the parity oracle)."""
+    """``full``: the outputs of ``fn`` on the whole batch (already computed by the parity oracle).  The
+    calls go in one message where ``fn`` runs in another process (:func:`~oracles.calls.call_each`)."""
     batch = kwargs[batch_args[0]].shape[0]
     if batch == 0:
         return
-    for row in sorted({0, batch // 2, batch - 1}):
-        alone = as_outputs(fn(**_take_rows(kwargs, batch_args, slice(row, row + 1))))
-        check_bitwise(alone, tuple(out[row:row + 1] for out in full),
-                      f"row {row} of {batch} computed alone", oracle="batch_invariance")
-    device = kwargs[batch_args[0]].device
-    rotated = torch.roll(torch.arange(batch, device=device), 1)
-    moved = as_outputs(fn(**_take_rows(kwargs, batch_args, rotated)))
-    check_bitwise(moved, tuple(out[rotated] for out in full),
-                  f"batch of {batch} rotated by one row", oracle="batch_invariance")
+    rows = sorted({0, batch // 2, batch - 1})
+    rotated = torch.roll(torch.arange(batch, device=kwargs[batch_args[0]].device), 1)
+    calls = [_take_rows(kwargs, batch_args, slice(row, row + 1)) for row in rows]
+    results = call_each(fn, calls + [_take_rows(kwargs, batch_args, rotated)])
+    expected = [(tuple(out[row:row + 1] for out in full), f"row {row} of {batch} computed alone") for row in rows]
+    expected.append((tuple(out[rotated] for out in full), f"batch of {batch} rotated by one row"))
+    for result, (wanted, what) in zip(results, expected):
+        if isinstance(result, Exception):
+            raise result
+        check_bitwise(result, wanted, what, oracle="batch_invariance")

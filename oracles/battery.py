@@ -38,7 +38,7 @@ from hypothesis import HealthCheck
 
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import first_difference
-from oracles.determinism import check_determinism, run_on_copy
+from oracles.determinism import check_determinism, run_on_copies, run_on_copy
 from oracles.failures import NUMERICS, ORACLES, OracleFailure
 from oracles.selection import ORACLE_GROUPS
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
@@ -268,9 +268,14 @@ class Battery:
             _exercise(result.exercised, entry.params_of(**kwargs), recipe, self.cell_bounds)
         # an optional in-place argument passed as None (no amax to update) is not an output of this call
         in_place = tuple(name for name in entry.in_place if kwargs[name] is not None)
+        # determinism's second call goes with the first (one message to a host)
         try:
-            actual = run_on_copy(fn, kwargs, in_place)
-        except Exception as error:  # noqa: BLE001 - no output: the other oracles have nothing to judge here
+            ran = run_on_copies(fn, kwargs, in_place, 2 if "determinism" in asked else 1)
+        except Exception as error:  # noqa: BLE001 - what the judge found in the answer (its type, a late write)
+            ran = [error]
+        actual, second = ran[0], (ran[1] if len(ran) > 1 else None)
+        if isinstance(actual, Exception):   # no output: the other oracles have nothing to judge here
+            error = actual
             if is_clear_refusal(error, kwargs):
                 # an input the contract answers, beyond the implementation's own limits: refusing it clearly
                 # is allowed (CONTRACTS.md); counted, and nothing else is judged on it
@@ -302,7 +307,7 @@ class Battery:
 
         checks = {
             "parity": parity,
-            "determinism": lambda: check_determinism(fn, kwargs, in_place, first=actual),
+            "determinism": lambda: check_determinism(fn, kwargs, in_place, first=actual, second=second),
             "batch_invariance": lambda: check_batch_invariance(fn, kwargs, entry.batch_args,
                                                                full=actual[:len(actual) - len(in_place)]),
             "graph_parity": graph_parity,

@@ -9,7 +9,8 @@ must be bitwise equal to an eager call on the same case.  CPU: not applicable (r
 An implementation that runs in another process (``tools/engine/impl_executor.py``) offers
 ``fn.capture_graph(static)``: its host captures the call on the judge's buffers (shared by CUDA IPC,
 ``static`` then holds the shared ones), and each replay runs there while the judge copies the cases in
-and reads the outputs from its own side.
+and reads the outputs from its own side; its replay offers ``between(before, after)``, which sends the
+calls before the replay, the replay and the calls after it in one message.
 """
 from __future__ import annotations
 
@@ -40,6 +41,18 @@ def _capture_here(fn: Callable, static: dict) -> tuple[tuple, Callable[[], None]
     return as_outputs(returned), graph.replay
 
 
+def _replay_between(fn: Callable, replay_graph: Callable[[], None], before: list[dict], after: list[dict]) -> list:
+    """Call ``fn`` on each of ``before``, replay the graph, call it on each of ``after``: the outputs of the
+    calls after (in one message where ``fn`` runs in another process)."""
+    between = getattr(replay_graph, "between", None)
+    if between is not None:
+        return between(before, after)
+    for kwargs in before:
+        fn(**kwargs)
+    replay_graph()
+    return [as_outputs(fn(**kwargs)) for kwargs in after]
+
+
 def check_graph_parity(fn: Callable, cases: Sequence[dict], interleaved: Sequence[dict],
                        in_place: tuple[str, ...] = ()) -> None:
     """``cases`` share shapes and layouts (cases[0] is captured); ``interleaved`` are other shapes."""
@@ -52,11 +65,9 @@ def check_graph_parity(fn: Callable, cases: Sequence[dict], interleaved: Sequenc
         for name, value in case.items():
             if isinstance(value, torch.Tensor):
                 static[name].copy_(value)
-        for other in interleaved:
-            fn(**clone_inputs(other))
-        replay_graph()
         eager_inputs = clone_inputs(case)
-        eager = as_outputs(fn(**eager_inputs)) + tuple(eager_inputs[name] for name in in_place)
+        (eager,) = _replay_between(fn, replay_graph, [clone_inputs(other) for other in interleaved], [eager_inputs])
+        eager = eager + tuple(eager_inputs[name] for name in in_place)
         torch.cuda.synchronize()
         check_bitwise(captured + tuple(static[name] for name in in_place), eager,
                       f"replay {replay} of the captured graph vs eager", oracle="graph_parity")

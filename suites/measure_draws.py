@@ -1,15 +1,20 @@
 """How many Hypothesis draws per cell catch every wrong implementation the suites keep.
 
-``python -m suites.measure_draws [--op NAME ...] [--depths 2,4,6,10,20,50] [--seconds-per-impl S]``
+``python -m suites.measure_draws [--device cpu|cuda] [--op NAME ...] [--seeds 0,1,2] [--depths 2,4,6,10,20,50]
+[--seconds-per-impl S] [--seconds S]``
 
-For each wrong implementation a suite expects rejected (its test module's ``WRONG`` table, names in
-``suites/<family>/<op>_impls.py``), on each cell of its op (the row's cell first), on the CPU: the refusal table, then the
-cell's corners, then the cell's Hypothesis draws (the seed ``tools/certify-cells`` uses) one by one,
-judged by every applicable oracle, until one fails.  An implementation's *catch depth* is the fewest
-draws at which some cell rejects it (0: the refusal table or a corner does).  The draws of a run with
-N examples are the first N of this sequence, so the table says which depths catch which
-implementations.  Each implementation gets at most ``--seconds-per-impl`` (the CPU is shared): one it
-cannot finish is reported with the draws it got through.  Prints a markdown table (docs/draws.md).
+For each wrong implementation a suite expects rejected (its test module's ``WRONG`` table), on each cell
+of its op (the row's cell first), on ``--device``: the refusal table, then the cell's corners, then the
+cell's Hypothesis draws one by one, judged by every applicable oracle, until one fails.  It runs as
+certification runs it: in an implementation host (``tools/engine/impl_executor.py``), one per
+implementation, the next one starting while the last is judged.  Graph parity is not asked (as in the
+suites: most controls are eager torch that no graph captures, which would say nothing about draws).
+An implementation's *catch depth* on a seed is the fewest draws at which some cell rejects it (0: the
+refusal table or a corner does, whatever the seed); its row shows the worst of ``--seeds`` (seed 0 is
+the one ``tools/certify-cells`` uses).  The draws of a run with N examples are the first N of this sequence, so
+the table says which depths catch which implementations.  Each implementation gets at most
+``--seconds-per-impl`` over all its seeds, the whole run ``--seconds``: what either cuts short is
+reported with the draws it got through.  Prints a markdown table (docs/draws.md).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import torch
 from hypothesis import HealthCheck
 
 DEFAULT_DEPTHS = (2, 4, 6, 10, 20, 50)
+NOT_ASKED = "not asked of the suites' controls (eager torch, mostly not capturable)"
 
 
 class _Caught(Exception):
@@ -32,12 +38,12 @@ class _OutOfTime(Exception):
     pass
 
 
-def catch_depth(entry, impl, cell, max_depth: int, deadline: float) -> tuple[int | None, str, int]:
-    """(draws needed or None, the oracle that caught it, draws tried) on one cell."""
+def catch_depth(entry, impl, cell, max_depth: int, deadline: float, device: torch.device, seed: int = 0,
+                watch=None) -> tuple[int | None, str, int]:
+    """(draws needed or None, the oracle that caught it, draws tried) on one cell, drawing with ``seed``."""
     from oracles.battery import NUMERICS, Battery
 
-    device = torch.device("cpu")
-    battery = Battery(entry, impl, device, entry.strategy_module, graph_parity_skipped="not asked of this implementation", cell=cell)
+    battery = Battery(entry, impl, device, entry.strategy_module, watch, graph_parity_skipped=NOT_ASKED, cell=cell)
     asked = [o for o in NUMERICS if o not in battery.not_applicable()]
     rows, findings = battery.check_refusals()
     if findings:
@@ -53,7 +59,7 @@ def catch_depth(entry, impl, cell, max_depth: int, deadline: float) -> tuple[int
     @hypothesis.settings(max_examples=max_depth, deadline=None, database=None, phases=[hypothesis.Phase.generate],
                          suppress_health_check=list(HealthCheck), print_blob=False,
                          verbosity=hypothesis.Verbosity.quiet)
-    @hypothesis.seed(cell.seed(0))
+    @hypothesis.seed(cell.seed(seed))
     @hypothesis.given(battery.strategy.recipes(cell, device))
     def explore(recipe):
         nonlocal tried
@@ -74,56 +80,105 @@ def catch_depth(entry, impl, cell, max_depth: int, deadline: float) -> tuple[int
 
 
 def wrong_implementations(op_names, only):
-    """(entry, implementation name, module spec, the cell its row names or None) for every row of every
-    suite's WRONG table (``only``: these implementation names, if any)."""
+    """(entry, implementation name, its ``--impl`` spec, the cell its row names or None) for every row of
+    every suite's WRONG table (``only``: these implementation names, if any).  The spec is the one the
+    suite judges (its ``SUITE``'s implementation label: the gdn ops keep theirs in ``gdn_impls.py``), else
+    ``suites/<family>/<op>_impls.py``'s function of that name."""
     from ops.catalog import entries
 
     for name, entry in entries().items():
         if op_names and name not in op_names:
             continue
         try:
-            importlib.import_module(f"suites.{entry.family}.{name}_impls")
             tests = importlib.import_module(f"suites.{entry.family}.test_{name}")
         except ImportError:
             continue
+        suite = getattr(tests, "SUITE", None)
         for row in getattr(tests, "WRONG", []):
             if not only or row[0] in only:
                 named = row[1] if len(row) == 3 else None
-                yield entry, row[0], f"suites.{entry.family}.{name}_impls:{row[0]}", named
+                spec = suite.judge(row[0]).label if suite is not None and suite.judge is not None else \
+                    f"suites.{entry.family}.{name}_impls:{row[0]}"
+                yield entry, row[0], spec, named
+
+
+def measure(entry, impl, named, depths, seeds, deadline, device, watch) -> tuple[int | None, str, dict, bool]:
+    """(worst catch depth over ``seeds`` or None, what caught it there, draws tried by seed and cell, whether
+    every seed finished in time)."""
+    worst, worst_by, tried = None, "", {}
+    for seed in seeds:
+        best, oracle = None, ""
+        # the cell the suite's row names first: the time limit should not run out on the others
+        for cell in sorted(entry.cells, key=lambda cell: cell.id != named):
+            limit = max(depths) if best is None else best - 1  # only a smaller depth elsewhere changes the answer
+            depth, caught_by, tried[seed, cell.id] = catch_depth(entry, impl, cell, limit, deadline, device, seed,
+                                                                 watch)
+            if depth is not None and (best is None or depth < best):
+                best, oracle = depth, f"{caught_by} on {cell.id}"
+            if best == 0 or time.monotonic() > deadline:
+                break
+        if time.monotonic() > deadline:
+            return None, "", tried, False
+        if best is None:
+            return None, "", tried, True
+        if worst is None or best > worst:
+            worst, worst_by = best, oracle + (f" (seed {seed})" if len(seeds) > 1 and best else "")
+        if best == 0:
+            break   # the refusal table and the corners do not depend on the seed
+    return worst, worst_by, tried, True
 
 
 def main(argv=None) -> int:
     import ops  # noqa: F401 - chooses the Triton interpreter before Triton loads
 
-    from tools.engine.worker import load_implementation
+    from tools.engine.impl_executor import ImplementationHost
+    from tools.engine.worker import hosted_implementation
 
     parser = argparse.ArgumentParser(prog="python -m suites.measure_draws", description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--op", action="append", default=[], help="only this op (repeatable)")
     parser.add_argument("--depths", default=",".join(map(str, DEFAULT_DEPTHS)))
+    parser.add_argument("--seeds", default="0", help="comma-separated draw seeds; the row shows the worst")
     parser.add_argument("--seconds-per-impl", type=float, default=120.0)
+    parser.add_argument("--seconds", type=float, default=None, help="the whole run's limit (default: none)")
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
                         help="only this wrong implementation (repeatable)")
     args = parser.parse_args(argv)
-    depths = [int(d) for d in args.depths.split(",")]
+    try:
+        depths = [int(d) for d in args.depths.split(",")]
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        parser.error(f"--depths {args.depths!r} / --seeds {args.seeds!r}: comma-separated integers")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device here")
+    device = torch.device(args.device)
+    run_deadline = None if args.seconds is None else time.monotonic() + args.seconds
     print(f"| op | wrong implementation | catch depth | caught by | " + " | ".join(f"{d} draws" for d in depths) + " |")
     print("|---|---|---|---|" + "---|" * len(depths), flush=True)
-    for entry, name, spec, named in wrong_implementations(args.op, args.only):
-        impl = load_implementation(spec, [entry])[entry.name]
-        deadline = time.monotonic() + args.seconds_per_impl
-        best, oracle, tried = None, "", {}
-        # the cell the suite's row names first: the time limit should not run out on the others
-        for cell in sorted(entry.cells, key=lambda cell: cell.id != named):
-            limit = max(depths) if best is None else best - 1  # only a smaller depth elsewhere changes the answer
-            depth, caught_by, tried[cell.id] = catch_depth(entry, impl, cell, limit, deadline)
-            if depth is not None and (best is None or depth < best):
-                best, oracle = depth, f"{caught_by} on {cell.id}"
-            if best == 0 or time.monotonic() > deadline:
-                break
-        finished = time.monotonic() <= deadline
-        shown = str(best) if best is not None else (f"> {max(depths)}" if finished else
-                                                    f"? (time limit; draws tried {tried})")
-        marks = ["caught" if best is not None and best <= d else ("missed" if finished else "?") for d in depths]
-        print(f"| {entry.name} | {name} | {shown} | {oracle} | " + " | ".join(marks) + " |", flush=True)
+    spare = ImplementationHost(args.device, call_limit_s=args.seconds_per_impl)
+    try:
+        for entry, name, spec, named in wrong_implementations(args.op, args.only):
+            if run_deadline is not None and time.monotonic() > run_deadline:
+                print(f"| {entry.name} | {name} | ? (the run's time limit) | | " + " | ".join("?" for _ in depths)
+                      + " |", flush=True)
+                continue
+            # the next host starts (an interpreter, torch) while this implementation is judged
+            host, spare = spare, ImplementationHost(args.device, call_limit_s=args.seconds_per_impl)
+            try:
+                impl = hosted_implementation(spec, entry.name, entry.backend, host)
+                deadline = time.monotonic() + args.seconds_per_impl
+                if run_deadline is not None:
+                    deadline = min(deadline, run_deadline)
+                best, oracle, tried, finished = measure(entry, impl, named, depths, seeds, deadline, device,
+                                                        host.watch)
+            finally:
+                host.close()
+            shown = str(best) if best is not None else (f"> {max(depths)}" if finished else
+                                                        f"? (time limit; draws tried {tried})")
+            marks = ["caught" if best is not None and best <= d else ("missed" if finished else "?") for d in depths]
+            print(f"| {entry.name} | {name} | {shown} | {oracle} | " + " | ".join(marks) + " |", flush=True)
+    finally:
+        spare.close()
     return 0
 
 

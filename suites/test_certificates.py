@@ -227,6 +227,22 @@ def test_a_corrupt_certificate_falls_back_to_the_stock_op_with_one_warning(certi
 
 
 # -- one policy -------------------------------------------------------------------------------------
+def test_each_arch_has_its_own_minimum_and_a_section_below_it_never_routes():
+    """The policy's depth is per architecture (the measured one, docs/draws.md); one draw short of an arch's
+    minimum is below the policy there, for the section and for a cell."""
+    section = routable_section(ENTRY, {CELL: {}})
+    digest = certificates.source_digest(ENTRY)
+    for arch in Arch:
+        least = certificates.POLICY.examples_on(arch)
+        enough = {**section, "max_examples": least}
+        assert certificates.POLICY.section_problem(enough, digest, arch=arch) is None
+        short = certificates.POLICY.section_problem({**enough, "max_examples": least - 1}, digest, arch=arch)
+        assert short and f"the policy asks {least} on {arch.value}" in short
+        record = {**section["cells"][CELL], "examples": least - 1}
+        assert "the policy asks" in certificates.POLICY.cell_problem(record, arch=arch)
+    assert certificates.POLICY.examples_on(Arch.CPU_INTERP) == 20   # docs/draws.md's CPU measurement
+
+
 @pytest.mark.parametrize("change, says", [
     ({}, None),
     ({"max_examples": 0}, "drew 0 examples"),
@@ -234,9 +250,9 @@ def test_a_corrupt_certificate_falls_back_to_the_stock_op_with_one_warning(certi
     ({"report_sha256": None}, "no digest of the report"),
     ({"cells": {CELL: {"status": "certified", "examples": 2, "oracles": ["parity"], "skipped": {},
                        "exercised": {}}}}, "examples"),
-    ({"cells": {CELL: {"status": "certified", "examples": 9, "oracles": ["parity"], "skipped": {},
+    ({"cells": {CELL: {"status": "certified", "examples": 99, "oracles": ["parity"], "skipped": {},
                        "exercised": {}}}}, "oracle"),
-    ({"cells": {CELL: {"status": "certified", "examples": 9, "oracles": list(certificates.POLICY.oracles),
+    ({"cells": {CELL: {"status": "certified", "examples": 99, "oracles": list(certificates.POLICY.oracles),
                        "skipped": {}}}}, "region its examples exercised"),
 ])
 def test_dispatch_routes_only_to_sections_that_meet_the_policy(certificate, change, says):
@@ -317,14 +333,16 @@ def test_a_certifying_run_writes_a_section_that_meets_the_policy_and_its_report(
     from tools import certify_cells
     from tools.engine import certify
 
-    monkeypatch.setattr(certify, "DEFAULT_MAX_EXAMPLES", {"cpu": certificates.POLICY.min_examples, "cuda": 100})
+    monkeypatch.setattr(certify, "DEFAULT_MAX_EXAMPLES", {"cpu": certificates.POLICY.examples_on(Arch.CPU_INTERP),
+                                                          "cuda": 100})
     monkeypatch.setattr(ENTRY, "cells", (ENTRY.cell("empty_batch"),))  # the quickest cell stands for all
     assert certify_cells.main(["--op", "greedy_argmax", "--device", "cpu", "--no-shrink", "--json"]) == 0
     section = certificates.load(ENTRY)["archs"]["cpu-interp"]
     assert certificates.POLICY.section_problem(section, certificates.source_digest(ENTRY),
-                                               certificates.toolchain()) is None
+                                               certificates.toolchain(), arch=Arch.CPU_INTERP) is None
     assert certificates.report_problem(ENTRY, Arch.CPU_INTERP, section) is None
-    assert all(certificates.POLICY.cell_problem(record) is None for record in section["cells"].values()), section
+    assert all(certificates.POLICY.cell_problem(record, arch=Arch.CPU_INTERP) is None
+               for record in section["cells"].values()), section
     FALLBACKS.clear()
     ENTRY(torch.randn(0, 300).to(torch.bfloat16))
     assert not FALLBACKS, FALLBACKS

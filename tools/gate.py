@@ -232,7 +232,7 @@ def policy_problems(entry) -> list[str]:
         arch = Arch(arch_name)
         if certificates.arch_status(entry, arch, digest=digest) != "fresh":
             continue  # a stale section is a finding of its own
-        problem = certificates.POLICY.section_problem(section, digest) or \
+        problem = certificates.POLICY.section_problem(section, digest, arch=arch) or \
             certificates.report_problem(entry, arch, section)
         if problem:
             found.append(f"{kernel_label(entry)}: the {arch_name} certificate: {problem}; re-certify on that "

@@ -15,6 +15,8 @@ import pytest
 import torch
 from multiprocessing.reduction import ForkingPickler
 
+from oracles.calls import call_each
+from oracles.determinism import check_determinism, run_on_copies, run_on_copy
 from oracles.failures import OracleFailure
 from suites.claims import REPO
 from tools.engine.impl_executor import ImplementationHost, _Unpickler
@@ -42,6 +44,18 @@ def sleeps(x):
 
 def killed(x):
     os.kill(os.getpid(), 9)
+
+def refuses(x):
+    raise ValueError("x: not this one")
+
+_by_address = {{}}
+
+def cached_by_address(x):
+    # a new answer per input address, served from the cache ever after: stands for a kernel whose
+    # nondeterminism a cache keyed on the address hides
+    if x.data_ptr() not in _by_address:
+        _by_address[x.data_ptr()] = x + len(_by_address)
+    return _by_address[x.data_ptr()].clone()
 '''
 
 
@@ -53,7 +67,7 @@ def _started(folder) -> ImplementationHost:
         env.setenv("HYPOTHESIS_PROFILE", "ci")
         served = ImplementationHost("cpu", call_limit_s=20)
     served.load([str(folder)], {name: ("probe_impl", name) for name in ("probe", "add_one_in_place", "sleeps",
-                                                                       "killed")})
+                                                                       "killed", "refuses", "cached_by_address")})
     served.facts = facts
     return served
 
@@ -94,6 +108,32 @@ def test_in_place_writes_land_in_the_judges_tensor_views_and_padding_kept(host):
     host.function("add_one_in_place")(x=view)
     assert torch.equal(view, torch.ones(2, 3))
     assert storage[:, 4:].isnan().all() and storage[:, 0].isnan().all()  # the padding, as it was
+
+
+def test_staging_buffers_are_reused_but_never_by_two_calls_in_a_row(host):
+    """Determinism's two calls see their inputs at two addresses, so a cache keyed on the address cannot hide
+    a second answer; a later call of the size comes back to an earlier address with other contents, where
+    such a cache answers stale (as it would in a serving engine's reused buffers)."""
+    cached, kwargs = host.function("cached_by_address"), {"x": torch.zeros(5000)}
+    with pytest.raises(OracleFailure, match="second call on the same input"):   # one message each
+        check_determinism(cached, kwargs, (), first=run_on_copy(cached, kwargs, ()))
+    first, second = run_on_copies(cached, kwargs, (), 2)                        # both in one message
+    with pytest.raises(OracleFailure, match="second call on the same input"):
+        check_determinism(cached, kwargs, (), first=first, second=second)
+    later = cached(x=torch.full((5000,), 100.0))
+    assert later.max() < 100, "a later call met a buffer the cache had seen, holding other contents"
+
+
+def test_several_calls_in_one_message_stop_at_the_first_that_raises(host):
+    """``call_many`` runs the calls in order and answers as the calls one by one would (``call_each``)."""
+    x = torch.arange(4.0)
+    for fn in (host.function("refuses"), host.function("probe")):
+        hosted = call_each(fn, [{"x": x}, {"x": x + 1}])
+        assert len(hosted) == (1 if fn.name == "refuses" else 2)
+    results = host.function("probe").call_many([{"x": x}, {"x": x + 1}])
+    assert [r.tolist() for r in results] == [x.tolist(), (x + 1).tolist()]
+    (raised,) = host.function("refuses").call_many([{"x": x}, {"x": x}])
+    assert isinstance(raised, ValueError) and "x: not this one" in str(raised)
 
 
 def test_a_host_that_hangs_fails_the_call_and_every_later_one(doomed_host):

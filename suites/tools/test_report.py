@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cpu
 IMPLS = "suites.sampling.greedy_argmax_impls"
 
 
-def record(status="certified", examples=7, kernel=0.0, stock=0.0, **extra) -> dict:
+def record(status="certified", examples=99, kernel=0.0, stock=0.0, **extra) -> dict:
     return {"status": status, "examples": examples, "worst_kernel_error_ulp": kernel, "worst_stock_error_ulp": stock,
             "stock_disagreements": 0, "oracles": list(certificates.POLICY.oracles), "skipped": {}, "exercised": {},
             **extra}

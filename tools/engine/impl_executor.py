@@ -51,7 +51,7 @@ import numpy
 import torch
 import torch.multiprocessing
 
-from oracles.allocations import margins_intact
+from oracles.allocations import margins_intact, pooled_bytes
 from oracles.failures import OracleFailure
 from oracles.tensors import storage_bytes
 
@@ -198,12 +198,16 @@ def _copy_bytes(destination: torch.Tensor, source: torch.Tensor) -> None:
         numpy.copyto(destination.numpy(), source.numpy())
 
 
-def _rebuilt(item: tuple, copy: bool = True) -> tuple[torch.Tensor, tuple | None]:
+def _rebuilt(item: tuple, copy: bool = True, buffers: dict | None = None) -> tuple[torch.Tensor, tuple | None]:
     """An output as the host sent it, in the judge's own memory (``copy``; else a live view of what the
-    host shares); and (buffer, margin) when it came in its margined buffer."""
+    host shares); and (buffer, margin) when it came in its margined buffer.  ``buffers``: the host's output
+    buffers by number, for an output sent as (buffer number, length)."""
     kind, data, *margin, dtype, offset, shape, stride, device = item
     if isinstance(data, bytes):
         data = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    elif isinstance(data, tuple):
+        number, length = data
+        data = buffers[number][:length]
     own = data.to(device, copy=copy)
     output = torch.empty(0, dtype=dtype, device=device).set_(own.untyped_storage(), offset, shape, stride)
     return output, ((own, margin[0]) if kind == "margined" else None)
@@ -227,7 +231,11 @@ class ImplementationHost:
         self.device = device
         self.via_host_memory = via_host_memory
         self._pool = None
-        self._free_shared: dict[int, list] = {}
+        self._buffers: dict[int, torch.Tensor] = {}    # staging buffers by number (the host keeps each open)
+        self._free: dict[tuple, list[int]] = {}        # (device, size class) -> numbers, least recently used first
+        self._unsent: dict[int, torch.Tensor] = {}     # buffers the host has not been sent yet
+        self._captured: list[int] = []                 # the static buffers of the last graph capture
+        self._host_buffers: dict[int, torch.Tensor] = {}   # the host's output buffers, by number
         self.call_limit_s = call_limit_s
         self.oracle, self.recipe = NO_ORACLE, None   # told by the battery: what a finding names
         self.fault: HostFault | None = None
@@ -268,45 +276,76 @@ class ImplementationHost:
             self._pool = torch.cuda.MemPool()
         return self._pool
 
-    def _stage(self, kwargs: dict) -> tuple[dict, list, dict]:
-        """``kwargs`` with each tensor's whole storage copied into memory shared with the host (views of one
-        storage stay views of one copy); (judge's storage bytes, shared copy) pairs to copy back after the
-        call; and the device tensors that crossed through host memory, by name, with their devices."""
-        copies, pairs, staged, moved = {}, [], {}, {}
+    def _stage(self, kwargs: dict) -> tuple[dict, dict, list, dict]:
+        """``kwargs`` as they cross: the plain values, and each tensor as a view of a staging buffer holding a
+        copy of its whole storage (views of one storage stay views of one copy); (judge's storage bytes,
+        buffer number) pairs to copy back after the call; and the device tensors that crossed through host
+        memory, by name, with their devices."""
+        copies, pairs, plain, views, moved = {}, [], {}, {}, {}
         for name, value in kwargs.items():
             if not isinstance(value, torch.Tensor):
-                staged[name] = value
+                plain[name] = value
                 continue
+            on_device = value.is_cuda and not self.via_host_memory
             key = (value.device, value.untyped_storage().data_ptr(), value.untyped_storage().nbytes())
             if key not in copies:
                 original = storage_bytes(value)
-                if value.is_cuda and not self.via_host_memory:
-                    with torch.cuda.use_mem_pool(self.pool):
-                        copy = original.clone()
-                else:
-                    copy = self._shared_bytes(original.numel())
-                    _copy_bytes(copy, original)
-                copies[key] = copy
-                pairs.append((original, copy))
-            if copies[key].device != value.device:
+                number = self._take(value.device if on_device else torch.device("cpu"), original.numel())
+                if number is not None:
+                    _copy_bytes(self._buffers[number][:original.numel()], original)
+                copies[key] = number
+                pairs.append((original, number))
+            if value.is_cuda and not on_device:
                 moved[name] = str(value.device)
-            staged[name] = torch.empty(0, dtype=value.dtype, device=copies[key].device).set_(
-                copies[key].untyped_storage(), value.storage_offset(), value.shape, value.stride())
-        return staged, pairs, moved
+            views[name] = (copies[key], value.dtype, value.storage_offset(), tuple(value.shape), tuple(value.stride()),
+                           value.device if on_device else torch.device("cpu"))
+        return plain, views, pairs, moved
 
-    def _shared_bytes(self, nbytes: int) -> torch.Tensor:
-        """A uint8 tensor in shared memory: a free one of this size from an earlier call, else a new one
-        (making a shared-memory object costs far more than the call it carries)."""
-        free = self._free_shared.get(nbytes)
-        storage = free.pop() if free else torch.UntypedStorage(nbytes).share_memory_()
-        return torch.empty(0, dtype=torch.uint8).set_(storage)
+    def _take(self, device: torch.device, nbytes: int) -> int | None:
+        """A staging buffer of at least ``nbytes`` (None for none at all): the least recently used free one of
+        its size class, else a new one (made once: a shared-memory object or an IPC handle costs far more than
+        the call it carries).  Each use of a class takes another buffer than the use before it (a class keeps
+        two free at least): the determinism oracle's second call never sees its inputs at the first one's
+        address (an implementation caching results by input address would pass on its cache), while later
+        calls of a size come back to earlier addresses with other contents (where such a cache answers stale:
+        what a serving engine's reused buffers do to it)."""
+        if nbytes == 0:
+            return None
+        key = (device, pooled_bytes(nbytes))
+        free = self._free.setdefault(key, [])
+        if len(free) >= 2:
+            return free.pop(0)
+        if device.type == "cuda":
+            with torch.cuda.use_mem_pool(self.pool):
+                buffer = torch.empty(key[1], dtype=torch.uint8, device=device)
+        else:
+            buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage(key[1]).share_memory_())
+        number = len(self._buffers)
+        self._buffers[number] = self._unsent[number] = buffer
+        return number
+
+    def _give_back(self, number: int | None) -> None:
+        if number is not None:
+            buffer = self._buffers[number]
+            self._free[(buffer.device, buffer.numel())].append(number)
+
+    def _shares(self) -> dict[int, torch.Tensor]:
+        shares, self._unsent = self._unsent, {}
+        return shares
 
     def _unstage(self, pairs: list) -> None:
-        """Copy the shared copies back into the judge's storages; the shared memory serves later calls."""
-        for original, copy in pairs:
-            _copy_bytes(original, copy)
-            if not copy.is_cuda:
-                self._free_shared.setdefault(copy.numel(), []).append(copy.untyped_storage())
+        """Copy the staged copies back into the judge's storages; the buffers serve later calls."""
+        for original, number in pairs:
+            if number is not None:
+                _copy_bytes(original, self._buffers[number][:original.numel()])
+                self._give_back(number)
+
+    def view(self, staged: tuple) -> torch.Tensor:
+        """The judge's own view of a staged tensor (what the host sees)."""
+        number, dtype, offset, shape, stride, device = staged
+        storage = self._buffers[number].untyped_storage() if number is not None else \
+            torch.UntypedStorage(0, device=device)
+        return torch.empty(0, dtype=dtype, device=device).set_(storage, offset, shape, stride)
 
     # -- the battery's side -------------------------------------------------------------------------
     def watch(self, oracle: str, recipe: dict) -> None:
@@ -351,7 +390,7 @@ class ImplementationHost:
         if reply[0] != expected:
             raise OracleFailure(self.oracle, f"the implementation's process answered {reply[0]!r} to "
                                              f"{message[0]!r}")
-        return reply[1] if len(reply) > 1 else None
+        return reply[1] if len(reply) == 2 else (reply[1:] or None)
 
     def _receive(self, limit_s: float | None):
         deadline = None if limit_s is None else time.monotonic() + limit_s
@@ -401,13 +440,14 @@ class ImplementationHost:
                                              f"(no subclass), several in a tuple")
         outputs, overwritten = [], list(sent["overwritten"])
         for index, item in enumerate(sent["tensors"]):
-            output, margined = _rebuilt(item)
+            output, margined = _rebuilt(item, buffers=self._host_buffers)
             if margined is not None and not margins_intact(*margined):
                 overwritten.append(f"output {index} (shape {tuple(output.shape)} {output.dtype})")
             if output.device.type != self.device:
                 raise OracleFailure(self.oracle, f"returned output {index} on {output.device}: the call ran on "
                                                  f"{self.device}")
-            copy = _rebuilt(sent["copies"][index])[0] if sent["copies"] and sent["copies"][index] else None
+            copy = _rebuilt(sent["copies"][index], buffers=self._host_buffers)[0] \
+                if sent["copies"] and sent["copies"][index] else None
             if copy is not None and not _same_bytes(output, copy):
                 raise OracleFailure(self.oracle, f"output {index} changed after the call returned (work left "
                                                  f"running on another stream, or a delayed write)")
@@ -417,13 +457,44 @@ class ImplementationHost:
         return tuple(outputs), overwritten
 
     def call(self, name: str, kwargs: dict, poison: int | None = None, args: tuple = ()) -> tuple[tuple, list[str]]:
-        staged, pairs, moved = self._stage({**dict(enumerate(args)), **kwargs})
+        (result,) = self.calls(name, [(kwargs, args)], poison)
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def calls(self, name: str, calls: list[tuple[dict, tuple] | None], poison: int | None = None) -> list:
+        """Several calls of ``name`` (each ``(kwargs, args)``, or None: replay the captured graph) in one
+        message, run there in order: each one's (outputs, overwritten allocations), or the exception it
+        raised (as one of the judge's classes; the calls after it did not run).  What the checks of outputs
+        find about any of them raises."""
+        staged, pairs = [], []
         try:
-            sent = self._ask(("call", name, staged, len(args), poison, moved if self.via_host_memory else None),
-                             "returned")
+            for call in calls:
+                if call is None:
+                    staged.append(("replay",))
+                    continue
+                kwargs, args = call
+                plain, views, its_pairs, moved = self._stage({**dict(enumerate(args)), **kwargs})
+                pairs += its_pairs
+                staged.append((name, plain, views, len(args), poison, moved if self.via_host_memory else None))
+            shares, replies = self._ask(("calls", self._shares(), staged), "returned")
         finally:
             self._unstage(pairs)
-        return self._outputs(sent, poison is not None)
+        try:
+            self._host_buffers.update(shares)
+            kinds = [reply[0] for reply in replies]
+            if not (kinds == ["returned"] * len(calls) or
+                    (kinds and kinds[:-1] == ["returned"] * (len(kinds) - 1) and kinds[-1] == "raised"
+                     and len(kinds) <= len(calls))):
+                raise OracleFailure(self.oracle, f"the implementation's process answered {kinds} to {len(calls)} "
+                                                 f"calls")
+            return [self._outputs(reply[1], poison is not None) if reply[0] == "returned" else _exception(reply[1])
+                    for reply in replies]
+        except OracleFailure:
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever it sent that cannot be read is its finding
+            raise OracleFailure(self.oracle, f"the implementation's process sent what the judge does not accept: "
+                                             f"{type(error).__name__}: {error}") from None
 
 
 @dataclasses.dataclass
@@ -437,6 +508,13 @@ class HostedFunction:
         outputs, _ = self.host.call(self.name, kwargs, args=args)
         return outputs[0] if len(outputs) == 1 else (outputs or None)
 
+    def call_many(self, calls: list[dict]) -> list:
+        """``self(**kwargs)`` for each of ``calls``, in one message: each one's return value, or the exception
+        it raised (the calls after it did not run)."""
+        results = self.host.calls(self.name, [(kwargs, ()) for kwargs in calls])
+        return [result if isinstance(result, Exception) else
+                (result[0][0] if len(result[0]) == 1 else (result[0] or None)) for result in results]
+
     def call_poisoned(self, kwargs: dict, poison: int) -> tuple[tuple, list[str]]:
         """For the write guards: the outputs, and the allocations whose canaries it overwrote."""
         return self.host.call(self.name, kwargs, poison)
@@ -446,18 +524,40 @@ class HostedFunction:
         what the oracle copies into it, the graph reads); the captured outputs, read live, and the replay."""
         if self.host.via_host_memory:
             raise ValueError("graph capture needs the judge's buffers shared by CUDA IPC, not through host memory")
-        staged, _, _ = self.host._stage(static)
-        static.update(staged)
+        host = self.host
+        for number in host._captured:   # the last capture's graph is never replayed again
+            host._give_back(number)
+        plain, views, pairs, _ = host._stage(static)
+        host._captured = [number for _, number in pairs]
+        static.update({name: host.view(staged) for name, staged in views.items()})
         try:
-            sent = self.host._ask(("capture", self.name, staged), "captured")
+            sent = host._ask(("capture", self.name, plain, views, host._shares()), "captured")
         except OracleFailure:
             raise
         except Exception as error:  # noqa: BLE001 - a call that cannot be captured is the finding
             raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "
                                                 f"{type(error).__name__}: {error}") from None
-        self.host._outputs({**sent, "copies": None}, poisoned=False)   # the type facts
-        return (tuple(_rebuilt(item, copy=False)[0] for item in sent["tensors"]),
-                lambda: self.host._ask(("replay",), "replayed"))
+        host._outputs({**sent, "copies": None}, poisoned=False)   # the type facts
+        return tuple(_rebuilt(item, copy=False)[0] for item in sent["tensors"]), _Replay(self)
+
+
+@dataclasses.dataclass
+class _Replay:
+    """The replay of the graph a host captured; ``between`` sends calls around it in the same message."""
+
+    function: HostedFunction
+
+    def __call__(self) -> None:
+        self.function.host._ask(("replay",), "replayed")
+
+    def between(self, before: list[dict], after: list[dict]) -> list[tuple]:
+        """Call on each of ``before``, replay, call on each of ``after``: the outputs of the calls after."""
+        results = self.function.host.calls(self.function.name, [*((kwargs, ()) for kwargs in before), None,
+                                                                *((kwargs, ()) for kwargs in after)])
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return [outputs for outputs, _ in results[len(before) + 1:]]
 
 
 _LIVE: set[ImplementationHost] = set()

@@ -10,12 +10,16 @@ that must run beside the implementation (poisoned allocations, CUDA graph captur
 files under names of their own (``oracles/allocations.py``, ``oracles/capture.py`` import only torch),
 so that no package of the judge is ever in ``sys.modules`` here.
 
-Tensors cross by shared memory on the CPU (torch's ``file_system`` sharing) and by CUDA IPC on the GPU:
-the judge's (copied) inputs are copied again here, into private memory, for the call (what the
-implementation sees is never shared memory), and written back after it; outputs go back by CUDA IPC, or
-on the CPU by value (the bytes of their storages: no shared-memory object per output).  Before its first
-judged call the host makes a number of warm-up calls the judge drew at random (on private copies of that
-call's inputs, outputs discarded): an implementation cannot tell its judged calls by counting.
+Tensors cross by shared memory on the CPU (torch's ``file_system`` sharing) and by CUDA IPC on the GPU,
+through *staging buffers* shared once and reused: the judge's copies of the inputs lie in buffers of its
+own, each sent (shared) with the first message that uses it and named by its number after that; the host
+keeps each one it was sent for its whole life, so no call opens an IPC handle or maps a file.  Outputs go
+back the same way from the host's own buffers on the GPU (copied there after the call), and on the CPU by
+value (the bytes of their storages).
+The judge's copies are copied again here, into private memory, for the call (what the implementation
+sees is never shared memory), and written back after it.  Before its first judged call the host makes a
+number of warm-up calls the judge drew at random (on private copies of that call's inputs, outputs
+discarded): an implementation cannot tell its judged calls by counting.
 Under compute-sanitizer (stream-ordered allocations, which CUDA IPC does not serve) device tensors cross
 through shared host memory instead, each copied to an allocation of its own here, which the sanitizer
 bounds tightly.  The
@@ -24,9 +28,16 @@ poisoned allocations, a copy of each output taken as the call returned — and d
 judge checks them from its own side.
 
 Messages, judge -> host: ``("load", {"paths": [...], "functions": {name: (module, attribute)}})``,
-``("call", name, arguments, positional, poison or None, moved)``, ``("capture", name, kwargs)``, ``("replay",)``;
-host -> judge: ``("started", {"unprotected": None or why not})`` first, ``("loaded", {"missing": [...]})``, ``("returned", outputs)``, ``("captured", outputs)``,
-``("replayed",)``, ``("raised", exception facts)``.  The host ends when its socket closes.
+``("calls", shares, [(name, plain, views, positional, poison or None, moved) or ("replay",), ...])``
+(several calls in one message, run in order, a replay of the captured graph among them; one settle
+after the last), ``("capture", name, plain, views, shares)``,
+``("replay",)``; host -> judge: ``("started", {"unprotected": None or why not})`` first,
+``("loaded", {"missing": [...]})``, ``("returned", shares, [("returned",
+outputs) or ("raised", exception facts), ...])`` (the calls after a raising one do not run),
+``("captured", outputs)``, ``("replayed",)``, ``("raised", exception facts)``.  ``shares``: {buffer number:
+uint8 tensor} for the buffers the other side has not been sent yet; ``views``: {argument: (buffer number or
+None for an empty storage, dtype, storage offset, shape, stride, device)}; ``plain``: the other arguments.
+The host ends when its socket closes.
 """
 import faulthandler
 import importlib
@@ -77,14 +88,54 @@ def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage())
 
 
-def _storage(tensor: torch.Tensor, via_host_memory: bool):
-    """A tensor's whole storage as it crosses: by CUDA IPC (the storage itself), or by value (its bytes:
-    CPU outputs, which are small, and device outputs through host memory)."""
+class OutputBuffers:
+    """The host's own buffers for outputs that cross by CUDA IPC: one per size class and message slot, made
+    once and kept (the judge keeps each one open: no IPC handle per call).  Those of a message are free
+    again when the next message arrives: the judge copied out of them before it sent that one."""
+
+    def __init__(self):
+        self.buffers: dict[int, torch.Tensor] = {}
+        self.free: dict[tuple, list[int]] = {}
+        self.busy: list[tuple] = []
+        self.unsent: dict[int, torch.Tensor] = {}
+
+    def holding(self, data: torch.Tensor) -> tuple[int, int]:
+        """A buffer holding a copy of the uint8 ``data`` (on the current stream): (its number, the length)."""
+        key = (data.device, allocations.pooled_bytes(data.numel()))
+        free = self.free.get(key)
+        if free:
+            number = free.pop()
+        else:
+            number = len(self.buffers)
+            self.buffers[number] = self.unsent[number] = torch.empty(key[1], dtype=torch.uint8, device=key[0])
+        self.buffers[number][:data.numel()].copy_(data)
+        self.busy.append((key, number))
+        return number, data.numel()
+
+    def release(self) -> None:
+        for key, number in self.busy:
+            self.free.setdefault(key, []).append(number)
+        self.busy = []
+
+    def shares(self) -> dict[int, torch.Tensor]:
+        """The buffers made since the last reply (sent once; the judge keeps them)."""
+        shares, self.unsent = self.unsent, {}
+        return shares
+
+
+def _storage(tensor: torch.Tensor, via_host_memory: bool, pool: OutputBuffers | None):
+    """A tensor's whole storage as it crosses: a copy in one of the host's ``pool`` buffers (number, length),
+    the storage itself by CUDA IPC (no ``pool``: a captured graph's outputs, read live), or by value (its
+    bytes: CPU outputs, which are small, and device outputs through host memory)."""
     data = _bytes_of(tensor)
-    return data if data.is_cuda and not via_host_memory else data.cpu().numpy().tobytes()
+    if not data.is_cuda or via_host_memory:
+        return data.cpu().numpy().tobytes()
+    if pool is None:
+        return data
+    return pool.holding(data) if data.numel() else b""
 
 
-def _sent(item, poisoned, via_host_memory: bool) -> tuple | None:
+def _sent(item, poisoned, via_host_memory: bool, pool: OutputBuffers | None) -> tuple | None:
     """How one output crosses: its whole storage, or the whole margined buffer it lies in (with the
     margin), and where in it the output lies."""
     if type(item) is not torch.Tensor:
@@ -93,8 +144,8 @@ def _sent(item, poisoned, via_host_memory: bool) -> tuple | None:
     placed = poisoned.buffer_of(item) if poisoned is not None else None
     if placed is not None:
         buffer, margin = placed
-        return ("margined", _storage(buffer, via_host_memory), margin, *geometry)
-    return ("storage", _storage(item, via_host_memory), *geometry)
+        return ("margined", _storage(buffer, via_host_memory, pool), margin, *geometry)
+    return ("storage", _storage(item, via_host_memory, pool), *geometry)
 
 
 def _private(kwargs: dict, moved: dict) -> tuple[dict, list]:
@@ -116,11 +167,12 @@ def _private(kwargs: dict, moved: dict) -> tuple[dict, list]:
     return placed, back
 
 
-def outputs(returned, poisoned=None, copies=None, via_host_memory: bool = False) -> dict:
+def outputs(returned, poisoned=None, copies=None, via_host_memory: bool = False,
+            pool: OutputBuffers | None = None) -> dict:
     structure, items = _items(returned)
     return {"structure": structure, "types": [type_name(item) for item in items],
-            "tensors": [_sent(item, poisoned, via_host_memory) for item in items],
-            "copies": [_sent(copy, None, via_host_memory) for copy in copies] if copies is not None else None,
+            "tensors": [_sent(item, poisoned, via_host_memory, pool) for item in items],
+            "copies": [_sent(copy, None, via_host_memory, pool) for copy in copies] if copies is not None else None,
             "overwritten": poisoned.overwritten_margins() if poisoned is not None else []}
 
 
@@ -130,6 +182,8 @@ class Host:
         self.functions = {}
         self.graph = None   # (graph, static inputs, what the captured call returned): kept alive for replays
         self.warmup, self.warmup_limit_s = warmup, warmup_limit_s
+        self.staged: dict[int, torch.Tensor] = {}   # the judge's staging buffers, by number: kept open
+        self.output_buffers = OutputBuffers()
 
     def load(self, request: dict) -> tuple:
         sys.path[:0] = [path for path in request["paths"] if path not in sys.path]
@@ -144,10 +198,20 @@ class Host:
                 missing.append(name)
         return ("loaded", {"missing": missing})
 
-    def call(self, name: str, arguments: dict, positional: int, poison: int | None, moved: dict | None) -> tuple:
-        """``arguments``: the positional ones keyed 0..``positional``-1, then the keyword ones.  ``moved``:
-        None when tensors cross by CUDA IPC; else the arguments that crossed through host memory, with their
-        devices (and the outputs go back the same way)."""
+    def _arguments(self, plain: dict, views: dict) -> dict:
+        """The call's arguments: ``plain`` ones as sent, tensors as views of the judge's staging buffers."""
+        arguments = dict(plain)
+        for name, (number, dtype, offset, shape, stride, device) in views.items():
+            storage = self.staged[number].untyped_storage() if number is not None else \
+                torch.UntypedStorage(0, device=device)
+            arguments[name] = torch.empty(0, dtype=dtype, device=storage.device).set_(storage, offset, shape, stride)
+        return arguments
+
+    def _run(self, name: str, plain: dict, views: dict, positional: int, poison: int | None,
+             moved: dict | None) -> tuple:
+        """One call: (what it returned, its poisoned allocations, copies of its outputs taken as it returned,
+        pairs to copy back into host memory, whether tensors crossed through host memory)."""
+        arguments = self._arguments(plain, views)
         if self.warmup:
             self._warm_up(name, arguments, positional, moved or {})
         kwargs, back = _private(arguments, moved or {})
@@ -161,10 +225,7 @@ class Host:
         # what the outputs hold as the call returns, on the current stream: work still running on another
         # stream, or a write from a thread, lands after this copy and shows as a difference to the judge
         copies = [item.clone() if type(item) is torch.Tensor else None for item in _items(returned)[1]]
-        self._settle([*args, *kwargs.values()])
-        for shared, on_device in back:
-            shared.copy_(on_device)
-        return ("returned", outputs(returned, poisoned, copies, via_host_memory=moved is not None))
+        return returned, poisoned, copies, back, moved is not None
 
     def _warm_up(self, name: str, arguments: dict, positional: int, moved: dict) -> None:
         """Once, before the first judged call: the drawn number of calls on private copies of its inputs,
@@ -177,11 +238,41 @@ class Host:
             if time.monotonic() > deadline:
                 break
 
-    def capture(self, name: str, static: dict) -> tuple:
+    def calls(self, shares: dict, calls: list) -> tuple:
+        """Run ``calls`` in order (up to the first that raises); one settle after the last, then the outputs
+        of each, read after the settle, beside the copies taken as each returned."""
+        self.output_buffers.release()
+        self.staged.update(shares)
+        ran, replies = [], []
+        for call in calls:
+            try:
+                ran.append(self._replay_step() if call == ("replay",) else self._run(*call))
+            except Exception as error:  # noqa: BLE001 - the judge decides what an exception means
+                replies.append(("raised", exception_facts(error)))
+                break
+        if ran:
+            self._settle()
+        for returned, poisoned, copies, back, via_host_memory in ran:
+            for shared, on_device in back:
+                shared.copy_(on_device)
+        replies[:0] = [("returned", outputs(returned, poisoned, copies, via_host_memory, self.output_buffers))
+                       for returned, poisoned, copies, _, via_host_memory in ran]
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()   # the copies into the output buffers are there before the judge reads
+        return ("returned", self.output_buffers.shares(), replies)
+
+    def capture(self, name: str, plain: dict, views: dict, shares: dict) -> tuple:
+        self.staged.update(shares)
+        static = self._arguments(plain, views)
         graph, returned = capture.capture_call(self.functions[name], static)
         self.graph = (graph, static, returned)
         torch.cuda.synchronize()
         return ("captured", outputs(returned))
+
+    def _replay_step(self) -> tuple:
+        """A replay among calls: what ``_run`` returns, for a step that returns nothing."""
+        self.graph[0].replay()
+        return None, None, [], [], False
 
     def replay(self) -> tuple:
         self.graph[0].replay()
@@ -189,8 +280,9 @@ class Host:
         return ("replayed",)
 
     @staticmethod
-    def _settle(arguments: list) -> None:
-        if any(isinstance(v, torch.Tensor) and v.is_cuda for v in arguments):
+    def _settle() -> None:
+        """Work left on any stream ends, and a late writer has a moment to show (once per message)."""
+        if torch.cuda.is_initialized():
             torch.cuda.synchronize()
         time.sleep(SETTLE_S)
 

@@ -94,8 +94,8 @@ def collect_grid(kernels=None) -> list[GridCell]:
                 elif certificates.arch_status(entry, arch, certificate, digest) == "stale":
                     status = "stale"
                 elif record["status"] == certificates.CERTIFIED and (
-                        certificates.POLICY.section_problem(section, digest) or
-                        certificates.POLICY.cell_problem(record)):
+                        certificates.POLICY.section_problem(section, digest, arch=arch) or
+                        certificates.POLICY.cell_problem(record, arch=arch)):
                     status = "below policy"
                 else:
                     status = record["status"] if record["status"] in (certificates.CERTIFIED, QUARANTINED) \
