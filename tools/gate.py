@@ -16,12 +16,14 @@ has one. A kernel module the catalog leaves out on this machine (its backend's p
 certificate a skipped JUnit testcase), and a change to that module is a finding, since nothing here
 checked it.
 
-The base revision (``--base REV``; by default the first of):
+The base revision (``--base REV``; by default the first that applies, printed with its reason):
 
-1. the merge base of HEAD with ``main`` (else ``origin/main``) when that is not HEAD itself: a branch
-   is judged on everything it changed since it left main;
-2. ``HEAD~1`` when HEAD is on main (or no merge base is known here): the last commit is judged;
-3. ``HEAD`` when HEAD has no parent here (a shallow or single-commit clone): only uncommitted changes.
+1. on a branch (HEAD is not on ``main``, else ``origin/main``): the merge base of HEAD with it — a branch is
+   judged on everything it changed since it left main, its uncommitted changes included;
+2. on main with uncommitted changes (tracked edits, or untracked files that are not ignored): ``HEAD`` —
+   a kernel engineer's edit in a fresh clone is judged on that edit alone, not on upstream's last commit;
+3. on main with a clean tree: ``HEAD~1`` — the last commit is judged (what CI does after a merge);
+4. ``HEAD`` when HEAD has no parent here (a shallow or single-commit clone): only uncommitted changes.
 
 The diff is the working tree against the base: uncommitted and untracked (not ignored) files count.
 When nothing changed, no test runs; stale certificates are findings all the same.
@@ -59,8 +61,9 @@ def parse_args(argv):
         prog="tools/gate",
         description="Run the CPU tests of the ops a change touches, the claims gates, and list the certificates "
                     "it made stale.",
-        epilog="Base revision by default: the merge base with main; HEAD~1 when HEAD is on main; HEAD in a "
-               "clone without a parent commit. Arguments after -- go to pytest, e.g. tools/gate -- -x")
+        epilog="Base revision by default (printed with its reason): on a branch, its merge base with main; on "
+               "main, HEAD when the tree has uncommitted changes, else HEAD~1 (the last commit); HEAD in a clone "
+               "without a parent commit. Arguments after -- go to pytest, e.g. tools/gate -- -x")
     parser.add_argument("--base", metavar="REV", help="judge the change from REV to the working tree")
     parser.add_argument("-n", "--workers", type=int, default=0, metavar="N",
                         help="pytest-xdist workers for the tests (default 0: in this process)")
@@ -111,16 +114,27 @@ def resolve_base(requested: str | None) -> Base:
             continue  # no such ref, or a shallow clone that lacks the common history
         merge_base = run.stdout.decode().strip()
         if merge_base != head:
-            return Base(merge_base, f"the merge base of HEAD with {ref}")
-        parent = commit_of("HEAD~1")
-        if parent:
-            return Base(parent, f"HEAD~1 (HEAD is on {ref}: its last commit is judged)")
+            return Base(merge_base, f"the merge base of HEAD with {ref} (a branch: everything it changed since it "
+                                    f"left {ref}, uncommitted changes included)")
+        where = f"HEAD is on {ref}"
         break
+    else:
+        where = "no merge base with main here"
+    if uncommitted_changes():
+        return Base(head, f"HEAD ({where}, and the working tree has uncommitted changes: they are the change)")
     parent = commit_of("HEAD~1")
     if parent:
-        return Base(parent, "HEAD~1 (no merge base with main here: the last commit is judged)")
+        return Base(parent, f"HEAD~1 ({where}, and the working tree is clean: the last commit is judged)")
     return Base(head, "HEAD (no parent commit here, a shallow or single-commit clone: only uncommitted "
                       "changes are judged)")
+
+
+def uncommitted_changes() -> bool:
+    """Whether the working tree differs from HEAD: tracked edits, or untracked files git does not ignore."""
+    run = git("status", "--porcelain", "--untracked-files=normal")
+    if run.returncode != 0:
+        raise UsageError(f"git status: {run.stderr.decode().strip().splitlines()[-1]}")
+    return bool(run.stdout.strip())
 
 
 def changed_files(base: Base) -> list[str]:

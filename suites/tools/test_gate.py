@@ -181,6 +181,33 @@ def test_a_kernel_whose_backend_is_missing_here_is_shown_not_judged_and_its_chan
            "installed" in "\n".join(found["findings"])
 
 
+def test_on_main_an_uncommitted_edit_is_judged_against_head_and_a_clean_tree_against_the_last_commit(repo):
+    """A fresh clone is on main: one uncommitted kernel edit is the change (not upstream's last commit, which
+    touched every op); with a clean tree the last commit is judged, as CI does after a merge."""
+    edit(repo / "README.md")  # upstream's last commit: touches no op
+    git(repo, "commit", "-q", "-am", "upstream")
+    edit(repo / "ops" / "sampling" / "greedy_argmax.py")
+    run = gate(repo, "--dry-run")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    assert f"gate: base {head[:12]}, HEAD (HEAD is on main, and the working tree has uncommitted changes" in run.stdout
+    found = verdict(gate(repo, "--dry-run", "--json"))
+    assert found["base"]["commit"] == head and found["changed_files"] == ["ops/sampling/greedy_argmax.py"]
+
+    git(repo, "commit", "-q", "-am", "the kernel edit")
+    found = verdict(gate(repo, "--dry-run", "--json"))
+    assert found["base"]["commit"] == head  # now HEAD~1
+    assert found["base"]["how"].startswith("HEAD~1 (HEAD is on main, and the working tree is clean")
+    assert found["changed_files"] == ["ops/sampling/greedy_argmax.py"]
+
+    git(repo, "checkout", "-q", "-b", "topic")
+    edit(repo / "README.md")
+    git(repo, "commit", "-q", "-am", "a branch's commit")
+    edit(repo / "references" / "speculative" / "strict_accept_strategy.py")  # and an uncommitted edit
+    found = verdict(gate(repo, "--dry-run", "--json"))
+    assert found["base"]["how"].startswith("the merge base of HEAD with main")
+    assert found["changed_files"] == ["README.md", "references/speculative/strict_accept_strategy.py"]
+
+
 def test_no_change_in_a_clone_without_history_passes_and_runs_nothing(repo):
     run = gate(repo)
     assert run.returncode == 0, run.stdout + run.stderr
