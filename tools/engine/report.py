@@ -26,11 +26,10 @@ import html
 import json
 import math
 import pathlib
-import shlex
 import sys
 from typing import Sequence
 
-from tools.engine import junit, verdict_table
+from tools.engine import commands, junit, verdict_table
 from tools.engine.worker import impl_paths
 from tools.cli import UsageError
 
@@ -285,20 +284,21 @@ def impl_root(impl: str) -> str | None:
 
 def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, impl: str | None,
                  flags: Sequence[str] = ()) -> str:
-    """The one command that runs this cell again (on this one recipe, when it has a seed), with the
-    environment it needs: the --impl module's PYTHONPATH, and the Triton interpreter on the CPU."""
+    """The one command that runs this cell again (on this one recipe, when it has a seed), from any directory
+    (``tools.engine.commands``), with the environment it needs: the --impl module's PYTHONPATH, and the
+    Triton interpreter on the CPU."""
     from oracles.battery import recipe_json
 
     environment = ["TRITON_INTERPRET=1"] if device == "cpu" else []
     root = impl_root(impl) if impl else None
-    if root:
-        environment.append(f"PYTHONPATH={root}")
-    words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device, *flags]
+    tool_environment, tool = commands.tool_command("certify-cells", "tools.certify_cells",
+                                                   (root,) if root else ())
+    words = [*tool, "--op", op_name, "--cell", cell_id, "--device", device, *flags]
     if impl:
         words += ["--impl", impl]
     if recipe and "seed" in recipe:
         words += ["--replay", recipe_json(recipe)]
-    return " ".join([*environment, *(shlex.quote(w) for w in words)])
+    return commands.shell_line([*environment, *tool_environment], words)
 
 
 def isolation_flags(isolation: dict, device: str) -> list[str]:
