@@ -16,7 +16,7 @@ applicable (why) — so a refusal worded differently never hides whether the num
 an oracle that fails on an example is not run again on later ones (its finding stands); the others go on
 over every planned example.  Each failing oracle's recipe is then shrunk on its own, within
 ``SHRINK_SECONDS``: a drawn one by Hypothesis (the same seed draws the same examples up to it), a fixed
-corner by halving its integer sizes while it still fails inside the cell.
+corner by trying its integer sizes smallest first while it still fails inside the cell.
 
 A cell runs its fixed corner recipes first, then Hypothesis-drawn ones (seeded from a stable digest
 of the cell id).  The result records the region the examples reached (``exercised``), which is all a
@@ -41,6 +41,7 @@ from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import check_bitwise, first_difference
 from oracles.determinism import check_determinism, run_on_copy
 from oracles.failures import NUMERICS, ORACLES, OracleFailure
+from oracles.findings import band_detail, bitwise_detail
 from oracles.selection import ORACLE_GROUPS
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
 from oracles.refusals import check_refusals, is_clear_refusal
@@ -184,6 +185,11 @@ class CellResult:
                    refused_examples=record.get("refused_examples", 0))
 
 
+def _detailed(failure: OracleFailure, detail: str) -> OracleFailure:
+    """``failure`` with the lines that say which elements differ and what decides them (oracles/findings.py)."""
+    return OracleFailure(failure.oracle, failure.message + ("\n" + detail if detail else ""))
+
+
 def _fail_verdict(failure: OracleFailure, **extra) -> dict:
     return {"verdict": FAIL, "finding": failure.message, "recipe": failure.recipe, **extra}
 
@@ -283,15 +289,22 @@ class Battery:
         def parity():
             expected = run_on_copy(entry.reference, kwargs, in_place)
             stock = self._stock(kwargs, in_place)
+            explain = getattr(self.strategy, "explain", None)  # the op's own words for a differing element
             if entry.parity.value == "bitwise":
-                check_bitwise(actual, expected, "vs the contract's reference")
+                try:
+                    check_bitwise(actual, expected, "vs the contract's reference")
+                except OracleFailure as failure:
+                    raise _detailed(failure, bitwise_detail(actual, expected, kwargs, explain)) from None
                 if result is not None and stock is not None and \
                         any(first_difference(s, e) for s, e in zip(stock, expected)):
                     result.stock_disagreements += 1
             else:
                 truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
-                report = check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
-                                    expected=expected)
+                try:
+                    report = check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
+                                        expected=expected)
+                except OracleFailure as failure:
+                    raise _detailed(failure, band_detail(actual, stock, truth, kwargs, explain)) from None
                 if result is not None and report.stock_failure:  # the band fell back to its floor: say why
                     failures = result.annotations.setdefault("stock_failures", {"examples": 0, "first": None})
                     failures["examples"] += 1
@@ -371,8 +384,8 @@ class _Shrink:
 
 
 def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) -> OracleFailure:
-    """Halve each integer size of a failing corner toward the cell's lower bound (bisecting) while the
-    recipe stays inside the cell and the oracle still fails; bounded by ``SHRINK_SECONDS``."""
+    """Shrink each integer size of a failing corner to the smallest size of a ladder (``_size_ladder``)
+    at which the recipe stays inside the cell and the oracle still fails; bounded by ``SHRINK_SECONDS``."""
     started, best = time.monotonic(), failure
 
     def fails(recipe: dict) -> OracleFailure | None:
@@ -390,16 +403,25 @@ def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) 
     for name, value in list(failure.recipe.items()):
         if name == "seed" or not isinstance(value, int) or isinstance(value, bool):
             continue
-        bound = cell.bounds.get(name)
-        lo, hi = (getattr(bound, "lo", 0), best.recipe[name])  # hi fails; find the smallest that fails
-        while lo < hi and time.monotonic() - started < SHRINK_SECONDS:
-            middle = (lo + hi) // 2
-            found = fails({**best.recipe, name: middle})
+        lo = getattr(cell.bounds.get(name), "lo", 0)
+        # smallest first: a failure that hangs on a value planted by the seed is not monotone in the size,
+        # so bisecting from the corner stops at whatever size it first passes (V = 112640)
+        for size in _size_ladder(lo, best.recipe[name]):
+            if time.monotonic() - started > SHRINK_SECONDS:
+                break
+            found = fails({**best.recipe, name: size})
             if found is not None:
-                best, hi = found, middle
-            else:
-                lo = middle + 1
+                best = found
+                break
     return best
+
+
+def _size_ladder(lo: int, hi: int) -> list[int]:
+    """Sizes from ``lo`` up to below ``hi`` to try, smallest first: the bottom of the span, the block edges
+    (powers of two and one either side), and ``hi`` halved down."""
+    sizes = {lo, lo + 1, lo + 2, *(hi >> k for k in range(1, hi.bit_length()))}
+    sizes |= {edge + step for k in range(hi.bit_length()) for edge in (1 << k,) for step in (-1, 0, 1)}
+    return sorted(size for size in sizes if lo <= size < hi)
 
 
 def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, seed: int = 0,
