@@ -28,6 +28,10 @@ The base revision (``--base REV``; by default the first that applies, printed wi
 The diff is the working tree against the base: uncommitted and untracked (not ignored) files count.
 When nothing changed, no test runs; stale certificates are findings all the same.
 
+``--bitwise-ab`` is for a change declared performance-only: each kernel it touches is run at the base and
+in the working tree on the same drawn inputs (``tools/ab``) and must be bitwise identical; a difference, or
+a kernel with nothing to compare at the base, is a finding.
+
 Exit status: 0 clean; 1 a finding (a failed test, a stale certificate, a catalog that does not
 import); 2 a usage error (an unknown revision, not a git checkout), in one line.
 """
@@ -70,6 +74,12 @@ def parse_args(argv):
     parser.add_argument("--dry-run", action="store_true",
                         help="list the changed ops and the tests they need without running them "
                              "(certificates are still checked)")
+    parser.add_argument("--bitwise-ab", action="store_true",
+                        help="a change declared performance-only: every kernel it touches must be bitwise identical "
+                             "to the base's on the same drawn inputs (tools/ab, on the CPU interpreter; run by "
+                             "--dry-run too)")
+    parser.add_argument("--ab-max-examples", type=int, metavar="N",
+                        help="--bitwise-ab: draws per cell besides its corners (default: tools/ab's)")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
     parser.add_argument("--junit", metavar="PATH",
                         help="write JUnit XML: the tests pytest ran, and one testcase per certificate section")
@@ -77,6 +87,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.workers < 0:
         raise UsageError(f"--workers: {args.workers} is negative")
+    if args.ab_max_examples is not None and (args.ab_max_examples < 0 or not args.bitwise_ab):
+        raise UsageError(f"--ab-max-examples: {args.ab_max_examples} needs --bitwise-ab and is at least 0")
     return args
 
 
@@ -291,6 +303,34 @@ def certificate_cases(kernels, stale: list[dict], unjudged: list[dict]) -> list:
     return cases
 
 
+# -- bitwise A/B ----------------------------------------------------------------------------------
+def bitwise_ab(entries, base: Base, findings: list[str], max_examples: int | None) -> dict:
+    """``--bitwise-ab``: each touched kernel against itself at the base (``tools/ab``); a difference, or a
+    kernel that cannot be compared (new since the base, not runnable here), is a finding."""
+    from ops.catalog import kernel_label
+    from tools import ab
+
+    found = {}
+    for entry in entries:
+        label = kernel_label(entry)
+        try:
+            found[label] = ab.run(entry.name, base.commit, backend=entry.backend, max_examples=max_examples,
+                                  quiet=True)
+        except UsageError as error:
+            findings.append(f"{label}: no bitwise A/B against the base: {error}")
+            continue
+        print("\n".join(ab.lines(found[label])), file=sys.stderr, flush=True)  # stdout: the verdict
+        kernel = found[label]["kernels"][label]
+        if "skipped" in kernel:
+            findings.append(f"{label}: no bitwise A/B against the base: {kernel['skipped']}")
+        elif found[label]["verdict"] != "bitwise":
+            differing = [f"{c['cell']} ({c['differing_inputs']} of {c['inputs']} inputs, at most {c['max_ulp']:g} "
+                         f"ULP)" for c in kernel["cells"] if not c["bitwise"]]
+            findings.append(f"{label}: not bitwise identical to the base, for a change declared performance-only: "
+                            + ", ".join(differing))
+    return found
+
+
 # -- the tests ------------------------------------------------------------------------------------
 def run_tests(ids: list[str], args, junit_path: str) -> dict:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids]
@@ -331,6 +371,8 @@ def main(argv=None) -> int:
             suite = relative(entry.files.suite)
             ops[label] = {"changed": touched, "tests": listed_cpu_tests({suite})}
             suites[label] = suite
+    touched_kernels = [entry for entry in kernels if catalog.kernel_label(entry) in ops]
+    ab_results = bitwise_ab(touched_kernels, base, findings, args.ab_max_examples) if args.bitwise_ab else {}
     ids = list(dict.fromkeys(test for op in ops.values() for test in op["tests"]))
     if changed:
         ids.append(CLAIMS_GATES)
@@ -382,7 +424,7 @@ def main(argv=None) -> int:
 
     verdict = "fail" if findings else "pass"
     if args.json:
-        print(json.dumps({"base": dataclasses.asdict(base), "changed_files": changed, "ops": ops,
+        print(json.dumps({"base": dataclasses.asdict(base), "changed_files": changed, "ops": ops, "bitwise_ab": ab_results,
                           "tests": tests, "toolchains": toolchain_lines(kernels),
                           "stale_certificates": stale, "unavailable_kernels": unjudged, "findings": findings, "verdict": verdict}, indent=2))
     else:
