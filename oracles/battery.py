@@ -54,6 +54,7 @@ CERTIFIED, PASSED, FAILED = "certified", "passed", "failed"
 REFUSALS_RECIPE = {"refusals": "the contract's table"}
 SHRINK_SECONDS = 60.0  # per failing oracle: a minimal recipe helps, but never at the cost of an unbounded run
 CPU_SIZE_CAP = "cpu interpreter size cap"
+ERRORS_BY_SIZE = 64  # band examples whose (output elements, kernel ULP, stock ULP) a cell's record keeps
 
 Watch = Callable[[str, dict], None]
 """``watch(oracle, recipe)``: told before each oracle starts on a recipe, so that a runner outside the
@@ -310,6 +311,10 @@ class Battery:
                     failures["examples"] += 1
                     failures["first"] = failures["first"] or f"{report.stock_failure} on {recipe_json(recipe)}"
                 if result is not None:
+                    by_size = result.annotations.setdefault("errors_by_size", [])
+                    if len(by_size) < ERRORS_BY_SIZE:  # the report's plot of error against size (elements out)
+                        by_size.append([sum(o.numel() for o in actual), *(_json_number(float(f"{e:.3g}")) for e in
+                                                                          (report.kernel_error_ulp, report.stock_error_ulp))])
                     result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
                     result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
 

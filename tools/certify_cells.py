@@ -76,7 +76,7 @@ def parser() -> ArgumentParser:
     parser.add_argument("--dump", metavar="DIR",
                         help="for each failing oracle, save its minimal recipe's inputs and the implementation's, "
                              "reference's, stock op's (and truth's) outputs to DIR (torch.save; tools/engine/dump.py)")
-    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell)")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell, oracle)")
     isolation = parser.add_argument_group("isolation, sanitizers and scale")
     isolation.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                            help="run each cell in a worker process (default: on with --device cuda, off on cpu)")
