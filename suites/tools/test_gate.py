@@ -219,6 +219,8 @@ def test_the_tests_it_runs_are_reported_and_a_failure_is_a_finding(repo, tmp_pat
 @pytest.mark.parametrize("words, reason", [
     (("--base", "no_such_revision"), "--base: unknown revision 'no_such_revision'"),
     (("--workers", "-1"), "--workers: -1 is negative"),
+    (("--ab-max-examples", "2"), "--ab-max-examples: 2 needs --bitwise-ab and is at least 0"),
+    (("--bitwise-ab", "--ab-max-examples", "-1"), "--ab-max-examples: -1 needs --bitwise-ab and is at least 0"),
 ])
 def test_usage_errors_exit_2_in_one_line(repo, words, reason):
     run = gate(repo, *words)
