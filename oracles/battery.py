@@ -410,14 +410,25 @@ def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) 
             continue
         lo = getattr(cell.bounds.get(name), "lo", 0)
         # smallest first: a failure that hangs on a value planted by the seed is not monotone in the size,
-        # so bisecting from the corner stops at whatever size it first passes (V = 112640)
+        # so bisecting from the corner stops at whatever size it first passes (V = 112640); a size threshold
+        # is then bisected between the last ladder size that passed and the first that failed
+        passed = lo - 1
         for size in _size_ladder(lo, best.recipe[name]):
             if time.monotonic() - started > SHRINK_SECONDS:
                 break
             found = fails({**best.recipe, name: size})
-            if found is not None:
-                best = found
-                break
+            if found is None:
+                passed = size
+                continue
+            best, low, high = found, passed + 1, size
+            while low < high and time.monotonic() - started < SHRINK_SECONDS:
+                middle = (low + high) // 2
+                found = fails({**best.recipe, name: middle})
+                if found is not None:
+                    best, high = found, middle
+                else:
+                    low = middle + 1
+            break
     return best
 
 

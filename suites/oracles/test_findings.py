@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ops.catalog import entries
-from oracles.battery import Implementation, _size_ladder, replay, run_cell
+from oracles.battery import Battery, Implementation, _shrink_corner, _size_ladder, replay, run_cell
 from suites.norm import rms_norm_gated_impls
 from suites.sampling import greedy_argmax_impls
 from suites.speculative import strict_accept_impls
@@ -91,3 +91,17 @@ def test_a_failing_corner_shrinks_to_a_size_a_person_reads():
                       strategy=entry.strategy_module, oracles=("parity",), graph_parity_skipped="not asked here")
     recipe = result.failures["parity"].recipe
     assert recipe["R"] == 256 and recipe["V"] <= 16, recipe
+
+
+def test_a_corner_failing_only_above_a_size_shrinks_to_that_threshold():
+    """Negative control of the ladder alone: a bug above 1000 columns (bug_between_1000_and_4000_columns) is
+    not found by small sizes, and bisecting between the ladder's last pass and first failure finds 1001."""
+    entry = entries()["greedy_argmax"]
+    impl = Implementation("between", {entry.name: greedy_argmax_impls.bug_between_1000_and_4000_columns})
+    cell = entry.cell("decode_mid_batch")
+    corner = {**entry.strategy_module.corners(cell, CPU)[0], "V": 3000, "values": "tail_max"}  # the max at the end
+    battery = Battery(entry, impl, CPU, entry.strategy_module, cell=cell, graph_parity_skipped="not asked here")
+    failure = battery.judge(corner, ["parity"])["parity"]
+    failure.recipe = corner
+    shrunk = _shrink_corner(battery, cell, "parity", failure)
+    assert shrunk.recipe["V"] == 1001, shrunk.recipe
