@@ -16,7 +16,7 @@ applicable (why) — so a refusal worded differently never hides whether the num
 an oracle that fails on an example is not run again on later ones (its finding stands); the others go on
 over every planned example.  Each failing oracle's recipe is then shrunk on its own, within
 ``SHRINK_SECONDS``: a drawn one by Hypothesis (the same seed draws the same examples up to it), a fixed
-corner by halving its integer sizes while it still fails inside the cell.
+corner by trying its integer sizes smallest first while it still fails inside the cell.
 
 A cell runs its fixed corner recipes first, then Hypothesis-drawn ones (seeded from a stable digest
 of the cell id).  The result records the region the examples reached (``exercised``), which is all a
@@ -52,6 +52,7 @@ CERTIFIED, PASSED, FAILED = "certified", "passed", "failed"
 REFUSALS_RECIPE = {"refusals": "the contract's table"}
 SHRINK_SECONDS = 60.0  # per failing oracle: a minimal recipe helps, but never at the cost of an unbounded run
 CPU_SIZE_CAP = "cpu interpreter size cap"
+ERRORS_BY_SIZE = 64  # band examples whose (output elements, kernel ULP, stock ULP) a cell's record keeps
 
 Watch = Callable[[str, dict], None]
 """``watch(oracle, recipe)``: told before each oracle starts on a recipe, so that a runner outside the
@@ -286,7 +287,8 @@ class Battery:
 
         def parity():
             stock = self._stock(kwargs, in_place)
-            expected, report = check_parity(entry, kwargs, actual, in_place, stock)
+            explain = getattr(self.strategy, "explain", None)  # the op's own words for a differing element
+            expected, report = check_parity(entry, kwargs, actual, in_place, stock, explain)
             if entry.parity.value == "bitwise":
                 if result is not None and stock is not None and \
                         any(first_difference(s, e) for s, e in zip(stock, expected)):
@@ -297,6 +299,10 @@ class Battery:
                     failures["examples"] += 1
                     failures["first"] = failures["first"] or f"{report.stock_failure} on {recipe_json(recipe)}"
                 if result is not None:
+                    by_size = result.annotations.setdefault("errors_by_size", [])
+                    if len(by_size) < ERRORS_BY_SIZE:  # the report's plot of error against size (elements out)
+                        by_size.append([sum(o.numel() for o in actual), *(_json_number(float(f"{e:.3g}")) for e in
+                                                                          (report.kernel_error_ulp, report.stock_error_ulp))])
                     result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
                     result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
 
@@ -371,8 +377,8 @@ class _Shrink:
 
 
 def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) -> OracleFailure:
-    """Halve each integer size of a failing corner toward the cell's lower bound (bisecting) while the
-    recipe stays inside the cell and the oracle still fails; bounded by ``SHRINK_SECONDS``."""
+    """Shrink each integer size of a failing corner to the smallest size of a ladder (``_size_ladder``)
+    at which the recipe stays inside the cell and the oracle still fails; bounded by ``SHRINK_SECONDS``."""
     started, best = time.monotonic(), failure
 
     def fails(recipe: dict) -> OracleFailure | None:
@@ -390,16 +396,36 @@ def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) 
     for name, value in list(failure.recipe.items()):
         if name == "seed" or not isinstance(value, int) or isinstance(value, bool):
             continue
-        bound = cell.bounds.get(name)
-        lo, hi = (getattr(bound, "lo", 0), best.recipe[name])  # hi fails; find the smallest that fails
-        while lo < hi and time.monotonic() - started < SHRINK_SECONDS:
-            middle = (lo + hi) // 2
-            found = fails({**best.recipe, name: middle})
-            if found is not None:
-                best, hi = found, middle
-            else:
-                lo = middle + 1
+        lo = getattr(cell.bounds.get(name), "lo", 0)
+        # smallest first: a failure that hangs on a value planted by the seed is not monotone in the size,
+        # so bisecting from the corner stops at whatever size it first passes (V = 112640); a size threshold
+        # is then bisected between the last ladder size that passed and the first that failed
+        passed = lo - 1
+        for size in _size_ladder(lo, best.recipe[name]):
+            if time.monotonic() - started > SHRINK_SECONDS:
+                break
+            found = fails({**best.recipe, name: size})
+            if found is None:
+                passed = size
+                continue
+            best, low, high = found, passed + 1, size
+            while low < high and time.monotonic() - started < SHRINK_SECONDS:
+                middle = (low + high) // 2
+                found = fails({**best.recipe, name: middle})
+                if found is not None:
+                    best, high = found, middle
+                else:
+                    low = middle + 1
+            break
     return best
+
+
+def _size_ladder(lo: int, hi: int) -> list[int]:
+    """Sizes from ``lo`` up to below ``hi`` to try, smallest first: the bottom of the span, the block edges
+    (powers of two and one either side), and ``hi`` halved down."""
+    sizes = {lo, lo + 1, lo + 2, *(hi >> k for k in range(1, hi.bit_length()))}
+    sizes |= {edge + step for k in range(hi.bit_length()) for edge in (1 << k,) for step in (-1, 0, 1)}
+    return sorted(size for size in sizes if lo <= size < hi)
 
 
 def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, seed: int = 0,

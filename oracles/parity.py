@@ -5,19 +5,35 @@ from __future__ import annotations
 from oracles.band import check_band
 from oracles.bitwise import check_bitwise
 from oracles.determinism import run_on_copy
+from oracles.failures import OracleFailure
+from oracles.findings import band_detail, bitwise_detail
 from oracles.tensors import as_outputs, clone_inputs
 
 
-def check_parity(entry, kwargs: dict, actual: tuple, in_place: tuple[str, ...], stock: tuple | None):
+def check_parity(entry, kwargs: dict, actual: tuple, in_place: tuple[str, ...], stock: tuple | None,
+                 explain=None):
     """The parity oracle on one input: raise OracleFailure unless ``actual`` (outputs on ``kwargs``, then the
     in-place arguments after the call) meets the op's parity class — bitwise: the reference's bits; band:
     within the band of ``stock`` (the stock op's outputs; None: the reference's) against float64 truth.
-    Returns the reference's outputs and, for a band op, the band report.  The battery and the runtime
-    canary (``ops/canary.py``) judge by it alike."""
+    Returns the reference's outputs and, for a band op, the band report.  A finding carries the lines that
+    say which elements differ and what decides them (``oracles/findings.py``; ``explain``: the op's own
+    words for an element, from its strategy).  The battery and the runtime canary (``ops/canary.py``)
+    judge by it alike."""
     expected = run_on_copy(entry.reference, kwargs, in_place)
     if entry.parity.value == "bitwise":
-        check_bitwise(actual, expected, "vs the contract's reference")
+        try:
+            check_bitwise(actual, expected, "vs the contract's reference")
+        except OracleFailure as failure:
+            raise _detailed(failure, bitwise_detail(actual, expected, kwargs, explain)) from None
         return expected, None
     truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
-    return expected, check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
-                                expected=expected)
+    try:
+        return expected, check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
+                                    expected=expected)
+    except OracleFailure as failure:
+        raise _detailed(failure, band_detail(actual, stock, truth, kwargs, explain)) from None
+
+
+def _detailed(failure: OracleFailure, detail: str) -> OracleFailure:
+    """``failure`` with the lines that say which elements differ and what decides them."""
+    return OracleFailure(failure.oracle, failure.message + ("\n" + detail if detail else ""))

@@ -16,7 +16,7 @@ runs one deterministic share of the cells (``tools/engine/shards.py``).  Cells i
 
 Every oracle that applies gets its own verdict; a cell's line reads
 ``numerics: pass; interface: refusals FAIL (2 rows)`` and each failing oracle has its finding, minimal
-recipe and reproduction.  ``--oracles numerics`` (or a comma list) judges only those oracles: the run is
+recipe and reproduction (``--dump DIR`` saves its inputs and outputs for a debugger).  ``--oracles numerics`` (or a comma list) judges only those oracles: the run is
 labelled "partial: not a certificate" and writes no certificate.  A run ends with a summary line (cells
 certified / passed / failed / quarantined, oracles failed, elapsed time).
 
@@ -42,6 +42,7 @@ from oracles.selection import parse_oracles
 from tools.cli import ArgumentParser, UsageError, run_main
 from tools.engine.bytecode import refuse_planted
 from tools.engine.certify import DEFAULT_CELL_TIMEOUT_S, RunOptions, certify
+from tools.engine.dump import check_directory
 from tools.engine.isolation import SANITIZER_TOOLS
 from tools.engine.shards import parse_shard
 
@@ -81,7 +82,10 @@ def parser() -> ArgumentParser:
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     parser.add_argument("--report", metavar="PATH", help="also write the results as JSON to PATH; a PATH ending in "
                         ".html gets a self-contained page of every certificate instead (tools/engine/report.py)")
-    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell)")
+    parser.add_argument("--dump", metavar="DIR",
+                        help="for each failing oracle, save its minimal recipe's inputs and the implementation's, "
+                             "reference's, stock op's (and truth's) outputs to DIR (torch.save; tools/engine/dump.py)")
+    parser.add_argument("--junit", metavar="PATH", help="also write JUnit XML to PATH: a testcase per (op, cell, oracle)")
     isolation = parser.add_argument_group("isolation, sanitizers and scale")
     isolation.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                            help="run each cell in a worker process (default: on with --device cuda, off on cpu)")
@@ -131,6 +135,8 @@ def parse_args(argv) -> RunOptions:
             raise UsageError(f"--workers {args.workers}: expected a positive number")
     if args.sanitize and args.device != "cuda":
         raise UsageError(f"--sanitize {args.sanitize}: compute-sanitizer checks CUDA kernels; it needs --device cuda")
+    if args.dump is not None:
+        check_directory(args.dump)
     try:
         shard = parse_shard(args.shard) if args.shard is not None else None
     except ValueError as error:
@@ -160,6 +166,7 @@ def parse_args(argv) -> RunOptions:
         ops=tuple(args.op), backend=args.backend, impl=args.impl, device=args.device,
         max_examples=args.max_examples, seed=args.seed, cells=tuple(args.cell), replay=replay,
         shrink=not args.no_shrink, oracles=oracles, json=args.json, report=args.report, junit=args.junit,
+        dump=args.dump,
         isolate=args.isolate if args.isolate is not None else bool(needs_workers) or args.device == "cuda",
         cell_timeout=args.cell_timeout, gpus=args.gpus, workers=args.workers, sanitize=args.sanitize, shard=shard,
         quarantine=args.quarantine, check_quarantine=args.check_quarantine, list_only=args.list,

@@ -16,15 +16,21 @@ has one. A kernel module the catalog leaves out on this machine (its backend's p
 certificate a skipped JUnit testcase), and a change to that module is a finding, since nothing here
 checked it.
 
-The base revision (``--base REV``; by default the first of):
+The base revision (``--base REV``; by default the first that applies, printed with its reason):
 
-1. the merge base of HEAD with ``main`` (else ``origin/main``) when that is not HEAD itself: a branch
-   is judged on everything it changed since it left main;
-2. ``HEAD~1`` when HEAD is on main (or no merge base is known here): the last commit is judged;
-3. ``HEAD`` when HEAD has no parent here (a shallow or single-commit clone): only uncommitted changes.
+1. on a branch (HEAD is not on ``main``, else ``origin/main``): the merge base of HEAD with it — a branch is
+   judged on everything it changed since it left main, its uncommitted changes included;
+2. on main with uncommitted changes (tracked edits, or untracked files that are not ignored): ``HEAD`` —
+   a kernel engineer's edit in a fresh clone is judged on that edit alone, not on upstream's last commit;
+3. on main with a clean tree: ``HEAD~1`` — the last commit is judged (what CI does after a merge);
+4. ``HEAD`` when HEAD has no parent here (a shallow or single-commit clone): only uncommitted changes.
 
 The diff is the working tree against the base: uncommitted and untracked (not ignored) files count.
 When nothing changed, no test runs; stale certificates are findings all the same.
+
+``--bitwise-ab`` is for a change declared performance-only: each kernel it touches is run at the base and
+in the working tree on the same drawn inputs (``tools/ab``) and must be bitwise identical; a difference, or
+a kernel with nothing to compare at the base, is a finding.
 
 Exit status: 0 clean; 1 a finding (a failed test, a stale certificate, a catalog that does not
 import); 2 a usage error (an unknown revision, not a git checkout, a tree holding bytecode that is not
@@ -60,14 +66,21 @@ def parse_args(argv):
         prog="tools/gate",
         description="Run the CPU tests of the ops a change touches, the claims gates, and list the certificates "
                     "it made stale.",
-        epilog="Base revision by default: the merge base with main; HEAD~1 when HEAD is on main; HEAD in a "
-               "clone without a parent commit. Arguments after -- go to pytest, e.g. tools/gate -- -x")
+        epilog="Base revision by default (printed with its reason): on a branch, its merge base with main; on "
+               "main, HEAD when the tree has uncommitted changes, else HEAD~1 (the last commit); HEAD in a clone "
+               "without a parent commit. Arguments after -- go to pytest, e.g. tools/gate -- -x")
     parser.add_argument("--base", metavar="REV", help="judge the change from REV to the working tree")
     parser.add_argument("-n", "--workers", type=int, default=0, metavar="N",
                         help="pytest-xdist workers for the tests (default 0: in this process)")
     parser.add_argument("--dry-run", action="store_true",
                         help="list the changed ops and the tests they need without running them "
                              "(certificates are still checked)")
+    parser.add_argument("--bitwise-ab", action="store_true",
+                        help="a change declared performance-only: every kernel it touches must be bitwise identical "
+                             "to the base's on the same drawn inputs (tools/ab, on the CPU interpreter; run by "
+                             "--dry-run too)")
+    parser.add_argument("--ab-max-examples", type=int, metavar="N",
+                        help="--bitwise-ab: draws per cell besides its corners (default: tools/ab's)")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON on stdout")
     parser.add_argument("--junit", metavar="PATH",
                         help="write JUnit XML: the tests pytest ran, and one testcase per certificate section")
@@ -75,6 +88,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.workers < 0:
         raise UsageError(f"--workers: {args.workers} is negative")
+    if args.ab_max_examples is not None and (args.ab_max_examples < 0 or not args.bitwise_ab):
+        raise UsageError(f"--ab-max-examples: {args.ab_max_examples} needs --bitwise-ab and is at least 0")
     return args
 
 
@@ -112,16 +127,27 @@ def resolve_base(requested: str | None) -> Base:
             continue  # no such ref, or a shallow clone that lacks the common history
         merge_base = run.stdout.decode().strip()
         if merge_base != head:
-            return Base(merge_base, f"the merge base of HEAD with {ref}")
-        parent = commit_of("HEAD~1")
-        if parent:
-            return Base(parent, f"HEAD~1 (HEAD is on {ref}: its last commit is judged)")
+            return Base(merge_base, f"the merge base of HEAD with {ref} (a branch: everything it changed since it "
+                                    f"left {ref}, uncommitted changes included)")
+        where = f"HEAD is on {ref}"
         break
+    else:
+        where = "no merge base with main here"
+    if uncommitted_changes():
+        return Base(head, f"HEAD ({where}, and the working tree has uncommitted changes: they are the change)")
     parent = commit_of("HEAD~1")
     if parent:
-        return Base(parent, "HEAD~1 (no merge base with main here: the last commit is judged)")
+        return Base(parent, f"HEAD~1 ({where}, and the working tree is clean: the last commit is judged)")
     return Base(head, "HEAD (no parent commit here, a shallow or single-commit clone: only uncommitted "
                       "changes are judged)")
+
+
+def uncommitted_changes() -> bool:
+    """Whether the working tree differs from HEAD: tracked edits, or untracked files git does not ignore."""
+    run = git("status", "--porcelain", "--untracked-files=normal")
+    if run.returncode != 0:
+        raise UsageError(f"git status: {run.stderr.decode().strip().splitlines()[-1]}")
+    return bool(run.stdout.strip())
 
 
 def changed_files(base: Base) -> list[str]:
@@ -278,6 +304,34 @@ def certificate_cases(kernels, stale: list[dict], unjudged: list[dict]) -> list:
     return cases
 
 
+# -- bitwise A/B ----------------------------------------------------------------------------------
+def bitwise_ab(entries, base: Base, findings: list[str], max_examples: int | None) -> dict:
+    """``--bitwise-ab``: each touched kernel against itself at the base (``tools/ab``); a difference, or a
+    kernel that cannot be compared (new since the base, not runnable here), is a finding."""
+    from ops.catalog import kernel_label
+    from tools import ab
+
+    found = {}
+    for entry in entries:
+        label = kernel_label(entry)
+        try:
+            found[label] = ab.run(entry.name, base.commit, backend=entry.backend, max_examples=max_examples,
+                                  quiet=True)
+        except UsageError as error:
+            findings.append(f"{label}: no bitwise A/B against the base: {error}")
+            continue
+        print("\n".join(ab.lines(found[label])), file=sys.stderr, flush=True)  # stdout: the verdict
+        kernel = found[label]["kernels"][label]
+        if "skipped" in kernel:
+            findings.append(f"{label}: no bitwise A/B against the base: {kernel['skipped']}")
+        elif found[label]["verdict"] != "bitwise":
+            differing = [f"{c['cell']} ({c['differing_inputs']} of {c['inputs']} inputs, at most {c['max_ulp']:g} "
+                         f"ULP)" for c in kernel["cells"] if not c["bitwise"]]
+            findings.append(f"{label}: not bitwise identical to the base, for a change declared performance-only: "
+                            + ", ".join(differing))
+    return found
+
+
 # -- the tests ------------------------------------------------------------------------------------
 def run_tests(ids: list[str], args, junit_path: str) -> dict:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids]
@@ -319,6 +373,8 @@ def main(argv=None) -> int:
             suite = relative(entry.files.suite)
             ops[label] = {"changed": touched, "tests": listed_cpu_tests({suite})}
             suites[label] = suite
+    touched_kernels = [entry for entry in kernels if catalog.kernel_label(entry) in ops]
+    ab_results = bitwise_ab(touched_kernels, base, findings, args.ab_max_examples) if args.bitwise_ab else {}
     ids = list(dict.fromkeys(test for op in ops.values() for test in op["tests"]))
     if changed:
         ids.append(CLAIMS_GATES)
@@ -370,7 +426,7 @@ def main(argv=None) -> int:
 
     verdict = "fail" if findings else "pass"
     if args.json:
-        print(json.dumps({"base": dataclasses.asdict(base), "changed_files": changed, "ops": ops,
+        print(json.dumps({"base": dataclasses.asdict(base), "changed_files": changed, "ops": ops, "bitwise_ab": ab_results,
                           "tests": tests, "toolchains": toolchain_lines(kernels),
                           "stale_certificates": stale, "unavailable_kernels": unjudged, "findings": findings, "verdict": verdict}, indent=2))
     else:

@@ -12,6 +12,10 @@ def _run(module: str, function: str = "main") -> None:
     run_main(getattr(importlib.import_module(f"tools.{module}"), function))
 
 
+def ab() -> None:
+    _run("ab")
+
+
 def accuracy_gate() -> None:
     _run("accuracy_gate")
 

@@ -84,3 +84,18 @@ def build(recipe: dict, device) -> dict:
     logits = row_view(recipe["R"], recipe["V"], dtype, recipe["layout"], device)
     logits.copy_(row_values(recipe["R"], recipe["V"], dtype, recipe["values"], generator, device))
     return {"logits": logits}
+
+
+def explain(inputs: dict, position: int, index: tuple, got, expected) -> str:
+    """A differing answer's deciding values (``oracles/findings.py``): the logits at the returned and the
+    expected index, the row's max and its NaN count."""
+    row = inputs["logits"][index[0]].to(torch.float64)
+
+    def at(column) -> str:
+        return f"logits[{index[0]}, {column}] = {row[column].item()!r}" if 0 <= column < row.numel() else \
+            f"index {column} is outside the row (V = {row.numel()})"
+
+    finite = row[~row.isnan()]
+    top = finite.max().item() if finite.numel() else float("nan")
+    return (f"returned: {at(got)}; expected: {at(expected)}; row max {top!r}, "
+            f"{int(row.isnan().sum())} NaN of {row.numel()}")

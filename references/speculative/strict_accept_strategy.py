@@ -114,3 +114,17 @@ def build(recipe: dict, device) -> dict:
     counts = torch.full((batch * stride,), INT32_MIN, dtype=torch.int32, device=device)[::stride]
     counts.copy_(num_drafts)
     return {"draft_tokens": draft_view, "target_tokens": target_view, "num_drafts": counts}
+
+
+def explain(inputs: dict, position: int, index: tuple, got, expected) -> str:
+    """A differing row's deciding values (``oracles/findings.py``): its ``num_drafts`` and the ``n_b`` the
+    contract clamps it to, and its first draft/target mismatch, within the counted drafts and beyond."""
+    row = index[0]
+    drafts = inputs["draft_tokens"].shape[1]
+    asked = int(inputs["num_drafts"][row])
+    counted = min(max(asked, 0), drafts)
+    differs = (inputs["draft_tokens"][row] != inputs["target_tokens"][row, :drafts]).nonzero().flatten().tolist()
+    inside = [i for i in differs if i < counted]
+    return (f"row {row}: num_drafts {asked} (n_b = {counted} of K = {drafts}); first mismatch within the "
+            f"counted drafts: {inside[0] if inside else 'none'}"
+            + (f", first beyond them: {differs[len(inside)]}" if len(differs) > len(inside) else ""))

@@ -1,6 +1,7 @@
 """greedy_argmax: every cell through the whole battery, and the battery against wrong kernels."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -45,12 +46,14 @@ def _certify(*words):
                            *words], capture_output=True, text=True)
 
 
-def test_cli_rejects_a_wrong_impl_with_a_reproduction():
+def test_cli_rejects_a_wrong_impl_with_a_reproduction(tmp_path):
     run = _certify("--impl", f"{IMPLS}:dropped_tail", "--cell", "decode_small_batch", "--no-shrink")
     assert run.returncode == 1, run.stdout + run.stderr
     reproduce = next(line for line in run.stdout.splitlines() if "reproduce:" in line)
     command = reproduce.split("reproduce:", 1)[1].strip()
-    replayed = subprocess.run(command, shell=True, capture_output=True, text=True)
+    # from another directory, without this session's PYTHONPATH: the line carries all it needs
+    environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    replayed = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=tmp_path, env=environment)
     assert replayed.returncode == 1 and "oracle:  parity" in replayed.stdout, replayed.stdout + replayed.stderr
 
 

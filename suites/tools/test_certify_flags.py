@@ -86,3 +86,27 @@ def test_cpu_workers_are_refused_on_cuda():
     """--workers is the CPU's; a GPU run's workers are its GPUs (--gpus), and the flag says so."""
     with pytest.raises(UsageError, match="--gpus chooses the workers"):
         certify_cells.parse_args(["--device", "cuda", "--workers", "2"])
+
+
+def test_dump_saves_a_failing_recipes_inputs_and_outputs_for_a_debugger(tmp_path, capsys):
+    """--dump DIR: the implementation's outputs differ from the reference's exactly where the finding says;
+    a passing cell leaves no file (negative control: only failures are dumped)."""
+    impl = "suites.sampling.greedy_argmax_impls"
+    words = ["--op", "greedy_argmax", "--device", "cpu", "--cell", CELL, "--max-examples", "0", "--no-shrink",
+             "--dump", str(tmp_path / "dump")]
+    assert certify_cells.main([*words, "--impl", f"{impl}:correct_via_max"]) == 0
+    assert list((tmp_path / "dump").iterdir()) == []
+    assert certify_cells.main([*words, "--impl", f"{impl}:last_index_on_ties"]) == 1
+    path = tmp_path / "dump" / f"greedy_argmax.{CELL}.parity.pt"
+    assert f"dump: parity: {path}" in capsys.readouterr().out
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    assert saved["oracle"] == "parity" and "--replay" in saved["reproduce"] and saved["outputs"]["truth"] is None
+    logits = ENTRY.strategy_module.build(saved["recipe"], torch.device("cpu"))["logits"]
+    assert torch.equal(saved["inputs"]["logits"], logits) and saved["inputs"]["logits"].stride() == logits.stride()
+    (got,), (expected,) = saved["outputs"]["implementation"], saved["outputs"]["reference"]
+    assert torch.equal(expected, ENTRY.reference(logits)) and not torch.equal(got, expected)
+
+
+def test_dump_into_a_file_is_a_usage_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert "--dump: " in _refused("--op", "greedy_argmax", "--cell", CELL, "--dump", str(tmp_path / "file"))

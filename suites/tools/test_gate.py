@@ -15,37 +15,13 @@ from ops import certificates
 from ops.catalog import Arch, entries, kernels
 from suites.claims import REPO
 from tools.engine.test_lists import load_lists
+from suites.tools.git_copies import committed_copy, git
 
 pytestmark = pytest.mark.cpu
 
-GIT = ["git", "-c", "user.name=gate test", "-c", "user.email=gate@localhost", "-c", "commit.gpgsign=false"]
-
-
-def git(root: pathlib.Path, *words: str) -> str:
-    return subprocess.run([*GIT, *words], cwd=root, check=True, capture_output=True, text=True).stdout
-
-
 @pytest.fixture
 def repo(tmp_path) -> pathlib.Path:
-    """This working tree's sources (tracked and untracked, not ignored), committed once on a branch named
-    main.  Certificates come from HEAD: a local ``tools/certify-cells`` run rewrites them in the working
-    tree, and what this tree's state happens to be must not decide a test."""
-    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                           check=True, capture_output=True, text=True).stdout.split("\0")
-    root = tmp_path / "repo"
-    for name in filter(None, files):
-        if (REPO / name).is_file():
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            if name.endswith(".cert.json"):
-                committed = subprocess.run(["git", "show", f"HEAD:{name}"], cwd=REPO, capture_output=True)
-                if committed.returncode == 0:
-                    (root / name).write_bytes(committed.stdout)
-                continue
-            shutil.copy2(REPO / name, root / name)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "base")
-    return root
+    return committed_copy(tmp_path)
 
 
 def gate(root: pathlib.Path, *words: str) -> subprocess.CompletedProcess:
@@ -181,6 +157,33 @@ def test_a_kernel_whose_backend_is_missing_here_is_shown_not_judged_and_its_chan
            "installed" in "\n".join(found["findings"])
 
 
+def test_on_main_an_uncommitted_edit_is_judged_against_head_and_a_clean_tree_against_the_last_commit(repo):
+    """A fresh clone is on main: one uncommitted kernel edit is the change (not upstream's last commit, which
+    touched every op); with a clean tree the last commit is judged, as CI does after a merge."""
+    edit(repo / "README.md")  # upstream's last commit: touches no op
+    git(repo, "commit", "-q", "-am", "upstream")
+    edit(repo / "ops" / "sampling" / "greedy_argmax.py")
+    run = gate(repo, "--dry-run")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    assert f"gate: base {head[:12]}, HEAD (HEAD is on main, and the working tree has uncommitted changes" in run.stdout
+    found = verdict(gate(repo, "--dry-run", "--json"))
+    assert found["base"]["commit"] == head and found["changed_files"] == ["ops/sampling/greedy_argmax.py"]
+
+    git(repo, "commit", "-q", "-am", "the kernel edit")
+    found = verdict(gate(repo, "--dry-run", "--json"))
+    assert found["base"]["commit"] == head  # now HEAD~1
+    assert found["base"]["how"].startswith("HEAD~1 (HEAD is on main, and the working tree is clean")
+    assert found["changed_files"] == ["ops/sampling/greedy_argmax.py"]
+
+    git(repo, "checkout", "-q", "-b", "topic")
+    edit(repo / "README.md")
+    git(repo, "commit", "-q", "-am", "a branch's commit")
+    edit(repo / "references" / "speculative" / "strict_accept_strategy.py")  # and an uncommitted edit
+    found = verdict(gate(repo, "--dry-run", "--json"))
+    assert found["base"]["how"].startswith("the merge base of HEAD with main")
+    assert found["changed_files"] == ["README.md", "references/speculative/strict_accept_strategy.py"]
+
+
 def test_no_change_in_a_clone_without_history_passes_and_runs_nothing(repo):
     run = gate(repo)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -216,6 +219,8 @@ def test_the_tests_it_runs_are_reported_and_a_failure_is_a_finding(repo, tmp_pat
 @pytest.mark.parametrize("words, reason", [
     (("--base", "no_such_revision"), "--base: unknown revision 'no_such_revision'"),
     (("--workers", "-1"), "--workers: -1 is negative"),
+    (("--ab-max-examples", "2"), "--ab-max-examples: 2 needs --bitwise-ab and is at least 0"),
+    (("--bitwise-ab", "--ab-max-examples", "-1"), "--ab-max-examples: -1 needs --bitwise-ab and is at least 0"),
 ])
 def test_usage_errors_exit_2_in_one_line(repo, words, reason):
     run = gate(repo, *words)

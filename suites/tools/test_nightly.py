@@ -10,6 +10,7 @@ import pytest
 from ops.catalog import kernels
 from tools import nightly
 from tools.cli import UsageError
+from tools.engine import commands
 
 pytestmark = pytest.mark.cpu
 
@@ -33,9 +34,10 @@ def test_a_flaky_implementation_is_reported_flaky_with_its_reproduction(capsys, 
     assert flaky, found["findings"]
     assert all(f["failed"] >= 1 and f["passed"] >= 1 for f in flaky)
     # the environment first (the interpreter on the CPU, the --impl module's root), then the command
-    assert all(f["reproduce"].startswith("TRITON_INTERPRET=1 PYTHONPATH=") and
-               "tools/certify-cells --op greedy_argmax --cell decode_small_batch --device cpu --impl "
-               "suites.tools.flaky_impls --replay '{" in f["reproduce"] for f in flaky)
+    tool = commands.shell_line(*commands.tool_command("certify-cells", "tools.certify_cells"))
+    assert all(f["reproduce"].startswith(f"TRITON_INTERPRET=1 {tool} --op greedy_argmax --cell decode_small_batch "
+                                         f"--device cpu --impl suites.tools.flaky_impls --replay '{{")
+               for f in flaky)
     failure = ET.parse(junit).getroot().find("testsuite/testcase/failure")
     assert failure is not None and "--replay" in failure.text
 
@@ -66,7 +68,8 @@ def test_each_kernel_of_an_op_runs_named_by_its_backend_and_reproduces_with_it(c
     assert "rms_norm_gated [cute]: does not claim cpu-interp; skipped" in err   # shown, not dropped
     assert code == 1 and [r["op"] for r in found["runs"][0]["results"]] == ["rms_norm_gated [triton]"]
     assert {f["op"] for f in found["findings"]} == {"rms_norm_gated [triton]"}
-    assert all(f["reproduce"].startswith("TRITON_INTERPRET=1 tools/certify-cells --op rms_norm_gated --cell "
+    tool = commands.shell_line(*commands.tool_command("certify-cells", "tools.certify_cells"))
+    assert all(f["reproduce"].startswith(f"TRITON_INTERPRET=1 {tool} --op rms_norm_gated --cell "
                                          "per_head_decode --device cpu --backend triton") for f in found["findings"])
 
 

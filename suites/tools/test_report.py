@@ -232,3 +232,74 @@ def test_chromium_shows_the_grid(tmp_path):
     rows = {round((box[0].start + box[0].stop) / 2) for box in boxes}
     assert len(columns) == 4 and len(rows) == 4
     assert len({(box[0].stop - box[0].start, box[1].stop - box[1].start) for box in boxes}) == 1
+
+
+def failing_run() -> dict:
+    """A run whose failing cell carries a long finding and recipe: the widest thing the page shows."""
+    finding = "vs the contract's reference: output 0: 3 of 512 elements differ; " + "x" * 300
+    return {"arch": "sm90", "device": "NVIDIA H200", "impl": None, "max_examples": 100, "seed": 0,
+            "results": [{"op": "band_op", "cell": "decode", "status": "failed", "examples": 12, "seconds": 3.5,
+                         "verdicts": {"parity": {"verdict": "fail", "finding": finding,
+                                                 "recipe": {"T": 4056, "seed": 123456789, "values": "v" * 200}}}},
+                        {"op": "band_op", "cell": "prefill", "status": "certified", "examples": 106,
+                         "verdicts": {"parity": {"verdict": "pass"}}}]}
+
+
+def rich_grid() -> list[report.GridCell]:
+    """The synthetic grid with regions, errors against size, a 457-ULP band and a failing cell's finding."""
+    grid = []
+    for square in synthetic_grid():
+        if square.record is None:
+            grid.append(square)
+            continue
+        extra = {"exercised": {"T": [1, 256]}, "errors_by_size": [[2 ** k, 0.5 * k, 0.25 * k] for k in range(1, 12)]}
+        if square.status == "failing":
+            extra["failure"] = {"oracle": "parity", "message": "158 ULP off on zero block scales", "recipe": {"T": 9}}
+        if (square.op, square.cell, square.arch) == ("band_op", "prefill", "cpu-interp"):
+            extra["worst_stock_error_ulp"] = 228.5   # a band of 457 ULP
+        grid.append(dataclasses.replace(square, record={**square.record, **extra}, bounds={"T": (1, 4096)}))
+    return grid
+
+
+def test_the_run_comes_first_failing_cells_carry_their_finding_and_wide_bands_are_flagged():
+    page = report.render_html(rich_grid(), failing_run(), [], [])
+    assert page.index("<h2>This run</h2>") < page.index("<h2>Status: kernel x cell x architecture</h2>")
+    assert '<tr class="failing">' in page and "158 ULP off on zero block scales" in page
+    assert "kernel inf ULP" not in page   # a failing cell's record draws its finding, not bars of its worst error
+    assert "wide band: 457 ULP is over 8 ULP" in page and page.count("wide band:") == 1
+    assert 'aria-label="exercised T 1..256 of 1..4096"' in page
+    assert 'class="by-size" aria-label="error against size, 11 examples"' in page
+    assert report.size_svg(None).startswith('<span class="note">') and report.band_flag(8.0) == ""
+
+
+def measured(page_text: str, tmp_path: pathlib.Path, width: int) -> dict:
+    """Layout facts Chromium computes for the page at ``width`` px: a measuring script is added to a copy
+    (the report itself has none) and its answer read back from the DOM Chromium dumps."""
+    probe = """<script>
+    const h2 = [...document.querySelectorAll('h2')].map(h => [h.textContent, h.getBoundingClientRect().top]);
+    const failing = document.querySelector('tr.failing td.status');
+    document.title = JSON.stringify({scroll: document.documentElement.scrollWidth, inner: window.innerWidth, h2,
+                                     failing: failing && getComputedStyle(failing).backgroundColor});
+    </script>"""
+    page = tmp_path / "measured.html"
+    page.write_text(page_text.replace("</body>", probe + "</body>"))
+    run = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                          "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                          "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},900",
+                          "--virtual-time-budget=3000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    title = run.stdout.split("<title>", 1)[1].split("</title>", 1)[0] if "<title>" in run.stdout else ""
+    assert title.startswith("{"), run.stderr[-2000:]
+    return json.loads(html.unescape(title))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (apt-get install -y chromium)")
+def test_chromium_reads_the_page_without_sideways_scroll_at_1400_px_the_run_first_and_failures_red(tmp_path):
+    page = report.render_html(rich_grid(), failing_run(), *report.bench_tables())
+    facts = measured(page, tmp_path, 1400)
+    assert facts["inner"] == 1400 and facts["scroll"] <= 1400, facts
+    tops = dict(facts["h2"])
+    assert tops["This run"] < tops["Status: kernel x cell x architecture"]
+    assert facts["failing"] == "rgb(198, 40, 40)"   # STATUS_COLOURS["failing"]
+    # negative control: the measure sees sideways scroll where there is some
+    assert measured(page.replace("</body>", '<div style="width:2000px">wide</div></body>'), tmp_path, 1400)["scroll"] > 1400

@@ -50,6 +50,7 @@ class RunOptions:
     json: bool = False                     # the results as JSON on stdout instead of lines
     report: str | None = None              # a JSON (or .html) report written here
     junit: str | None = None
+    dump: str | None = None                # each failing oracle's inputs and outputs saved here (dump.py)
     isolate: bool = False                  # each cell in a worker process
     cell_timeout: float | None = None      # None: DEFAULT_CELL_TIMEOUT_S
     gpus: str | None = None                # "all" or a count
@@ -394,7 +395,7 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
     cell failed, and how many cells were planned."""
     from ops import catalog, certificates, quarantine
     from ops.quarantine import QUARANTINED
-    from oracles.battery import PASSED, CellResult
+    from oracles.battery import FAILED, PASSED, CellResult
 
     try:
         ledger = quarantine.load(options.quarantine or quarantine.LEDGER)
@@ -450,6 +451,8 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
             failed |= result.status not in (certificates.CERTIFIED, PASSED, QUARANTINED)
         report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id,
                                   "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
+        if options.dump and result.status == FAILED:
+            dump_cell(options, entry, backend, result, flags)
     if writes_certificates(options):
         date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         for entry in entries:
@@ -464,6 +467,21 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
                     where = f"{entry.name}[{entry.backend}]" if shown(entry.name) else entry.name
                     print(f"{where}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
     return failed, len(planned)
+
+
+def dump_cell(options: RunOptions, entry, backend: str | None, result, flags: Sequence[str]) -> None:
+    """``--dump``: each failing oracle's recipe, inputs and outputs (``tools/engine/dump.py``)."""
+    import pathlib
+
+    from tools.engine.dump import dump_failure
+
+    for oracle in result.failing():
+        failure = result.failures[oracle]
+        command = reproduction(result.op, result.cell_id, options.device, failure.recipe, options.impl, flags)
+        path = dump_failure(pathlib.Path(options.dump), entry, backend, result.cell_id, oracle, failure,
+                            options.impl, options.device, command)
+        if path is not None and not options.json:
+            print(f"  dump: {oracle}: {path}", flush=True)
 
 
 def check_certificates_readable(options: RunOptions, runs: dict) -> None:

@@ -3,20 +3,25 @@
 ``tools/certify-cells --report PATH.html`` writes one self-contained page (inline CSS and SVG; no
 script, nothing fetched) with:
 
-1. the status grid: kernel x cell x arch — certified, stale, failing, unknown (or not claimed) — read
+1. this run (first: what a person just ran): each cell's verdict, failing rows red with their oracle,
+   finding, minimal recipe and reproduction line;
+2. the status grid: kernel x cell x arch — certified, stale, failing, unknown (or not claimed) — read
    from every certificate file of the catalog, not only the run that writes the page, with the
    examples each cell ran; each kernel of an op has rows of its own, named ``op [backend]`` where the
    op has several kernels; a kernel the catalog leaves out on this machine (its backend's package is
    missing) is listed under the grid with its certificate's sections as *not judged here*;
-2. per (op, cell, arch) record: the worst kernel error against the stock op's and the band the
-   kernel is allowed (``max(2 x stock, 1 ULP)``, oracles/band.py), plotted;
-3. this run: each cell's verdict, and for a failure its oracle, finding and reproduction line;
-4. the roofline of every committed ``tools/bench`` table under ``docs/results/``: achieved
+3. per (op, cell, arch) record: the worst kernel error against the stock op's and the band the
+   kernel is allowed (``max(2 x stock, 1 ULP)``, oracles/band.py), plotted, a band over 8 ULP flagged
+   (vacuous unless declared) and a failing cell's finding in place of bars; the region its examples
+   exercised drawn against the cell's bounds; kernel and stock error against each example's size;
+4. the certificate sections; the roofline of every committed ``tools/bench`` table under ``docs/results/``: achieved
    bandwidth of kernel, stock op and competitors per case against the device copy measured in the
    same run (launch-plan variants are left out: they are a tuning table, not the shipped kernel).
 
 ``--report PATH`` with any other suffix writes the run's results as JSON; ``--junit PATH`` writes one
-testcase per (op, cell).
+testcase per (op, cell, oracle).
+
+The page reads without sideways scrolling at 1400 px (``suites/tools/test_report.py`` checks it in Chromium).
 """
 from __future__ import annotations
 
@@ -26,11 +31,10 @@ import html
 import json
 import math
 import pathlib
-import shlex
 import sys
 from typing import Sequence
 
-from tools.engine import junit, verdict_table
+from tools.engine import commands, junit, verdict_table
 from tools.engine.worker import impl_paths
 from tools.cli import UsageError
 
@@ -63,6 +67,7 @@ class GridCell:
     status: str              # a key of STATUS_COLOURS
     record: dict | None      # the certificate's record of the cell (a stale one too)
     section: dict | None     # its arch section (device, date, command)
+    bounds: dict | None = None  # the cell's integer bounds, dimension -> (lo, hi): what ``exercised`` is drawn against
 
 
 def collect_grid(kernels=None) -> list[GridCell]:
@@ -101,8 +106,14 @@ def collect_grid(kernels=None) -> list[GridCell]:
                     status = record["status"] if record["status"] in (certificates.CERTIFIED, QUARANTINED) \
                         else "failing"
                 grid.append(GridCell(catalog.kernel_label(entry), cell.id, cell.why, arch.value, entry.parity.value, status,
-                                     record, section))
+                                     record, section, span_bounds(cell)))
     return grid
+
+
+def span_bounds(cell) -> dict:
+    """A cell's integer ranges, dimension -> (lo, hi) (``ops.catalog.Span``, read by shape)."""
+    return {name: (bound.lo, bound.hi) for name, bound in cell.bounds.items()
+            if isinstance(getattr(bound, "lo", None), int) and isinstance(getattr(bound, "hi", None), int)}
 
 
 @dataclasses.dataclass
@@ -150,10 +161,17 @@ td.status small { opacity: 0.9; }
 td.op { font-weight: 600; }
 .legend span.swatch { display: inline-block; width: 14px; height: 14px; vertical-align: -2px; margin: 0 4px 0 14px; }
 table.list { border-collapse: collapse; } table.list td, table.list th { border-bottom: 1px solid #e0e0e0; padding: 3px 8px; }
-table.list td { white-space: nowrap; } table.list td.wrap { white-space: normal; }
+table.list td, table.list th { white-space: normal; overflow-wrap: anywhere; }
 code, pre { font: 12px/1.35 Menlo, Consolas, monospace; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 2px 0; max-width: 760px; }
 .note { color: #616161; font-size: 12px; }
+/* no sideways scroll at 1400 px: wide tables wrap their cells, figures shrink to the page */
+body { max-width: 1352px; } svg { max-width: 100%; height: auto; }
+table.run, table.errors { table-layout: fixed; width: 100%; }
+table.run td, table.errors td { white-space: normal; overflow-wrap: anywhere; }
+table.run td.finding pre { max-width: none; }
+tr.failing td { background: #fdecea; } tr.failing td.status { background: #c62828; }
+.flag { color: #b71c1c; font-weight: 600; }
 """ + "\n".join(f"td.s-{status.replace(' ', '-')} {{ background: {colour}; }}"
                 for status, colour in STATUS_COLOURS.items()) + \
     "\ntd.s-not-claimed { color: #9e9e9e; }\n"
@@ -238,6 +256,78 @@ def error_svg(kernel: float, stock: float, allowed: float, width: int = 320) -> 
     return "".join(parts)
 
 
+WIDE_BAND_ULP = 8.0  # CONTRACTS.md: a band wider than 8 output ULP judges nothing unless the op declares why
+
+
+def band_flag(allowed: float) -> str:
+    """A warning where a band is so wide that passing it says little (CONTRACTS.md's vacuous band)."""
+    if math.isfinite(allowed) and allowed <= WIDE_BAND_ULP:
+        return ""
+    return (f'<br><span class="flag">wide band: {_fmt(allowed)} ULP is over {WIDE_BAND_ULP:g} ULP, where a band '
+            "judges little (vacuous unless the op declares why)</span>")
+
+
+def _log_position(value: int, lo: int, hi: int, width: float) -> float:
+    """Where ``value`` of ``lo..hi`` sits on a log scale ``width`` wide (sizes span decades)."""
+    if hi <= lo:
+        return width
+    return width * math.log2(max(value - lo, 0) + 1) / math.log2(hi - lo + 1)
+
+
+def exercised_svg(exercised: dict | None, bounds: dict | None, width: int = 220) -> str:
+    """Per integer dimension: the cell's bounds as a track (log scale) and the region the examples reached
+    filled over it; a dimension never reached is drawn empty and named."""
+    if not exercised or not bounds:
+        return '<span class="note">no region recorded</span>'
+    label_width, track, row = 64, width - 64, 16
+    parts, y = [], 0
+    for name, (lo, hi) in bounds.items():
+        seen = exercised.get(name)
+        parts.append(f'<text x="0" y="{y + 11}" font-size="10" fill="#424242">{_escape(name)}</text>')
+        parts.append(f'<rect x="{label_width}" y="{y + 3}" width="{track}" height="9" fill="#eeeeee" stroke="#bdbdbd"/>')
+        if isinstance(seen, list) and len(seen) == 2 and all(isinstance(v, int) for v in seen):
+            start, end = (_log_position(v, lo, hi, track) for v in seen)
+            parts.append(f'<rect x="{label_width + start:.1f}" y="{y + 3}" width="{max(end - start, 2):.1f}" height="9" '
+                         f'fill="{KERNEL_COLOUR}"><title>{_escape(name)} {seen[0]}..{seen[1]} of {lo}..{hi}</title></rect>')
+        y += row
+    label = "; ".join(f"{name} {exercised[name][0]}..{exercised[name][1]} of {lo}..{hi}" for name, (lo, hi)
+                      in bounds.items() if isinstance(exercised.get(name), list) and len(exercised[name]) == 2)
+    return (f'<svg width="{width}" height="{y + 2}" role="img" class="exercised" aria-label="exercised {_escape(label)}">'
+            + "".join(parts) + "</svg>")
+
+
+def size_svg(points: list | None, width: int = 220, height: int = 90) -> str:
+    """Kernel (blue) and stock op (grey) error per example against the example's output elements (log
+    scale), with the 8-ULP limit of a band dashed red where it is in view."""
+    finite = [(size, float(kernel), float(stock)) for size, kernel, stock in points or ()
+              if math.isfinite(float(kernel)) and math.isfinite(float(stock)) and size > 0]
+    if not finite:
+        return '<span class="note">no band example recorded</span>'
+    left, bottom = 26, 14
+    top_error = max(max(max(k, s) for _, k, s in finite), 1.0) * 1.1
+    largest = max(size for size, _, _ in finite)
+
+    def x(size):
+        return left + (width - left - 4) * (math.log2(size) / math.log2(largest) if largest > 1 else 1.0)
+
+    def y(error):
+        return (height - bottom) * (1 - error / top_error)
+
+    parts = [f'<line x1="{left}" y1="{height - bottom}" x2="{width}" y2="{height - bottom}" stroke="#9e9e9e"/>',
+             f'<line x1="{left}" y1="0" x2="{left}" y2="{height - bottom}" stroke="#9e9e9e"/>',
+             f'<text x="0" y="10" font-size="9" fill="#616161">{_fmt(top_error)}</text>',
+             f'<text x="0" y="{height - bottom}" font-size="9" fill="#616161">0</text>',
+             f'<text x="{width - 2}" y="{height - 2}" font-size="9" text-anchor="end" fill="#616161">{largest} el.</text>']
+    if top_error > WIDE_BAND_ULP:
+        parts.append(f'<line x1="{left}" y1="{y(WIDE_BAND_ULP):.1f}" x2="{width}" y2="{y(WIDE_BAND_ULP):.1f}" '
+                     f'stroke="{STATUS_COLOURS["failing"]}" stroke-dasharray="3,2"/>')
+    for size, kernel, stock in finite:
+        parts.append(f'<circle cx="{x(size):.1f}" cy="{y(stock):.1f}" r="2" fill="{STOCK_COLOUR}"/>')
+        parts.append(f'<circle cx="{x(size):.1f}" cy="{y(kernel):.1f}" r="2" fill="{KERNEL_COLOUR}"/>')
+    return (f'<svg width="{width}" height="{height}" role="img" class="by-size" aria-label="error against size, '
+            f'{len(finite)} examples">' + "".join(parts) + "</svg>")
+
+
 def _errors_html(grid: list[GridCell]) -> str:
     from oracles.band import FLOOR_ULP, STOCK_FACTOR
 
@@ -248,20 +338,34 @@ def _errors_html(grid: list[GridCell]) -> str:
         record = square.record
         # float(): a non-finite error is recorded as the string "inf" or "nan"
         kernel, stock = float(record["worst_kernel_error_ulp"]), float(record["worst_stock_error_ulp"])
-        if square.parity == "band":
+        failure = record.get("failure") if square.status == "failing" else None
+        if failure:
+            # a failing example's error is never recorded as a worst error: its finding says it, not the bars
+            plot = (f'<span class="flag">FAILED ({_escape(failure.get("oracle"))})</span><pre>'
+                    f'{_escape(failure.get("message", ""))}\nminimal: '
+                    f'{_escape(json.dumps(failure.get("recipe"), sort_keys=True, separators=(",", ":")))}</pre>')
+            numbers = "<td>—</td><td>—</td><td>—</td>"
+        elif square.parity == "band":
             allowed = max(STOCK_FACTOR * stock, FLOOR_ULP)
-            plot = error_svg(kernel, stock, allowed)
+            plot = error_svg(kernel, stock, allowed) + band_flag(allowed)
             numbers = f"<td>{_fmt(kernel)}</td><td>{_fmt(stock)}</td><td>{_fmt(allowed)}</td>"
         else:
             plot = (f'<span class="note">bitwise: exact bits required; the stock op broke the contract on '
                     f'{_escape(record["stock_disagreements"])} of {_escape(record["examples"])} examples</span>')
             numbers = "<td>0</td><td>—</td><td>0 (bitwise)</td>"
-        rows.append(f'<tr><td class="op">{_escape(square.op)}</td><td>{_escape(square.cell)}</td><td>{_escape(square.arch)}</td>'
-                    f'<td>{_escape(square.status)}</td><td>{_escape(record["examples"])}</td>{numbers}<td class="wrap">{plot}</td></tr>')
+        rows.append(f'<tr class="{"failing" if failure else ""}"><td class="op">{_escape(square.op)}</td>'
+                    f'<td>{_escape(square.cell)}</td><td>{_escape(square.arch)}</td>'
+                    f'<td>{_escape(square.status)}</td><td>{_escape(record["examples"])}</td>{numbers}'
+                    f'<td class="wrap">{plot}</td><td class="wrap">{exercised_svg(record.get("exercised"), square.bounds)}'
+                    f'</td><td class="wrap">{size_svg(record.get("errors_by_size"))}</td></tr>')
     if not rows:
         return '<p class="note">No certificate records a cell yet.</p>'
-    return ('<table class="list"><tr><th>op</th><th>cell</th><th>arch</th><th>status</th><th>examples</th>'
-            "<th>kernel ULP</th><th>stock ULP</th><th>allowed ULP</th><th>worst error against its band</th></tr>"
+    return ('<table class="list errors"><col style="width:9%"><col style="width:8%"><col style="width:5%">'
+            '<col style="width:5%"><col style="width:4%"><col style="width:4%"><col style="width:4%"><col style="width:4%">'
+            '<col style="width:23%"><col style="width:17%"><col style="width:17%">'
+            "<tr><th>op</th><th>cell</th><th>arch</th><th>status</th><th>examples</th>"
+            "<th>kernel ULP</th><th>stock ULP</th><th>allowed ULP</th><th>worst error against its band</th>"
+            "<th>exercised region against the cell's bounds</th><th>error against size (ULP; elements out)</th></tr>"
             + "".join(rows) + "</table>"
             + f'<p class="note">Band: max({STOCK_FACTOR:g} x the stock op\'s worst error, {FLOOR_ULP:g} ULP), '
               "ULPs of the output dtype at each row's largest |truth| (oracles/band.py); the band is judged per "
@@ -285,20 +389,21 @@ def impl_root(impl: str) -> str | None:
 
 def reproduction(op_name: str, cell_id: str, device: str, recipe: dict | None, impl: str | None,
                  flags: Sequence[str] = ()) -> str:
-    """The one command that runs this cell again (on this one recipe, when it has a seed), with the
-    environment it needs: the --impl module's PYTHONPATH, and the Triton interpreter on the CPU."""
+    """The one command that runs this cell again (on this one recipe, when it has a seed), from any directory
+    (``tools.engine.commands``), with the environment it needs: the --impl module's PYTHONPATH, and the
+    Triton interpreter on the CPU."""
     from oracles.battery import recipe_json
 
     environment = ["TRITON_INTERPRET=1"] if device == "cpu" else []
     root = impl_root(impl) if impl else None
-    if root:
-        environment.append(f"PYTHONPATH={root}")
-    words = ["tools/certify-cells", "--op", op_name, "--cell", cell_id, "--device", device, *flags]
+    tool_environment, tool = commands.tool_command("certify-cells", "tools.certify_cells",
+                                                   (root,) if root else ())
+    words = [*tool, "--op", op_name, "--cell", cell_id, "--device", device, *flags]
     if impl:
         words += ["--impl", impl]
     if recipe and "seed" in recipe:
         words += ["--replay", recipe_json(recipe)]
-    return " ".join([*environment, *(shlex.quote(w) for w in words)])
+    return commands.shell_line([*environment, *tool_environment], words)
 
 
 def isolation_flags(isolation: dict, device: str) -> list[str]:
@@ -357,16 +462,20 @@ def _run_html(run: dict | None) -> str:
                           for oracle in oracles)
         status = result["status"] if result["status"] in ("certified", QUARANTINED) else \
             "certified" if result["status"] == "passed" else "failing"
-        rows.append(f'<tr><td class="op">{_escape(result["op"])}</td><td>{_escape(result["cell"])}</td>'
+        rows.append(f'<tr class="{"failing" if status == "failing" else ""}"><td class="op">{_escape(result["op"])}</td>'
+                    f'<td>{_escape(result["cell"])}</td>'
                     f'<td class="status s-{status}">{_escape(result["status"])}</td><td>{_escape(result["examples"])}</td>'
                     f'<td>{_escape(result.get("seconds", ""))}</td><td class="wrap">{_verdicts_html(result)}</td>'
-                    f'<td class="wrap">{failure}</td></tr>')
+                    f'<td class="wrap finding">{failure}</td></tr>')
     judged = run.get("impl") or "the catalog kernels"
     partial = f'<p class="note"><b>{_escape(run["partial"])}</b></p>' if run.get("partial") else ""
     return (f'{partial}<p class="meta">{_escape(judged)} on {_escape(run["device"])} ({_escape(run["arch"])}), '
             f'{_escape(run["max_examples"])} drawn examples per cell besides the corners, seed {_escape(run["seed"])}</p>'
-            '<table class="list"><tr><th>op</th><th>cell</th><th>verdict</th><th>examples</th><th>seconds</th>'
-            "<th>oracles</th><th>failures</th></tr>" + "".join(rows) + "</table>")
+            '<table class="list run"><col style="width:10%"><col style="width:9%"><col style="width:7%">'
+            '<col style="width:5%"><col style="width:5%"><col style="width:14%"><col style="width:50%">'
+            "<tr><th>op</th><th>cell</th><th>verdict</th><th>examples</th><th>seconds</th>"
+            "<th>oracles</th><th>failures: oracle, finding, minimal recipe, reproduction</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def roofline_svg(table: BenchTable, width: int = 900) -> str:
@@ -437,15 +546,15 @@ def render_html(grid: list[GridCell], run: dict | None, tables: list[BenchTable]
 <h1>kernel-parity certification report</h1>
 <p class="meta">{kernels} kernels, {len({(s.op, s.cell) for s in grid})} cells; every certificate file of the catalog, read {_escape(generated)}.
 A section is stale when the kernel, reference or a module they use changed since it was earned.</p>
+<h2>This run</h2>
+{_run_html(run)}
 <h2>Status: kernel x cell x architecture</h2>
 {_grid_html(grid)}
 {_unjudged_html(list(unjudged))}
+<h2>Worst error against the band, the region exercised, error against size</h2>
+{_errors_html(grid)}
 <h2>Certificate sections</h2>
 {_sections_html(grid)}
-<h2>Worst error against the band</h2>
-{_errors_html(grid)}
-<h2>This run</h2>
-{_run_html(run)}
 <h2>Bandwidth against the copy roofline (tools/bench)</h2>
 {_bench_html(tables, list(unreadable))}
 <h2>Third-party implementations, judged by the same battery</h2>
