@@ -6,7 +6,8 @@ talks to it over the socket that is its stdin.  It imports torch and the impleme
 of the project: no references, stock ops, oracles, Hypothesis or pytest.  The two pieces of judging
 that must run beside the implementation (poisoned allocations, CUDA graph capture) are loaded from their
 files under names of their own (``oracles/allocations.py``, ``oracles/capture.py`` import only torch),
-so that no package of the judge is ever in ``sys.modules`` here.
+so that no package of the judge is ever in ``sys.modules`` here; so is the patch that makes the Triton
+interpreter compute as the GPU (``oracles/triton_interpreter.py``), where the interpreter runs.
 
 Tensors cross by shared memory on the CPU (torch's ``file_system`` sharing) and by CUDA IPC on the GPU:
 the judge's (copied) inputs are written in place here; outputs go back by CUDA IPC, or on the CPU by
@@ -52,6 +53,10 @@ def _load_beside(name: str):
 
 allocations = _load_beside("allocations")
 capture = _load_beside("capture")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    # the implementation's Triton kernels, ours or anyone's, computing bf16/fp8 as the GPU does (imports
+    # only numpy, ml_dtypes and Triton, and Triton only when the implementation does)
+    _load_beside("triton_interpreter").install_when_imported()
 
 
 def type_name(value) -> str:
