@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import re
 import sys
 
 INTERPRETER_MODULE = "triton.runtime.interpreter"
@@ -41,6 +42,18 @@ _INSTALLED = "_gpu_semantics_installed"
 
 class InterpreterLimitation(NotImplementedError):
     """What the interpreter cannot run (inline PTX, ...): the verdict names it instead of failing the kernel."""
+
+
+def limitation_text(text: str) -> str:
+    """``text`` without quotes, so that the limitation reads back out of any repr that quotes it."""
+    return text.replace("'", "").replace('"', "")
+
+
+def limitation_in(message: str) -> str | None:
+    """The limitation an exception's message names (the host sends Triton's InterpreterError, which quotes
+    the original), or None."""
+    found = re.search(LIMITATION_PREFIX + r"[^'\"\n]*", message)
+    return found.group(0).rstrip() if found else None
 
 
 def install_when_imported() -> None:
@@ -204,12 +217,12 @@ def _install_semantics(interpreter) -> None:
 
     def create_inline_asm(self, inline_asm, constraints, values, type, is_pure, pack):
         first = inline_asm.strip().splitlines()[0].strip() if inline_asm.strip() else ""
-        raise InterpreterLimitation(f"{LIMITATION_PREFIX} inline PTX ({first[:60]!r})")
+        raise InterpreterLimitation(f"{LIMITATION_PREFIX} inline PTX: {limitation_text(first[:60])}")
 
     def create_extern_elementwise(self, lib_name, lib_path, symbol, arg_list, ret_type, is_pure):
         function = _libdevice_twin(symbol, np)
         if function is None:
-            raise InterpreterLimitation(f"{LIMITATION_PREFIX} libdevice's {symbol}: no numpy twin")
+            raise InterpreterLimitation(f"{LIMITATION_PREFIX} libdevice {symbol}: no numpy twin")
         target = np_dtype(ret_type)
         args = [a.data.astype(np.float64) if a.data.dtype.kind == "f" or a.data.dtype in exact.values()
                 else a.data for a in arg_list]

@@ -331,3 +331,36 @@ def test_the_implementation_host_interprets_as_the_gpu(tmp_path):
         host.close()
     want = (x.float() * x.float()).bfloat16().float() * (x.float() * 4.0).rsqrt()
     assert torch.equal(got, want), (got, want)
+
+
+def _argmax_through_ptx(logits):
+    """greedy_argmax whose kernel passes the logits through one PTX move first (right on a GPU)."""
+    flat = logits.float().contiguous().reshape(-1)
+    moved = torch.empty_like(flat)
+    _inline_ptx[(1,)](flat, moved, N=flat.numel()) if flat.numel() and flat.numel() & (flat.numel() - 1) == 0 \
+        else _inline_ptx[(1,)](flat[:1], moved[:1], N=1)
+    return logits.argmax(dim=-1)
+
+
+def _argmax_that_raises(logits):
+    raise NotImplementedError("this implementation has no CPU path")
+
+
+@interpreted_only
+def test_a_kernel_the_interpreter_cannot_run_is_not_judged_rather_than_failed():
+    """The cell's verdict names the interpreter's limitation and holds no finding; the control, a kernel
+    raising on its own, still fails."""
+    from ops.sampling.greedy_argmax import ENTRY
+    from oracles.battery import Implementation, run_cell
+    from oracles.selection import parse_oracles
+
+    def judged(fn):
+        return run_cell(ENTRY, Implementation(fn.__name__, {ENTRY.name: fn}), ENTRY.cell("decode_small_batch"),
+                        torch.device("cpu"), max_examples=1, strategy=ENTRY.strategy_module,
+                        oracles=parse_oracles("numerics"))
+
+    result = judged(_argmax_through_ptx)
+    assert result.status == "not judged" and not result.failures, result.summary()
+    assert "not judged: interpreter cannot run inline PTX: mov.b32 $0, $1;" in result.summary()
+    assert result.verdicts["parity"]["verdict"] == "not judged"
+    assert judged(_argmax_that_raises).status == "failed"
