@@ -30,6 +30,7 @@ and calls it before any implementation is imported.  It imports only numpy, ml_d
 """
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.util
 import re
@@ -339,43 +340,36 @@ def _erf(value: float) -> float:
 def _patch_libdevice(interpreter) -> None:
     """Run ``libdevice.*`` under the interpreter: the stub module ``triton.language.extra.libdevice`` (its
     functions' bodies are ``...``; a GPU compile maps it to the CUDA module) and the CUDA module's builtins
-    are bound to the interpreter's semantic, in the modules and in each interpreted function's globals
-    (``from triton.language.extra.libdevice import rsqrt``), for the run, as the interpreter patches ``tl``."""
+    become functions bound to the interpreter's semantic, for good (this process interprets every kernel),
+    in both modules and in the globals of each interpreted function that bound one at import (``from
+    triton.language.extra.libdevice import rsqrt``, as liger does), rebound at its first launch."""
     import triton.language.extra.cuda.libdevice as cuda
     import triton.language.extra.libdevice as stub
 
+    semantic = interpreter.interpreter_semantic
+    bound = {}
+    for name, function in list(vars(cuda).items()):
+        if interpreter.tl.core.is_builtin(function):
+            bound[function] = bound[name] = functools.partial(_with_semantic, function, semantic)
+            setattr(cuda, name, bound[name])
+    for name, function in list(vars(stub).items()):
+        if callable(function) and getattr(function, "__module__", None) == stub.__name__ and name in bound:
+            bound[function] = bound[name]
+            setattr(stub, name, bound[name])
+    rebound: set[int] = set()
     original = interpreter._patch_lang
 
     def patch_lang(fn):
-        scope = original(fn)
-        interpreter._patch_builtin(cuda, interpreter.interpreter_builder, scope)
-        for name, value in vars(stub).items():
-            if callable(value) and getattr(value, "__module__", None) == stub.__name__ and hasattr(cuda, name):
-                scope.set_attr(stub, name, getattr(cuda, name))
-        names = _Globals(fn.__globals__)
-        for name, value in list(fn.__globals__.items()):
-            module = getattr(value, "__module__", None)
-            if callable(value) and module in (stub.__name__, cuda.__name__) and hasattr(cuda, value.__name__):
-                scope.set_attr(names, name, getattr(cuda, value.__name__))
-        return scope
+        if id(fn.__globals__) not in rebound:   # once per module: a launch costs no scan after its first
+            rebound.add(id(fn.__globals__))
+            for name, value in list(fn.__globals__.items()):
+                if getattr(value, "__module__", None) in (stub.__name__, cuda.__name__) and value in bound:
+                    fn.__globals__[name] = bound[value]
+        return original(fn)
 
     interpreter._patch_lang = patch_lang
 
 
-class _Globals:
-    """A function's globals as attributes, so that the interpreter's patch scope restores them too."""
-
-    def __init__(self, namespace: dict):
-        object.__setattr__(self, "_namespace", namespace)
-
-    def __getattr__(self, name):
-        try:
-            return self._namespace[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __setattr__(self, name, value):
-        self._namespace[name] = value
-
-    def __delattr__(self, name):
-        del self._namespace[name]
+def _with_semantic(function, semantic, *args, **kwargs):
+    kwargs.pop("_semantic", None)
+    return function(*args, _semantic=semantic, **kwargs)

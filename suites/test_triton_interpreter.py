@@ -2,7 +2,7 @@
 value: every bf16 bit pattern in one launch per property, against torch and the GPU's documented rules.
 
 The same kernels run on a GPU, where they check that those rules are the GPU's: satfinite fp8 casts,
-canonical NaN, the six-decimal bf16 constants of Triton's builder, libdevice's flush to zero.
+canonical NaN, the six-decimal bf16 constants of Triton's builder, libdevice's error bounds.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+from triton.language.extra.cuda import libdevice as cuda_libdevice
 from triton.language.extra.libdevice import rsqrt as bound_rsqrt   # liger's import, bound at import time
 
 from references.formats.bf16 import round_float64_to_bf16
@@ -218,7 +219,7 @@ def _libdevice_calls(x_ptr, rsqrt_ptr, exp_ptr, exp2_ptr, log_ptr, log2_ptr, sqr
     x = tl.load(x_ptr + at)
     tl.store(rsqrt_ptr + at, bound_rsqrt(x))
     tl.store(exp_ptr + at, libdevice.exp(x))
-    tl.store(exp2_ptr + at, libdevice.exp2(x))
+    tl.store(exp2_ptr + at, cuda_libdevice.exp2(x))
     tl.store(log_ptr + at, libdevice.log(x))
     tl.store(log2_ptr + at, libdevice.log2(x))
     tl.store(sqrt_ptr + at, libdevice.sqrt(x))
@@ -231,8 +232,9 @@ LIBDEVICE_ULPS = {"rsqrt": 2, "exp": 2, "exp2": 2, "log": 1, "log2": 1, "sqrt": 
 
 
 def test_libdevice_calls_return_the_functions_values():
-    """The stub module ``triton.language.extra.libdevice`` (its functions returned None) and a function of
-    it bound at import (liger's ``rsqrt``), on every positive normal bf16, within libdevice's bounds."""
+    """The stub module ``triton.language.extra.libdevice`` (its functions returned None), a function of it
+    bound at import (liger's ``rsqrt``) and the CUDA module itself (its builtins raised), on every positive
+    normal bf16, within libdevice's bounds."""
     every = every_bf16().float()
     positive = every[(every > 2**-126) & every.isfinite()]
     x = torch.ones(1 << (positive.numel() - 1).bit_length(), device=DEVICE)   # tl.arange takes powers of 2
