@@ -124,7 +124,8 @@ class CellResult:
 
     @property
     def oracles_skipped(self) -> dict[str, str]:
-        return {o: v["why"] for o, v in self.verdicts.items() if v["verdict"] in (NOT_APPLICABLE, NOT_ASKED)}
+        return {o: v["why"] for o, v in self.verdicts.items()
+                if v["verdict"] in (NOT_APPLICABLE, NOT_ASKED, NOT_JUDGED)}
 
     def failing(self) -> list[str]:
         return sorted(self.failures, key=_oracle_order)
