@@ -312,7 +312,8 @@ def _libdevice_twin(symbol: str, np):
     table = {
         "exp": np.exp, "exp2": np.exp2, "exp10": lambda v: np.power(10.0, v), "expm1": np.expm1,
         "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p,
-        "sqrt": np.sqrt, "fsqrt_rn": np.sqrt, "rsqrt": lambda v: 1.0 / np.sqrt(v), "frsqrt_rn": lambda v: 1.0 / np.sqrt(v),
+        "sqrt": np.sqrt, "fsqrt_rn": np.sqrt, "rsqrt": lambda v: 1.0 / np.sqrt(v),
+        "frsqrt_rn": lambda v: 1.0 / np.sqrt(v),
         "rcp": lambda v: 1.0 / v, "frcp_rn": lambda v: 1.0 / v, "cbrt": np.cbrt,
         "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
         "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh, "asinh": np.arcsinh, "acosh": np.arccosh,
