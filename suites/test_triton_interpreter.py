@@ -172,6 +172,41 @@ def test_bf16_with_python_floats():
         assert_same_bits(got, want, name, ~want.isnan())
 
 
+def test_bf16_constants_are_those_of_tritons_own_builder():
+    """The rule above against the GPU compiler's C++ builder itself (it runs without a GPU): 4000 doubles
+    over every binade, the six-decimal cut (1e-7, 5e-7, 4.9999e-7), ties, overflow, subnormals."""
+    import re
+    from triton._C.libtriton import ir
+    from oracles.triton_interpreter import _bf16_of_decimal
+
+    generator = torch.Generator().manual_seed(3)
+    values = (torch.randn(4000, generator=generator, dtype=torch.float64) *
+              torch.exp2(torch.randint(-40, 128, (4000,), generator=generator).double())).tolist()
+    values += [1e-7, 5e-7, 4.9999e-7, 5.0000001e-7, 1.00390625, 1.0039062500000009, 3.3961e38, 3.4e38, -2.5]
+    context = ir.context()
+    ir.load_dialects(context)
+    builder = ir.builder(context)
+    module = builder.create_module()
+    function = builder.get_or_insert_function(module, "constants", builder.get_function_ty([], []), "public", False)
+    module.push_back(function)
+    builder.set_insertion_point_to_start(function.add_entry_block())
+    for value in values:
+        builder.get_bf16(value)
+    builder.ret([])
+    printed = re.findall(r"arith\.constant (\S+) : bf16", str(module))
+    # MLIR prints a bf16 constant as a decimal, or as its bits (0x7F80) where the decimal would not read back
+    theirs = torch.tensor([_bf16_bits_value(int(text, 16)) if text.startswith("0x") else float(text)
+                           for text in printed], dtype=torch.float64).bfloat16()
+    ours = torch.tensor([_bf16_of_decimal("%f" % float(torch.tensor(v, dtype=torch.float32))) for v in values],
+                        dtype=torch.float64).bfloat16()
+    assert len(printed) == len(values)
+    assert_same_bits(ours, theirs, "bf16 constants")
+
+
+def _bf16_bits_value(bits: int) -> float:
+    return torch.tensor(bits, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).item()
+
+
 FP8 = {"e4m3": (tl.float8e4nv, torch.float8_e4m3fn, 448.0), "e5m2": (tl.float8e5, torch.float8_e5m2, 57344.0)}
 
 
