@@ -45,10 +45,12 @@ from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
 from oracles.parity import check_parity
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
+from oracles.triton_interpreter import limitation_in
 from oracles.write_guards import check_write_guards
 
 PASS, FAIL, NOT_APPLICABLE, NOT_ASKED = "pass", "fail", "not applicable", "not asked"
 CERTIFIED, PASSED, FAILED = "certified", "passed", "failed"
+NOT_JUDGED = "not judged"   # what this machine cannot run (inline PTX under the interpreter): no verdict either way
 REFUSALS_RECIPE = {"refusals": "the contract's table"}
 SHRINK_SECONDS = 60.0  # per failing oracle: a minimal recipe helps, but never at the cost of an unbounded run
 CPU_SIZE_CAP = "cpu interpreter size cap"
@@ -122,7 +124,8 @@ class CellResult:
 
     @property
     def oracles_skipped(self) -> dict[str, str]:
-        return {o: v["why"] for o, v in self.verdicts.items() if v["verdict"] in (NOT_APPLICABLE, NOT_ASKED)}
+        return {o: v["why"] for o, v in self.verdicts.items()
+                if v["verdict"] in (NOT_APPLICABLE, NOT_ASKED, NOT_JUDGED)}
 
     def failing(self) -> list[str]:
         return sorted(self.failures, key=_oracle_order)
@@ -140,7 +143,8 @@ class CellResult:
             else:
                 parts.append(f"{group}: " + ("pass" if judged else "not judged"))
         others = [o for o in self.failing() if o not in ORACLES]
-        return "; ".join(parts + [f"{o}: FAIL" for o in others])
+        unjudged = [f"not judged: {self.annotations['not_judged']}"] if "not_judged" in self.annotations else []
+        return "; ".join(parts + [f"{o}: FAIL" for o in others] + unjudged)
 
     def record(self) -> dict:
         """The certificate's entry for this cell."""
@@ -283,6 +287,8 @@ class Battery:
                 if result is not None:
                     result.refused_examples += 1
                 return {}
+            if limitation_in(str(error)):   # the interpreter's, not the implementation's
+                raise _Unrunnable(limitation_in(str(error))) from error
             return {asked[0]: OracleFailure(asked[0], f"raised {type(error).__name__}: {error}")}
 
         def parity():
@@ -450,10 +456,15 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
 
     def check(recipe: dict, corner: bool) -> None:
         remaining = [o for o in live if o not in result.failures]
-        if not remaining:
+        if not remaining or "not_judged" in result.annotations:
             return
         refused = result.refused_examples
-        for oracle, failure in battery.judge(recipe, remaining, result).items():
+        try:
+            found = battery.judge(recipe, remaining, result)
+        except _Unrunnable as unrunnable:
+            result.annotations["not_judged"] = str(unrunnable)
+            return
+        for oracle, failure in found.items():
             failure.recipe = recipe
             result.failures[oracle] = failure
             if corner:
@@ -502,6 +513,8 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
     for oracle in live:
         if oracle in result.failures:
             result.verdicts[oracle] = _fail_verdict(result.failures[oracle])
+        elif "not_judged" in result.annotations:
+            result.verdicts[oracle] = {"verdict": NOT_JUDGED, "why": result.annotations["not_judged"]}
         else:
             result.verdicts[oracle] = {"verdict": PASS, "examples": result.examples}
     if "determinism" in result.failures and result.verdicts["determinism"]["verdict"] != FAIL:
@@ -523,10 +536,16 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
     return result
 
 
+class _Unrunnable(Exception):
+    """The implementation hit what this machine cannot run (``oracles/triton_interpreter.py``)."""
+
+
 def _status(result: CellResult) -> str:
     """failed when any oracle failed; certified when every applicable oracle was judged; else passed."""
     if result.failures:
         return FAILED
+    if "not_judged" in result.annotations:
+        return NOT_JUDGED
     return PASSED if any(v["verdict"] == NOT_ASKED for v in result.verdicts.values()) else CERTIFIED
 
 

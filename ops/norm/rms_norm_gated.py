@@ -44,7 +44,7 @@ import triton.language as tl
 
 from ops.catalog import ALL_ARCHS
 from ops.norm import rms_norm_gated_cells as claims
-from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, sm_count
+from ops.triton_backend import exp_fp32, float32_to_bf16_rne, sm_count
 from ops.triton_masks import block_and
 from references.norm import rms_norm_gated as contract
 
@@ -101,7 +101,7 @@ def bench_variants(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
 @triton.jit
 def _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride, row, col, inside,
               GATE: tl.constexpr, STREAM: tl.constexpr):
-    """One row's x and z as bf16 bits (z is x without a gate, and is then not read)."""
+    """One row's x and z as loaded, bf16 (z is x without a gate, and is then not read)."""
     row = tl.cast(row, tl.int64)  # row * stride past 2**31 elements
     x = tl.load(x_ptr + row * x_row_stride + col * x_col_stride, mask=inside, other=0.0, eviction_policy=STREAM)
     z = x
@@ -133,7 +133,7 @@ def _rms_norm_gated_rows(
     else:
         col = tl.arange(0, GROUPS)[:, None] * group_size + lane
         inside = (lane < group_size) & (col < width)
-    w = bf16_bits_to_float32(tl.load(w_ptr + col * w_stride, mask=inside, other=0.0))
+    w = tl.load(w_ptr + col * w_stride, mask=inside, other=0.0).to(tl.float32)
     largest = tl.zeros((), dtype=tl.int32)
     programs = tl.num_programs(0)
     if PREFETCH:
@@ -141,16 +141,16 @@ def _rms_norm_gated_rows(
                                    tl.program_id(0), col, inside, GATE, STREAM)
     for row in range(tl.program_id(0), rows, programs):
         if PREFETCH:
-            x_bits, z_bits = x_next, z_next
+            x_held, z_held = x_next, z_next
             x_next, z_next = _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride,
                                        row + programs, col, block_and(inside, row + programs < rows), GATE, STREAM)
         else:
-            x_bits, z_bits = _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride,
+            x_held, z_held = _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride,
                                        row, col, inside, GATE, STREAM)
-        x = bf16_bits_to_float32(x_bits)
+        x = x_held.to(tl.float32)
         u = x
         if GATE != "none":
-            z = bf16_bits_to_float32(z_bits)
+            z = z_held.to(tl.float32)
             # silu(z); z * -1 rather than -z (0 - z) lets ptxas fold the sign into exp's first multiply-add
             gate = tl.math.div_rn(z, 1.0 + exp_fp32(z * -1.0))
             if GATE == "gate_then_norm":

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ops.catalog import ALL_ARCHS, BenchCase, Cell, Entry, OneOf, Parity, Span
-from ops.triton_backend import bf16_bits_to_float32, exp_fp32, float32_to_bf16_rne, interpreting
+from ops.triton_backend import exp_fp32, float32_to_bf16_rne, interpreting
 from ops.triton_masks import block_and
 from references.ssm import gdn_decode as contract
 from references.ssm import gdn_verify as verify_contract
@@ -113,7 +113,7 @@ def _gdn_tokens(
 
     h = tl.load(state_ptr + slot * state_stride_slot + block, mask=block_and(in_block, live), other=0.0)
     if STATE_BF16:
-        h = bf16_bits_to_float32(h)
+        h = h.to(tl.float32)
     # token 0's addresses; each token moves them on by the token strides
     q_ptrs = q_ptr + row * q_stride_b + head_qk * q_stride_h + ks
     k_ptrs = k_ptr + row * k_stride_b + head_qk * k_stride_h + ks
@@ -125,9 +125,9 @@ def _gdn_tokens(
     for t in range(0, tokens):
         active = t < count
         k_mask = block_and(k_in, active)
-        q = bf16_bits_to_float32(tl.load(q_ptrs, mask=k_mask, other=0.0))
-        k = bf16_bits_to_float32(tl.load(k_ptrs, mask=k_mask, other=0.0))
-        v = bf16_bits_to_float32(tl.load(v_ptrs, mask=block_and(v_in, active), other=0.0))
+        q = tl.load(q_ptrs, mask=k_mask, other=0.0).to(tl.float32)
+        k = tl.load(k_ptrs, mask=k_mask, other=0.0).to(tl.float32)
+        v = tl.load(v_ptrs, mask=block_and(v_in, active), other=0.0).to(tl.float32)
         g = tl.load(g_ptrs, mask=active, other=0.0)
         beta = tl.load(beta_ptrs, mask=active, other=0.0)
         if QK_L2NORM:
@@ -139,7 +139,7 @@ def _gdn_tokens(
         h = h + k[:, None] * u[None, :]
         o = scale * tl.sum(h * q[:, None], axis=0)
         if STATE_BF16:
-            h = bf16_bits_to_float32(float32_to_bf16_rne(h))   # the rounded value is the state from here on
+            h = float32_to_bf16_rne(h).to(tl.float32)   # the rounded value is the state from here on
         # inactive tokens (past the count, padding rows) may load garbage: where() drops it
         tl.store(o_ptrs, float32_to_bf16_rne(tl.where(active, o, 0.0)), mask=v_in)
         out = tl.where(active, h, 0.0)

@@ -8,7 +8,8 @@ child) and runs this code, sent over the socket, in a namespace of its own: no m
 of the project: no references, stock ops, oracles, Hypothesis or pytest.  The two pieces of judging
 that must run beside the implementation (poisoned allocations, CUDA graph capture) are loaded from their
 files under names of their own (``oracles/allocations.py``, ``oracles/capture.py`` import only torch),
-so that no package of the judge is ever in ``sys.modules`` here.
+so that no package of the judge is ever in ``sys.modules`` here; so is the patch that makes the Triton
+interpreter compute as the GPU (``oracles/triton_interpreter.py``), where the interpreter runs.
 
 Tensors cross by shared memory on the CPU (torch's ``file_system`` sharing) and by CUDA IPC on the GPU,
 through *staging buffers* shared once and reused: the judge's copies of the inputs lie in buffers of its
@@ -306,5 +307,9 @@ def serve(channel: Connection, settings: dict) -> None:
     faulthandler.enable()   # a crash prints its Python stack to the log the judge quotes
     torch.multiprocessing.set_sharing_strategy("file_system")
     allocations, capture = _load_beside(settings["repo"], "allocations"), _load_beside(settings["repo"], "capture")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        # the implementation's Triton kernels, ours or anyone's, computing bf16/fp8 as the GPU does (imports
+        # only numpy, ml_dtypes and Triton, and Triton only when the implementation does)
+        _load_beside(settings["repo"], "triton_interpreter").install_when_imported()
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     Host(channel, settings["warmup"], settings["warmup_limit_s"]).serve()
