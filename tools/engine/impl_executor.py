@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import contextlib
 import dataclasses
 import io
 import os
@@ -45,8 +46,11 @@ import numpy
 import torch
 import torch.multiprocessing
 
+from oracles.aliasing import aliasing
 from oracles.allocations import margins_intact
+from oracles.bitwise import bit_pattern
 from oracles.failures import OracleFailure
+from oracles.judge_errors import JudgeError, judge_error
 from oracles.tensors import storage_bytes
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -130,7 +134,9 @@ def _rebuilt(item: tuple, copy: bool = True) -> tuple[torch.Tensor, tuple | None
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+    """Whether two tensors of one shape and dtype hold the same bits, element by element, whatever their
+    strides and offsets (a column view ``pair[:, 0]`` cannot be viewed as bytes)."""
+    return torch.equal(bit_pattern(a), bit_pattern(b))
 
 
 class ImplementationHost:
@@ -237,17 +243,28 @@ class ImplementationHost:
         if self.device == "cuda":
             torch.cuda.synchronize()   # what the judge wrote into shared buffers is there before the host reads
         try:
-            self.channel.send(message)
+            self._send(message)
             reply = self._receive(limit_s or self.call_limit_s)
         except HostFault as fault:
             self.fault = fault
             raise self._failure(fault) from None
         if reply[0] == "raised":
             raise _exception(reply[1])
+        if reply[0] == "failed":  # the host's own code, after the implementation returned: the judge's defect
+            raise JudgeError(f"the implementation host's own code raised {reply[1]['type']}: {reply[1]['message']}",
+                             self.oracle, self.recipe)
         if reply[0] != expected:
             raise OracleFailure(self.oracle, f"the implementation's process answered {reply[0]!r} to "
                                              f"{message[0]!r}")
         return reply[1] if len(reply) > 1 else None
+
+    def _send(self, message: tuple) -> None:
+        try:
+            self.channel.send(message)
+        except OSError:
+            pass   # the host has ended: receiving says how
+        except Exception as error:  # noqa: BLE001 - the judge could not serialize its own message
+            raise judge_error(f"sending {message[0]!r} to the implementation host", error, self.oracle) from error
 
     def _receive(self, limit_s: float | None):
         deadline = None if limit_s is None else time.monotonic() + limit_s
@@ -297,6 +314,9 @@ class ImplementationHost:
                                              f"(no subclass), several in a tuple")
         outputs, overwritten = [], list(sent["overwritten"])
         for index, item in enumerate(sent["tensors"]):
+            if item is None:  # a torch.Tensor of another layout (sparse, mkldnn): no storage to send
+                raise OracleFailure(self.oracle, f"returned output {index} of layout {sent['layouts'][index]}: the "
+                                                 f"contract's outputs are strided tensors")
             output, margined = _rebuilt(item)
             if margined is not None and not margins_intact(*margined):
                 overwritten.append(f"output {index} (shape {tuple(output.shape)} {output.dtype})")
@@ -310,16 +330,36 @@ class ImplementationHost:
             outputs.append(output)
         if not poisoned and overwritten:
             raise OracleFailure(self.oracle, f"wrote outside the bounds of {'; '.join(overwritten)}")
+        # the outputs are the judge's copies now: whether they shared memory in the host is its facts' to say
+        problem = aliasing(outputs, sent["storages"], sent["argument_storages"]) if "storages" in sent else None
+        if problem:
+            raise OracleFailure(self.oracle, problem)
         return tuple(outputs), overwritten
 
     def call(self, name: str, kwargs: dict, poison: int | None = None, args: tuple = ()) -> tuple[tuple, list[str]]:
-        staged, pairs, moved = self._stage({**dict(enumerate(args)), **kwargs})
+        """One call there: the outputs and the overwritten margins.  The implementation's exception is raised
+        as one of the judge's classes, its process ending as an OracleFailure, and the judge's own failure
+        (staging, copying back, reading the outputs) as a JudgeError."""
+        with self._judge_side("staging the arguments"):
+            staged, pairs, moved = self._stage({**dict(enumerate(args)), **kwargs})
         try:
             sent = self._ask(("call", name, staged, len(args), poison, moved if self.via_host_memory else None),
                              "returned")
         finally:
-            self._unstage(pairs)
-        return self._outputs(sent, poison is not None)
+            with self._judge_side("copying the arguments back"):
+                self._unstage(pairs)
+        with self._judge_side("reading the outputs"):
+            return self._outputs(sent, poison is not None)
+
+    @contextlib.contextmanager
+    def _judge_side(self, what: str):
+        """What raises inside is the judge's own code failing (a finding passes as it is)."""
+        try:
+            yield
+        except (OracleFailure, JudgeError):
+            raise
+        except Exception as error:  # noqa: BLE001 - never the implementation's: it is not running here
+            raise judge_error(what, error, self.oracle) from error
 
 
 @dataclasses.dataclass
@@ -342,11 +382,12 @@ class HostedFunction:
         what the oracle copies into it, the graph reads); the captured outputs, read live, and the replay."""
         if self.host.via_host_memory:
             raise ValueError("graph capture needs the judge's buffers shared by CUDA IPC, not through host memory")
-        staged, _, _ = self.host._stage(static)
+        with self.host._judge_side("staging the arguments"):
+            staged, _, _ = self.host._stage(static)
         static.update(staged)
         try:
             sent = self.host._ask(("capture", self.name, staged), "captured")
-        except OracleFailure:
+        except (OracleFailure, JudgeError):
             raise
         except Exception as error:  # noqa: BLE001 - a call that cannot be captured is the finding
             raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "

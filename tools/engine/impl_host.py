@@ -21,7 +21,8 @@ judge checks them from its own side.
 Messages, judge -> host: ``("load", {"paths": [...], "functions": {name: (module, attribute)}})``,
 ``("call", name, arguments, positional, poison or None, moved)``, ``("capture", name, kwargs)``, ``("replay",)``;
 host -> judge: ``("loaded", {"missing": [...]})``, ``("returned", outputs)``, ``("captured", outputs)``,
-``("replayed",)``, ``("raised", exception facts)``.  The host ends when its socket closes.
+``("replayed",)``, ``("raised", exception facts)`` (the implementation raised), ``("failed", exception facts)``
+(the host's own code did, reading what a call returned: the judge's defect).  The host ends when its socket closes.
 """
 import ctypes
 import faulthandler
@@ -88,8 +89,8 @@ def _storage(tensor: torch.Tensor, via_host_memory: bool):
 
 def _sent(item, poisoned, via_host_memory: bool) -> tuple | None:
     """How one output crosses: its whole storage, or the whole margined buffer it lies in (with the
-    margin), and where in it the output lies."""
-    if type(item) is not torch.Tensor:
+    margin), and where in it the output lies (None: not a strided torch.Tensor, which has no storage)."""
+    if type(item) is not torch.Tensor or item.layout != torch.strided:
         return None
     geometry = (item.dtype, item.storage_offset(), tuple(item.shape), tuple(item.stride()), item.device)
     placed = poisoned.buffer_of(item) if poisoned is not None else None
@@ -115,12 +116,27 @@ def _to_devices(kwargs: dict, moved: dict) -> tuple[dict, list]:
     return placed, back
 
 
-def outputs(returned, poisoned=None, copies=None, via_host_memory: bool = False) -> dict:
+def storage_key(value) -> tuple[str, int] | None:
+    """Which storage a tensor lies in, here (None for an empty one or a non-strided tensor)."""
+    if type(value) is not torch.Tensor or value.layout != torch.strided or not value.untyped_storage().nbytes():
+        return None
+    return str(value.device), value.untyped_storage().data_ptr()
+
+
+def outputs(returned, poisoned=None, copies=None, via_host_memory: bool = False, arguments=None) -> dict:
+    """The facts of what the call returned.  ``arguments`` (the call's, by name): each output's storage and
+    each argument's go with them, so that the judge sees outputs aliasing an input or each other."""
     structure, items = _items(returned)
-    return {"structure": structure, "types": [type_name(item) for item in items],
-            "tensors": [_sent(item, poisoned, via_host_memory) for item in items],
-            "copies": [_sent(copy, None, via_host_memory) for copy in copies] if copies is not None else None,
-            "overwritten": poisoned.overwritten_margins() if poisoned is not None else []}
+    facts = {"structure": structure, "types": [type_name(item) for item in items],
+             "layouts": [str(getattr(item, "layout", "")) for item in items],
+             "tensors": [_sent(item, poisoned, via_host_memory) for item in items],
+             "copies": [_sent(copy, None, via_host_memory) for copy in copies] if copies is not None else None,
+             "overwritten": poisoned.overwritten_margins() if poisoned is not None else []}
+    if arguments is not None:
+        facts["storages"] = [storage_key(item) for item in items]
+        facts["argument_storages"] = {str(name): storage_key(value) for name, value in arguments.items()
+                                      if storage_key(value) is not None}
+    return facts
 
 
 class Host:
@@ -147,6 +163,7 @@ class Host:
         None when tensors cross by CUDA IPC; else the arguments that crossed through host memory, with their
         devices (and the outputs go back the same way)."""
         kwargs, back = _to_devices(arguments, moved) if moved else (dict(arguments), [])
+        passed = dict(kwargs)
         args = [kwargs.pop(index) for index in range(positional)]
         poisoned = allocations.PoisonedAllocations(poison) if poison is not None else None
         if poisoned is not None:
@@ -156,11 +173,17 @@ class Host:
             returned = self.functions[name](*args, **kwargs)
         # what the outputs hold as the call returns, on the current stream: work still running on another
         # stream, or a write from a thread, lands after this copy and shows as a difference to the judge
-        copies = [item.clone() if type(item) is torch.Tensor else None for item in _items(returned)[1]]
+        # (an error of the implementation's device work surfaces here or in the settling: still its own)
+        copies = [item.clone() if type(item) is torch.Tensor and item.layout == torch.strided else None
+                  for item in _items(returned)[1]]
         self._settle([*args, *kwargs.values()])
         for shared, on_device in back:
             shared.copy_(on_device)
-        return ("returned", outputs(returned, poisoned, copies, via_host_memory=moved is not None))
+        try:
+            return ("returned", outputs(returned, poisoned, copies, via_host_memory=moved is not None,
+                                        arguments=passed))
+        except Exception as error:  # noqa: BLE001 - its work is done and settled: what fails now is ours
+            return ("failed", exception_facts(error))
 
     def capture(self, name: str, static: dict) -> tuple:
         graph, returned = capture.capture_call(self.functions[name], static)
