@@ -263,14 +263,18 @@ class Battery:
             raise self._internal(what, error) from error
 
     def refused_by_contract(self, recipe: dict) -> bool:
-        """Whether the contract refuses the inputs ``recipe`` builds (its reference's validation raises):
-        such a recipe is outside what any implementation is judged on."""
+        """Whether the contract refuses the inputs ``recipe`` builds: such a recipe is outside what any
+        implementation is judged on."""
         kwargs = self._judge_side("building the recipe's inputs", self.strategy.build, recipe, self.device)
+        return self._refusal(kwargs) is not None
+
+    def _refusal(self, kwargs: dict) -> Exception | None:
+        """The contract's refusal of these inputs (its validation's error), or None when it answers them."""
         try:
             self.entry.validate(**self.entry.bind(**kwargs))
-        except (ValueError, TypeError):
-            return True
-        return False
+        except (ValueError, TypeError) as refusal:
+            return refusal
+        return None
 
     def not_applicable(self) -> dict[str, str]:
         """Oracle -> why it does not apply to this entry on this device."""
@@ -297,6 +301,10 @@ class Battery:
             return {}
         self._enter(asked[0])
         kwargs = self._judge_side("building the recipe's inputs", self.strategy.build, recipe, self.device)
+        refusal = self._refusal(kwargs)
+        if refusal is not None:  # judged on it, an implementation's assert would stand as a finding
+            raise self._internal("the strategy", JudgeError(f"the strategy built an input the contract refuses "
+                                                            f"({type(refusal).__name__}: {refusal})"))
         if result is not None:
             _exercise(result.exercised, entry.params_of(**kwargs), recipe, self.cell_bounds)
         # an optional in-place argument passed as None (no amax to update) is not an output of this call

@@ -102,9 +102,14 @@ def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
         if key in recipe and isinstance(recipe[key], (int, float)) and recipe[key] not in bound:
             raise UsageError(f"--replay: key {key!r} = {recipe[key]!r} is outside cell {cell.id}'s bound {bound}")
     try:
-        params = entry.params_of(**entry.bind(**strategy.build(recipe, device)))
+        kwargs = entry.bind(**strategy.build(recipe, device))
+        params = entry.params_of(**kwargs)
     except Exception as error:  # noqa: BLE001 - a recipe that does not build is malformed, in one line
         raise UsageError(f"--replay: the recipe does not build inputs: {type(error).__name__}: {error}") from None
+    try:
+        entry.validate(**kwargs)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"--replay: the contract refuses the recipe's input: {error}") from None
     outside = [name for name, bound in cell.bounds.items() if params.get(name) not in bound]
     if outside:
         name = outside[0]
