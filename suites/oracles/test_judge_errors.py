@@ -121,11 +121,6 @@ def test_a_worker_sends_an_internal_error_and_its_parent_raises_it(monkeypatch):
     assert (raised.value.op, raised.value.recipe) == ("greedy_argmax", {"seed": 1})
 
 
-def test_certify_cells_help_says_exit_3():
-    text = certify_cells.parser().format_help()
-    assert "3 an internal error" in " ".join(text.split())
-
-
 def test_a_replay_recipe_the_contract_refuses_is_a_usage_error():
     entry = RMS_NORM
     cell = entry.cell("per_head_decode")
