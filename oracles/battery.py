@@ -48,7 +48,7 @@ from oracles.aliasing import aliasing, storage_key
 from oracles.judge_errors import JudgeError, Raised, judge_error
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
-from oracles.tensors import as_outputs, clone_inputs
+from oracles.tensors import as_outputs, check_contract_outputs, clone_inputs
 from oracles.write_guards import check_write_guards
 
 PASS, FAIL, NOT_APPLICABLE, NOT_ASKED = "pass", "fail", "not applicable", "not asked"
@@ -326,18 +326,25 @@ class Battery:
             raise
         except Exception as error:  # noqa: BLE001 - copying the inputs or reading the outputs: the judge's
             raise self._internal(f"the {asked[0]} oracle's call of the implementation", error) from error
+        # every oracle after this one reads the outputs: they are what the contract promises first (a wrong
+        # shape would crash the judge's slicing, and be taken for the judge's own error)
+        expected = self._judge_side("the reference", run_on_copy, entry.reference, kwargs, in_place)
+        against = "vs the contract's reference" if entry.parity.value == "bitwise" else "vs float64 truth"
+        try:
+            check_contract_outputs(actual, expected, against, oracle=asked[0])
+        except OracleFailure as failure:
+            return {asked[0]: failure}
 
         def parity():
-            expected = self._judge_side("the reference", run_on_copy, entry.reference, kwargs, in_place)
             stock = self._stock(kwargs, in_place)
             if entry.parity.value == "bitwise":
-                check_bitwise(actual, expected, "vs the contract's reference")
+                check_bitwise(actual, expected, against)
                 if result is not None and stock is not None and \
                         any(first_difference(s, e) for s, e in zip(stock, expected)):
                     result.stock_disagreements += 1
             else:
                 truth = self._judge_side("the float64 truth", lambda: as_outputs(entry.truth(**clone_inputs(kwargs))))
-                report = check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
+                report = check_band(actual, stock if stock is not None else expected, truth, against,
                                     expected=expected)
                 if result is not None and report.stock_failure:  # the band fell back to its floor: say why
                     failures = result.annotations.setdefault("stock_failures", {"examples": 0, "first": None})
