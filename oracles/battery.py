@@ -262,12 +262,6 @@ class Battery:
         except Exception as error:  # noqa: BLE001 - the judge's own defect, never the implementation's finding
             raise self._internal(what, error) from error
 
-    def refused_by_contract(self, recipe: dict) -> bool:
-        """Whether the contract refuses the inputs ``recipe`` builds: such a recipe is outside what any
-        implementation is judged on."""
-        kwargs = self._judge_side("building the recipe's inputs", self.strategy.build, recipe, self.device)
-        return self._refusal(kwargs) is not None
-
     def _refusal(self, kwargs: dict) -> Exception | None:
         """The contract's refusal of these inputs (its validation's error), or None when it answers them."""
         try:
@@ -303,8 +297,8 @@ class Battery:
         kwargs = self._judge_side("building the recipe's inputs", self.strategy.build, recipe, self.device)
         refusal = self._refusal(kwargs)
         if refusal is not None:  # judged on it, an implementation's assert would stand as a finding
-            raise self._internal("the strategy", JudgeError(f"the strategy built an input the contract refuses "
-                                                            f"({type(refusal).__name__}: {refusal})"))
+            raise self._internal("the strategy", RefusedInput(f"the strategy built an input the contract refuses "
+                                                              f"({type(refusal).__name__}: {refusal})"))
         if result is not None:
             _exercise(result.exercised, entry.params_of(**kwargs), recipe, self.cell_bounds)
         # an optional in-place argument passed as None (no amax to update) is not an output of this call
@@ -408,6 +402,11 @@ class Battery:
         return len(self.entry.refusals), findings
 
 
+class RefusedInput(JudgeError):
+    """A recipe whose input the contract refuses: no input at all (drawn, the strategy's defect; proposed by
+    a shrinker, a candidate to skip)."""
+
+
 class _Called:
     """An implementation's function as the oracles call it.  What escapes the call is the implementation's
     (:class:`Raised`), but for the judge's own findings and errors, which pass as they are (a hosted
@@ -475,10 +474,12 @@ class _Shrink:
             if key in self.failed:
                 raise self.failed[key]
             return
-        # a smaller recipe the contract refuses (H not a multiple of the group) is no input at all: an
-        # implementation's assert on it must never stand as the minimal finding
-        hypothesis.assume(not self.battery.refused_by_contract(recipe))
-        failure = self.battery.judge(recipe, [self.oracle]).get(self.oracle)
+        try:
+            failure = self.battery.judge(recipe, [self.oracle]).get(self.oracle)
+        except RefusedInput:
+            # a smaller recipe the contract refuses (H not a multiple of the group) is no input at all: an
+            # implementation's assert on it must never stand as the minimal finding
+            hypothesis.assume(False)
         if failure is not None:
             self.started = self.started or time.monotonic()
             failure.recipe = recipe
@@ -496,10 +497,12 @@ def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) 
             kwargs = battery.strategy.build(recipe, battery.device)
             if not cell.contains(battery.entry.params_of(**kwargs)):
                 return None
-            battery.entry.validate(**battery.entry.bind(**kwargs))  # the contract refuses it: no input at all
         except Exception:  # noqa: BLE001 - a size the strategy cannot build is outside what we may try
             return None
-        found = battery.judge(recipe, [oracle]).get(oracle)
+        try:
+            found = battery.judge(recipe, [oracle]).get(oracle)
+        except RefusedInput:  # the contract refuses it: no input at all
+            return None
         if found is not None:
             found.recipe = recipe
         return found
