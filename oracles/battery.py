@@ -27,6 +27,7 @@ recipe's shapes never depend on its ``seed``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -42,9 +43,12 @@ from oracles.determinism import check_determinism, run_on_copies, run_on_copy
 from oracles.failures import NUMERICS, ORACLES, OracleFailure
 from oracles.selection import ORACLE_GROUPS
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
+from oracles.aliasing import aliasing, storage_key
+from oracles.judge_errors import JudgeError, Raised, judge_error
 from oracles.parity import check_parity
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
+from oracles.tensors import as_outputs, check_contract_outputs
 from oracles.triton_interpreter import limitation_in
 from oracles.write_guards import check_write_guards
 
@@ -234,17 +238,42 @@ class Battery:
         self.entry = entry
         self.cell_bounds = cell.bounds if cell is not None else {}  # what ``exercised`` is measured against
         self.graph_parity_skipped = graph_parity_skipped  # why graph parity is not asked here (None: it is)
-        self.impl = impl
-        self.fn = impl[entry.name]
+        self.impl = Implementation(impl.label, {name: _Called(fn, self) for name, fn in impl.functions.items()})
+        self.fn = self.impl[entry.name]
         self.device = torch.device(device)
         self.strategy = strategy
         self.watch = watch
         self.recipe: dict = {}
+        self.oracle = "parity"
 
     def _enter(self, oracle: str) -> None:
         """``oracle`` runs now on ``self.recipe`` (told to ``watch``)."""
+        self.oracle = oracle
         if self.watch:
             self.watch(oracle, self.recipe)
+
+    def _internal(self, what: str, error: BaseException) -> JudgeError:
+        """``error``, raised by the judge's own ``what``, as the internal error it is (where it happened)."""
+        found = judge_error(what, error, self.oracle)
+        found.oracle, found.recipe = found.oracle or self.oracle, found.recipe or self.recipe
+        return found
+
+    def _judge_side(self, what: str, call: Callable, *args):
+        """``call(*args)``, a piece of the judge (the reference, the truth): what it raises is an internal error."""
+        try:
+            return call(*args)
+        except JudgeError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the judge's own defect, never the implementation's finding
+            raise self._internal(what, error) from error
+
+    def _refusal(self, kwargs: dict) -> Exception | None:
+        """The contract's refusal of these inputs (its validation's error), or None when it answers them."""
+        try:
+            self.entry.validate(**self.entry.bind(**kwargs))
+        except (ValueError, TypeError) as refusal:
+            return refusal
+        return None
 
     def not_applicable(self) -> dict[str, str]:
         """Oracle -> why it does not apply to this entry on this device."""
@@ -261,14 +290,20 @@ class Battery:
 
     def judge(self, recipe: dict, asked: Iterable[str], result: CellResult | None = None) -> dict[str, OracleFailure]:
         """Run the ``asked`` per-example oracles on one recipe; returns each failing one's finding.  Any
-        exception the implementation raises is the finding of the oracle that called it.  ``result``
-        (when given) collects the band errors, stock disagreements and exercised region."""
+        exception the implementation raises is the finding of the oracle that called it; one the judge's
+        own code raises (building the inputs, the reference, the truth, a comparison) is a
+        :class:`JudgeError`, raised.  ``result`` (when given) collects the band errors, stock
+        disagreements and exercised region."""
         entry, fn, asked = self.entry, self.fn, [o for o in NUMERICS if o in set(asked)]
         self.recipe = recipe
         if not asked:
             return {}
         self._enter(asked[0])
-        kwargs = self.strategy.build(recipe, self.device)
+        kwargs = self._judge_side("building the recipe's inputs", self.strategy.build, recipe, self.device)
+        refusal = self._refusal(kwargs)
+        if refusal is not None:  # judged on it, an implementation's assert would stand as a finding
+            raise self._internal("the strategy", RefusedInput(f"the strategy built an input the contract refuses "
+                                                              f"({type(refusal).__name__}: {refusal})"))
         if result is not None:
             _exercise(result.exercised, entry.params_of(**kwargs), recipe, self.cell_bounds)
         # an optional in-place argument passed as None (no amax to update) is not an output of this call
@@ -276,11 +311,11 @@ class Battery:
         # determinism's second call goes with the first (one message to a host)
         try:
             ran = run_on_copies(fn, kwargs, in_place, 2 if "determinism" in asked else 1)
-        except Exception as error:  # noqa: BLE001 - what the judge found in the answer (its type, a late write)
-            ran = [error]
-        actual, second = ran[0], (ran[1] if len(ran) > 1 else None)
-        if isinstance(actual, Exception):   # no output: the other oracles have nothing to judge here
-            error = actual
+            if isinstance(ran[0], Exception):
+                raise ran[0]
+            actual, second = ran[0], (ran[1] if len(ran) > 1 else None)
+        except Raised as raised:  # no output: the other oracles have nothing to judge here
+            error = raised.error
             if is_clear_refusal(error, kwargs):
                 # an input the contract answers, beyond the implementation's own limits: refusing it clearly
                 # is allowed (CONTRACTS.md); counted, and nothing else is judged on it
@@ -290,11 +325,25 @@ class Battery:
             if limitation_in(str(error)):   # the interpreter's, not the implementation's
                 raise _Unrunnable(limitation_in(str(error))) from error
             return {asked[0]: OracleFailure(asked[0], f"raised {type(error).__name__}: {error}")}
+        except OracleFailure as failure:  # what the call returned breaks the contract, or its process ended
+            return {asked[0]: OracleFailure(asked[0], failure.message)}
+        except JudgeError:
+            raise
+        except Exception as error:  # noqa: BLE001 - copying the inputs or reading the outputs: the judge's
+            raise self._internal(f"the {asked[0]} oracle's call of the implementation", error) from error
+        # every oracle after this one reads the outputs: they are what the contract promises first (a wrong
+        # shape would crash the judge's slicing, and be taken for the judge's own error)
+        expected = self._judge_side("the reference", run_on_copy, entry.reference, kwargs, in_place)
+        against = "vs the contract's reference" if entry.parity.value == "bitwise" else "vs float64 truth"
+        try:
+            check_contract_outputs(actual, expected, against, oracle=asked[0])
+        except OracleFailure as failure:
+            return {asked[0]: failure}
 
         def parity():
             stock = self._stock(kwargs, in_place)
             explain = getattr(self.strategy, "explain", None)  # the op's own words for a differing element
-            expected, report = check_parity(entry, kwargs, actual, in_place, stock, explain)
+            _, report = check_parity(entry, kwargs, actual, in_place, stock, explain, expected)
             if entry.parity.value == "bitwise":
                 if result is not None and stock is not None and \
                         any(first_difference(s, e) for s, e in zip(stock, expected)):
@@ -333,8 +382,12 @@ class Battery:
                 checks[oracle]()
             except OracleFailure as failure:
                 found[oracle] = failure
-            except Exception as error:  # noqa: BLE001 - a crash is a finding of the oracle that was running
-                found[oracle] = OracleFailure(oracle, f"raised {type(error).__name__}: {error}")
+            except Raised as raised:  # the implementation raised: a finding of the oracle that called it
+                found[oracle] = OracleFailure(oracle, f"raised {raised}")
+            except JudgeError:
+                raise
+            except Exception as error:  # noqa: BLE001 - the oracle's own code: the judge's defect
+                raise self._internal(f"the {oracle} oracle's own code", error) from error
         return found
 
     def _stock(self, kwargs: dict, in_place: tuple[str, ...]):
@@ -351,10 +404,89 @@ class Battery:
         findings = []
         for refusal in self.entry.refusals:
             try:
-                check_refusals(self.fn, [refusal], self.device)
+                # the implementation's own exception is what this oracle judges: the function unwrapped
+                check_refusals(self.fn.fn, [refusal], self.device)
             except OracleFailure as failure:
                 findings.append(failure.message)
+            except JudgeError:
+                raise
+            except Exception as error:  # noqa: BLE001 - making the refused input, or reading it back
+                raise self._internal(f"the refusals oracle ({refusal.what})", error) from error
         return len(self.entry.refusals), findings
+
+
+class RefusedInput(JudgeError):
+    """A recipe whose input the contract refuses: no input at all (drawn, the strategy's defect; proposed by
+    a shrinker, a candidate to skip)."""
+
+
+class _Called:
+    """An implementation's function as the oracles call it.  What escapes the call is the implementation's
+    (:class:`Raised`), but for the judge's own findings and errors, which pass as they are (a hosted
+    function raises OracleFailure for a host that ended, JudgeError for its own transfer failing).  The
+    outputs of a function run in this process are checked for aliasing here; a hosted one's outputs are
+    the judge's copies, checked from the host's facts (``tools/engine/impl_executor.py``)."""
+
+    HOSTED = ("call_poisoned", "capture_graph")   # what a hosted function offers the oracles besides a call
+
+    def __init__(self, fn: Callable, battery: Battery):
+        self.fn, self.battery = fn, battery
+
+    def _raising(self, call: Callable, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except (OracleFailure, JudgeError):
+            raise
+        except Exception as error:  # noqa: BLE001 - whatever it raises is the implementation's
+            raise Raised(error) from error
+
+    def __call__(self, *args, **kwargs):
+        returned = self._raising(self.fn, *args, **kwargs)
+        if returned is not None and not isinstance(returned, (torch.Tensor, tuple, list)):
+            raise OracleFailure(self.battery.oracle, f"returned {type(returned).__module__}."
+                                                     f"{type(returned).__qualname__}: the contract's outputs are "
+                                                     f"exactly torch.Tensor (no subclass), several in a tuple")
+        outputs = [item for item in as_outputs(returned) if isinstance(item, torch.Tensor)]
+        arguments = {str(name): storage_key(value) for name, value in (*enumerate(args), *kwargs.items())
+                     if isinstance(value, torch.Tensor)}
+        problem = aliasing(outputs, [storage_key(output) for output in outputs], arguments)
+        if problem:
+            raise OracleFailure(self.battery.oracle, problem)
+        return returned
+
+    def call_many(self, calls: list[dict]) -> list:
+        """Several calls (``oracles/calls.py``; one message where the function is hosted): each one's outputs,
+        or what stopped them as the last item — :class:`Raised` for the implementation's exception."""
+        offered = getattr(self.fn, "call_many", None)
+        if offered is None:
+            results = []
+            for kwargs in calls:
+                try:
+                    results.append(self(**kwargs))
+                except (Raised, OracleFailure) as stopped:
+                    results.append(stopped)
+                    break
+            return results
+        return [Raised(result) if isinstance(result, Exception) and not isinstance(result, (OracleFailure, JudgeError))
+                else result for result in self._raising(offered, calls)]
+
+    def __getattr__(self, name: str):
+        if name not in self.HOSTED:
+            raise AttributeError(name)
+        offered = getattr(self.__dict__["fn"], name)   # AttributeError: a function of this process
+
+        @functools.wraps(offered)
+        def call(*args, **kwargs):
+            returned = self._raising(offered, *args, **kwargs)
+            if name == "capture_graph":  # the replays run the implementation too
+                captured, replay = returned
+                called_replay = functools.partial(self._raising, replay)
+                if hasattr(replay, "between"):   # a hosted replay sends the calls around it in one message
+                    called_replay.between = functools.partial(self._raising, replay.between)
+                return captured, called_replay
+            return returned
+
+        return call
 
 
 class _Shrink:
@@ -374,7 +506,12 @@ class _Shrink:
             if key in self.failed:
                 raise self.failed[key]
             return
-        failure = self.battery.judge(recipe, [self.oracle]).get(self.oracle)
+        try:
+            failure = self.battery.judge(recipe, [self.oracle]).get(self.oracle)
+        except RefusedInput:
+            # a smaller recipe the contract refuses (H not a multiple of the group) is no input at all: an
+            # implementation's assert on it must never stand as the minimal finding
+            hypothesis.assume(False)
         if failure is not None:
             self.started = self.started or time.monotonic()
             failure.recipe = recipe
@@ -384,7 +521,8 @@ class _Shrink:
 
 def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) -> OracleFailure:
     """Shrink each integer size of a failing corner to the smallest size of a ladder (``_size_ladder``)
-    at which the recipe stays inside the cell and the oracle still fails; bounded by ``SHRINK_SECONDS``."""
+    at which the recipe stays inside the cell and the contract and the oracle still fails; bounded by
+    ``SHRINK_SECONDS``."""
     started, best = time.monotonic(), failure
 
     def fails(recipe: dict) -> OracleFailure | None:
@@ -394,7 +532,10 @@ def _shrink_corner(battery: Battery, cell, oracle: str, failure: OracleFailure) 
                 return None
         except Exception:  # noqa: BLE001 - a size the strategy cannot build is outside what we may try
             return None
-        found = battery.judge(recipe, [oracle]).get(oracle)
+        try:
+            found = battery.judge(recipe, [oracle]).get(oracle)
+        except RefusedInput:  # the contract refuses it: no input at all
+            return None
         if found is not None:
             found.recipe = recipe
         return found
@@ -476,6 +617,8 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
 
     for recipe in corners:
         check(recipe, corner=True)
+    internal: list[JudgeError] = []
+
     def explore(judge_one: Callable[[dict], None], phases) -> None:
         @hypothesis.settings(max_examples=max_examples, deadline=None, database=None, phases=phases,
                              suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
@@ -483,9 +626,16 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
         @hypothesis.seed(cell.seed(seed))
         @hypothesis.given(battery.strategy.recipes(cell, battery.device))
         def test(recipe):
-            judge_one(recipe)
+            if internal:  # the judge failed: nothing more is judged, and Hypothesis must not shrink it
+                return
+            try:
+                judge_one(recipe)
+            except JudgeError as error:
+                internal.append(error)
 
         test()
+        if internal:
+            raise internal[0]
 
     if max_examples > 0 and live:
         explore(lambda recipe: check(recipe, corner=False), [hypothesis.Phase.generate])

@@ -11,15 +11,16 @@ from oracles.tensors import as_outputs, clone_inputs
 
 
 def check_parity(entry, kwargs: dict, actual: tuple, in_place: tuple[str, ...], stock: tuple | None,
-                 explain=None):
+                 explain=None, expected: tuple | None = None):
     """The parity oracle on one input: raise OracleFailure unless ``actual`` (outputs on ``kwargs``, then the
     in-place arguments after the call) meets the op's parity class — bitwise: the reference's bits; band:
     within the band of ``stock`` (the stock op's outputs; None: the reference's) against float64 truth.
-    Returns the reference's outputs and, for a band op, the band report.  A finding carries the lines that
+    Returns the reference's outputs (``expected``: already computed on these inputs) and, for a band op, the
+    band report.  A finding carries the lines that
     say which elements differ and what decides them (``oracles/findings.py``; ``explain``: the op's own
     words for an element, from its strategy).  The battery and the runtime canary (``ops/canary.py``)
     judge by it alike."""
-    expected = run_on_copy(entry.reference, kwargs, in_place)
+    expected = run_on_copy(entry.reference, kwargs, in_place) if expected is None else expected
     if entry.parity.value == "bitwise":
         try:
             check_bitwise(actual, expected, "vs the contract's reference")

@@ -14,6 +14,7 @@ from typing import Callable, Iterable
 import torch
 
 from oracles.failures import OracleFailure
+from oracles.judge_errors import JudgeError
 from oracles.tensors import changed_storages, snapshot_storages
 
 
@@ -29,6 +30,8 @@ def check_refusals(fn: Callable, refusals: Iterable, device: torch.device) -> in
             if not names_an_argument(error, refusal.arguments):
                 raise OracleFailure("refusals", f"{refusal.what}: the {type(error).__name__} does not name "
                                                 f"{_either(refusal.arguments)}: {error}") from None
+        except JudgeError:  # the judge failed to carry the call (a hosted function's transfer): not a finding
+            raise
         except Exception as error:  # noqa: BLE001 - any other exception is the finding
             raise OracleFailure("refusals", f"{refusal.what}: raised {type(error).__name__} ({error}), "
                                             f"expected {refusal.error.__name__}") from None

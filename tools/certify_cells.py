@@ -25,7 +25,10 @@ This module is the command line alone: it turns flags into ``RunOptions`` and ha
 
 Exit status: 0 every cell passed; 1 a cell failed (op, cell, oracle, minimal recipe and a one-line
 reproduction are printed), or a quarantined cell now passes; 2 a usage, import or input error, or a tree holding
-bytecode that is not its source's (``tools/engine/bytecode.py``), in one line.
+bytecode that is not its source's (``tools/engine/bytecode.py``), in one line; 3 an internal error: the judge's
+own code failed (staging, the reference, the truth, a comparison, a report), which is never a finding against
+the implementation — ``internal error: ...`` and a reproduction are printed, and no certificate or report is
+written.
 """
 from __future__ import annotations
 
@@ -36,10 +39,13 @@ import os
 import pathlib
 import shlex
 import sys
+import traceback
 
 from oracles.failures import ORACLES
+from oracles.judge_errors import JudgeError
 from oracles.selection import parse_oracles
-from tools.cli import ArgumentParser, UsageError, run_main
+from tools.cli import INTERNAL_ERROR, ArgumentParser, UsageError, run_main
+from tools.engine import commands
 from tools.engine.bytecode import refuse_planted
 from tools.engine.certify import DEFAULT_CELL_TIMEOUT_S, RunOptions, certify
 from tools.engine.dump import check_directory
@@ -58,7 +64,9 @@ def parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="tools/certify-cells",
         description="Run the oracle battery over every cell of the chosen ops on this machine.",
-        epilog="Example: tools/certify-cells --op greedy_argmax --impl mypkg.kernels:argmax --device cpu")
+        epilog="Exit status: 0 every cell passed; 1 a finding (a cell failed); 2 a usage or input error; 3 an "
+               "internal error (the judge's own defect, never the implementation's: nothing is written).  "
+               "Example: tools/certify-cells --op greedy_argmax --impl mypkg.kernels:argmax --device cpu")
     parser.add_argument("--op", action="append", default=[], metavar="NAME",
                         help="op to certify (repeatable; default: every op in the catalog)")
     parser.add_argument("--backend", metavar="NAME",
@@ -189,7 +197,31 @@ def check_writable(flag: str, path: str) -> None:
 def main(argv=None) -> int:
     options = parse_args(argv)
     refuse_planted(REPO)
-    return certify(options)
+    try:
+        return certify(options)
+    except UsageError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the implementation's exceptions are findings by now: this is ours
+        return internal_error(error)
+
+
+def internal_error(error: Exception) -> int:
+    """Say that the judge failed — not the implementation — with where and how to see it again: exit 3."""
+    where = [f"{error.op}/{error.cell_id}"] if getattr(error, "cell_id", None) else []
+    if getattr(error, "oracle", None):
+        where.append(f"the {error.oracle} oracle")
+    if getattr(error, "recipe", None):
+        where.append(f"on {json.dumps(error.recipe, sort_keys=True, separators=(',', ':'))}")
+    message = error.message if isinstance(error, JudgeError) else f"{type(error).__name__}: {error}"
+    print(f"internal error: {message}" + (f" ({', '.join(where)})" if where else ""), file=sys.stderr)
+    print("  the judge's own code failed: this is no finding against the implementation, and nothing was written",
+          file=sys.stderr)
+    environment, tool = commands.tool_command("certify-cells", "tools.certify_cells")
+    print(f"  reproduce: {getattr(error, 'reproduce', None) or commands.shell_line(environment, [*tool, *sys.argv[1:]])}",
+          file=sys.stderr)
+    trace = getattr(error, "trace", None) or "".join(traceback.format_exception(error))
+    print("  " + trace.rstrip().replace("\n", "\n  "), file=sys.stderr)
+    return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

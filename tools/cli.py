@@ -1,9 +1,13 @@
-"""Conventions every tool shares: exit 0 pass, 1 a finding, 2 a usage or input error in one line."""
+"""Conventions every tool shares: exit 0 pass, 1 a finding, 2 a usage or input error in one line; a judging
+tool (``tools/certify-cells``) exits 3 when its own code failed, which is never a finding."""
 from __future__ import annotations
 
 import argparse
 import sys
 from typing import Callable
+
+
+INTERNAL_ERROR = 3   # the judge's own defect: "internal error: ..." and a reproduction
 
 
 class UsageError(Exception):

@@ -1,6 +1,8 @@
 """Every executable in tools/ honours the tool conventions: ``--help`` prints its usage and exits 0 without
-doing the work; a flag it does not know exits 2 with one line on stderr, no traceback.  Lab-only scripts
-live under docs/lab/ and are not held to this.  The checker is proved on two hostile tools: one that runs
+doing the work; a flag it does not know exits 2 with one line on stderr, no traceback; a judging tool whose
+own code fails exits 3 ("internal error"), never 1, and says so in its ``--help``
+(``suites/oracles/test_judge_errors.py`` injects one).  Lab-only scripts live under docs/lab/ and are not
+held to this.  The checker is proved on two hostile tools: one that runs
 its workflow on ``--help`` (what ``gpu-run-cute.sh`` did) and one that answers a bad flag with a traceback.
 """
 from __future__ import annotations
@@ -50,6 +52,13 @@ def test_tools_has_executables():
 @pytest.mark.parametrize("tool", executables(), ids=lambda path: path.name)
 def test_tool_honours_the_conventions(tool):
     assert convention_breaches(tool) == [], f"reproduce: {tool} --help; {tool} --no-such-flag"
+
+
+def test_certify_cells_help_documents_exit_3():
+    """An internal error is the judge's defect, told apart from a finding (exit 1) by its own status."""
+    shown = subprocess.run([str(TOOLS / "certify-cells"), "--help"], capture_output=True, text=True, timeout=SECONDS,
+                           stdin=subprocess.DEVNULL)
+    assert shown.returncode == 0 and "3 an internal error" in " ".join(shown.stdout.split()), shown.stdout
 
 
 HOSTILE = {

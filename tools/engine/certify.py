@@ -18,6 +18,7 @@ import time
 from typing import Sequence
 
 from oracles.failures import ORACLES, OracleFailure
+from oracles.judge_errors import JudgeError
 from oracles.selection import oracles_text
 from tools.cli import UsageError
 from tools.engine.isolation import WorkerStartError, cpu_slots, find_sanitizer, gpu_slots, run_isolated
@@ -109,9 +110,14 @@ def check_replay_recipe(entry, cell, recipe: dict, device) -> None:
         if key in recipe and isinstance(recipe[key], (int, float)) and recipe[key] not in bound:
             raise UsageError(f"--replay: key {key!r} = {recipe[key]!r} is outside cell {cell.id}'s bound {bound}")
     try:
-        params = entry.params_of(**entry.bind(**strategy.build(recipe, device)))
+        kwargs = entry.bind(**strategy.build(recipe, device))
+        params = entry.params_of(**kwargs)
     except Exception as error:  # noqa: BLE001 - a recipe that does not build is malformed, in one line
         raise UsageError(f"--replay: the recipe does not build inputs: {type(error).__name__}: {error}") from None
+    try:
+        entry.validate(**kwargs)
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"--replay: the contract refuses the recipe's input: {error}") from None
     outside = [name for name, bound in cell.bounds.items() if params.get(name) not in bound]
     if outside:
         name = outside[0]
@@ -132,6 +138,9 @@ def check_implementation(spec: str, entries, device: str) -> None:
     except LookupError as error:
         retire_host(spec, device)
         raise UsageError(f"--impl: {error}") from None
+    except JudgeError:
+        retire_host(spec, device)
+        raise
     except (Exception, OracleFailure) as error:  # noqa: BLE001 - any import failure is a usage error, in one line
         retire_host(spec, device)
         raise UsageError(f"--impl: cannot import {module_name!r}: {type(error).__name__}: {error}") from None
@@ -437,7 +446,13 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
                       options.replay, backend, options.sanitize, options.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
                       options.oracles)
              for entry, cell, held in planned if options.check_quarantine or not held]
-    results.update(run_tasks(options, tasks, announce))
+    try:
+        results.update(run_tasks(options, tasks, announce))
+    except JudgeError as error:  # the run ends here: no certificate, no report; how to see it again
+        cell = getattr(error, "cell_id", None)
+        if cell is not None:
+            error.reproduce = reproduction(error.op, cell, options.device, error.recipe, options.impl, flags)
+        raise
     failed = False
     for entry, cell, held in planned:
         result = results[entry.name, cell.id]

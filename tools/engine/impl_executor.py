@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -51,8 +52,11 @@ import numpy
 import torch
 import torch.multiprocessing
 
+from oracles.aliasing import aliasing
 from oracles.allocations import margins_intact, pooled_bytes
+from oracles.bitwise import bit_pattern
 from oracles.failures import OracleFailure
+from oracles.judge_errors import JudgeError, judge_error
 from oracles.tensors import storage_bytes
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -214,7 +218,9 @@ def _rebuilt(item: tuple, copy: bool = True, buffers: dict | None = None) -> tup
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
+    """Whether two tensors of one shape and dtype hold the same bits, element by element, whatever their
+    strides and offsets (a column view ``pair[:, 0]`` cannot be viewed as bytes)."""
+    return torch.equal(bit_pattern(a), bit_pattern(b))
 
 
 class ImplementationHost:
@@ -380,17 +386,28 @@ class ImplementationHost:
         if self.device == "cuda":
             torch.cuda.synchronize()   # what the judge wrote into shared buffers is there before the host reads
         try:
-            self.channel.send(message)
+            self._send(message)
             reply = self._receive(limit_s or self.call_limit_s)
         except HostFault as fault:
             self.fault = fault
             raise self._failure(fault) from None
         if reply[0] == "raised":
             raise _exception(reply[1])
+        if reply[0] == "failed":  # the host's own code, after the implementation returned: the judge's defect
+            raise JudgeError(f"the implementation host's own code raised {reply[1]['type']}: {reply[1]['message']}",
+                             self.oracle, self.recipe)
         if reply[0] != expected:
             raise OracleFailure(self.oracle, f"the implementation's process answered {reply[0]!r} to "
                                              f"{message[0]!r}")
         return reply[1] if len(reply) == 2 else (reply[1:] or None)
+
+    def _send(self, message: tuple) -> None:
+        try:
+            self.channel.send(message)
+        except OSError:
+            pass   # the host has ended: receiving says how
+        except Exception as error:  # noqa: BLE001 - the judge could not serialize its own message
+            raise judge_error(f"sending {message[0]!r} to the implementation host", error, self.oracle) from error
 
     def _receive(self, limit_s: float | None):
         deadline = None if limit_s is None else time.monotonic() + limit_s
@@ -440,6 +457,9 @@ class ImplementationHost:
                                              f"(no subclass), several in a tuple")
         outputs, overwritten = [], list(sent["overwritten"])
         for index, item in enumerate(sent["tensors"]):
+            if item is None:  # a torch.Tensor of another layout (sparse, mkldnn): no storage to send
+                raise OracleFailure(self.oracle, f"returned output {index} of layout {sent['layouts'][index]}: the "
+                                                 f"contract's outputs are strided tensors")
             output, margined = _rebuilt(item, buffers=self._host_buffers)
             if margined is not None and not margins_intact(*margined):
                 overwritten.append(f"output {index} (shape {tuple(output.shape)} {output.dtype})")
@@ -454,6 +474,10 @@ class ImplementationHost:
             outputs.append(output)
         if not poisoned and overwritten:
             raise OracleFailure(self.oracle, f"wrote outside the bounds of {'; '.join(overwritten)}")
+        # the outputs are the judge's copies now: whether they shared memory in the host is its facts' to say
+        problem = aliasing(outputs, sent["storages"], sent["argument_storages"]) if "storages" in sent else None
+        if problem:
+            raise OracleFailure(self.oracle, problem)
         return tuple(outputs), overwritten
 
     def call(self, name: str, kwargs: dict, poison: int | None = None, args: tuple = ()) -> tuple[tuple, list[str]]:
@@ -466,35 +490,43 @@ class ImplementationHost:
         """Several calls of ``name`` (each ``(kwargs, args)``, or None: replay the captured graph) in one
         message, run there in order: each one's (outputs, overwritten allocations), or the exception it
         raised (as one of the judge's classes; the calls after it did not run).  What the checks of outputs
-        find about any of them raises."""
+        find about any of them raises; the judge's own failure (staging, copying back, reading the outputs)
+        raises as a JudgeError."""
         staged, pairs = [], []
         try:
-            for call in calls:
-                if call is None:
-                    staged.append(("replay",))
-                    continue
-                kwargs, args = call
-                plain, views, its_pairs, moved = self._stage({**dict(enumerate(args)), **kwargs})
-                pairs += its_pairs
-                staged.append((name, plain, views, len(args), poison, moved if self.via_host_memory else None))
+            with self._judge_side("staging the arguments"):
+                for call in calls:
+                    if call is None:
+                        staged.append(("replay",))
+                        continue
+                    kwargs, args = call
+                    plain, views, its_pairs, moved = self._stage({**dict(enumerate(args)), **kwargs})
+                    pairs += its_pairs
+                    staged.append((name, plain, views, len(args), poison, moved if self.via_host_memory else None))
             shares, replies = self._ask(("calls", self._shares(), staged), "returned")
         finally:
-            self._unstage(pairs)
-        try:
-            self._host_buffers.update(shares)
-            kinds = [reply[0] for reply in replies]
-            if not (kinds == ["returned"] * len(calls) or
-                    (kinds and kinds[:-1] == ["returned"] * (len(kinds) - 1) and kinds[-1] == "raised"
-                     and len(kinds) <= len(calls))):
-                raise OracleFailure(self.oracle, f"the implementation's process answered {kinds} to {len(calls)} "
-                                                 f"calls")
+            with self._judge_side("copying the arguments back"):
+                self._unstage(pairs)
+        kinds = [reply[0] if isinstance(reply, tuple) and reply else reply for reply in replies] \
+            if isinstance(replies, list) else [replies]
+        if not isinstance(shares, dict) or not (kinds == ["returned"] * len(calls) or (
+                kinds and kinds[:-1] == ["returned"] * (len(kinds) - 1) and kinds[-1] == "raised"
+                and len(kinds) <= len(calls))):
+            raise OracleFailure(self.oracle, f"the implementation's process answered {kinds} to {len(calls)} calls")
+        self._host_buffers.update(shares)
+        with self._judge_side("reading the outputs"):
             return [self._outputs(reply[1], poison is not None) if reply[0] == "returned" else _exception(reply[1])
                     for reply in replies]
-        except OracleFailure:
+
+    @contextlib.contextmanager
+    def _judge_side(self, what: str):
+        """What raises inside is the judge's own code failing (a finding passes as it is)."""
+        try:
+            yield
+        except (OracleFailure, JudgeError):
             raise
-        except Exception as error:  # noqa: BLE001 - whatever it sent that cannot be read is its finding
-            raise OracleFailure(self.oracle, f"the implementation's process sent what the judge does not accept: "
-                                             f"{type(error).__name__}: {error}") from None
+        except Exception as error:  # noqa: BLE001 - never the implementation's: it is not running here
+            raise judge_error(what, error, self.oracle) from error
 
 
 @dataclasses.dataclass
@@ -527,12 +559,13 @@ class HostedFunction:
         host = self.host
         for number in host._captured:   # the last capture's graph is never replayed again
             host._give_back(number)
-        plain, views, pairs, _ = host._stage(static)
+        with host._judge_side("staging the arguments"):
+            plain, views, pairs, _ = host._stage(static)
         host._captured = [number for _, number in pairs]
         static.update({name: host.view(staged) for name, staged in views.items()})
         try:
             sent = host._ask(("capture", self.name, plain, views, host._shares()), "captured")
-        except OracleFailure:
+        except (OracleFailure, JudgeError):
             raise
         except Exception as error:  # noqa: BLE001 - a call that cannot be captured is the finding
             raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "

@@ -35,7 +35,9 @@ after the last), ``("capture", name, plain, views, shares)``,
 ``("replay",)``; host -> judge: ``("started", {"unprotected": None or why not})`` first,
 ``("loaded", {"missing": [...]})``, ``("returned", shares, [("returned",
 outputs) or ("raised", exception facts), ...])`` (the calls after a raising one do not run),
-``("captured", outputs)``, ``("replayed",)``, ``("raised", exception facts)``.  ``shares``: {buffer number:
+``("captured", outputs)``, ``("replayed",)``, ``("raised", exception facts)`` (the implementation raised),
+``("failed", exception facts)`` (the host's own code did, reading what a call returned: the judge's
+defect).  ``shares``: {buffer number:
 uint8 tensor} for the buffers the other side has not been sent yet; ``views``: {argument: (buffer number or
 None for an empty storage, dtype, storage offset, shape, stride, device)}; ``plain``: the other arguments.
 The host ends when its socket closes.
@@ -138,8 +140,8 @@ def _storage(tensor: torch.Tensor, via_host_memory: bool, pool: OutputBuffers | 
 
 def _sent(item, poisoned, via_host_memory: bool, pool: OutputBuffers | None) -> tuple | None:
     """How one output crosses: its whole storage, or the whole margined buffer it lies in (with the
-    margin), and where in it the output lies."""
-    if type(item) is not torch.Tensor:
+    margin), and where in it the output lies (None: not a strided torch.Tensor, which has no storage)."""
+    if type(item) is not torch.Tensor or item.layout != torch.strided:
         return None
     geometry = (item.dtype, item.storage_offset(), tuple(item.shape), tuple(item.stride()), item.device)
     placed = poisoned.buffer_of(item) if poisoned is not None else None
@@ -168,13 +170,28 @@ def _private(kwargs: dict, moved: dict) -> tuple[dict, list]:
     return placed, back
 
 
+def storage_key(value) -> tuple[str, int] | None:
+    """Which storage a tensor lies in, here (None for an empty one or a non-strided tensor)."""
+    if type(value) is not torch.Tensor or value.layout != torch.strided or not value.untyped_storage().nbytes():
+        return None
+    return str(value.device), value.untyped_storage().data_ptr()
+
+
 def outputs(returned, poisoned=None, copies=None, via_host_memory: bool = False,
-            pool: OutputBuffers | None = None) -> dict:
+            pool: OutputBuffers | None = None, arguments=None) -> dict:
+    """The facts of what the call returned.  ``arguments`` (the call's, by name): each output's storage and
+    each argument's go with them, so that the judge sees outputs aliasing an input or each other."""
     structure, items = _items(returned)
-    return {"structure": structure, "types": [type_name(item) for item in items],
-            "tensors": [_sent(item, poisoned, via_host_memory, pool) for item in items],
-            "copies": [_sent(copy, None, via_host_memory, pool) for copy in copies] if copies is not None else None,
-            "overwritten": poisoned.overwritten_margins() if poisoned is not None else []}
+    facts = {"structure": structure, "types": [type_name(item) for item in items],
+             "layouts": [str(getattr(item, "layout", "")) for item in items],
+             "tensors": [_sent(item, poisoned, via_host_memory, pool) for item in items],
+             "copies": [_sent(copy, None, via_host_memory, pool) for copy in copies] if copies is not None else None,
+             "overwritten": poisoned.overwritten_margins() if poisoned is not None else []}
+    if arguments is not None:
+        facts["storages"] = [storage_key(item) for item in items]
+        facts["argument_storages"] = {str(name): storage_key(value) for name, value in arguments.items()
+                                      if storage_key(value) is not None}
+    return facts
 
 
 class Host:
@@ -216,6 +233,7 @@ class Host:
         if self.warmup:
             self._warm_up(name, arguments, positional, moved or {})
         kwargs, back = _private(arguments, moved or {})
+        passed = dict(kwargs)
         args = [kwargs.pop(index) for index in range(positional)]
         poisoned = allocations.PoisonedAllocations(poison) if poison is not None else None
         if poisoned is not None:
@@ -225,8 +243,9 @@ class Host:
             returned = self.functions[name](*args, **kwargs)
         # what the outputs hold as the call returns, on the current stream: work still running on another
         # stream, or a write from a thread, lands after this copy and shows as a difference to the judge
-        copies = [item.clone() if type(item) is torch.Tensor else None for item in _items(returned)[1]]
-        return returned, poisoned, copies, back, moved is not None
+        copies = [item.clone() if type(item) is torch.Tensor and item.layout == torch.strided else None
+                  for item in _items(returned)[1]]
+        return returned, poisoned, copies, back, moved is not None, passed
 
     def _warm_up(self, name: str, arguments: dict, positional: int, moved: dict) -> None:
         """Once, before the first judged call: the drawn number of calls on private copies of its inputs,
@@ -253,11 +272,15 @@ class Host:
                 break
         if ran:
             self._settle()
-        for returned, poisoned, copies, back, via_host_memory in ran:
+        for returned, poisoned, copies, back, via_host_memory, _ in ran:
             for shared, on_device in back:
                 shared.copy_(on_device)
-        replies[:0] = [("returned", outputs(returned, poisoned, copies, via_host_memory, self.output_buffers))
-                       for returned, poisoned, copies, _, via_host_memory in ran]
+        try:
+            replies[:0] = [("returned", outputs(returned, poisoned, copies, via_host_memory, self.output_buffers,
+                                                arguments=passed))
+                           for returned, poisoned, copies, _, via_host_memory, passed in ran]
+        except Exception as error:  # noqa: BLE001 - its work is done and settled: what fails now is ours
+            return ("failed", exception_facts(error))
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()   # the copies into the output buffers are there before the judge reads
         return ("returned", self.output_buffers.shares(), replies)
@@ -273,7 +296,7 @@ class Host:
     def _replay_step(self) -> tuple:
         """A replay among calls: what ``_run`` returns, for a step that returns nothing."""
         self.graph[0].replay()
-        return None, None, [], [], False
+        return None, None, [], [], False, {}
 
     def replay(self) -> tuple:
         self.graph[0].replay()

@@ -277,6 +277,13 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer) -> None:
             worker.oracle, worker.recipe = message[1], message[2]
         elif kind == "note" and on_note:
             on_note(worker.slot, message[1])
+        elif kind == "internal":  # the judge's own code failed in the worker: the run ends (exit 3)
+            from oracles.judge_errors import JudgeError
+
+            facts = message[1]
+            error = JudgeError(facts["message"], facts["oracle"], facts["recipe"])
+            error.op, error.cell_id, error.trace = facts["op"], facts["cell_id"], facts["traceback"]
+            raise error
         elif kind == "result":
             from oracles.battery import CellResult
 

@@ -11,7 +11,8 @@ recipe before each oracle starts, so that when the process dies (an illegal addr
 assert, a segfault under the interpreter) or hangs, the parent can still say where.
 
 Messages, worker -> parent: ``("ready",)``, ``("oracle", name, recipe)``, ``("note", text)``,
-``("result", record)``; parent -> worker: ``("cell", task)``, ``("stop",)``.
+``("result", record)``, ``("internal", facts)`` (the judge's own code failed: the run ends, exit 3);
+parent -> worker: ``("cell", task)``, ``("stop",)``.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import os
 import pathlib
 import socket
 import sys
+import traceback
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
@@ -169,9 +171,13 @@ def execute(task: CellTask, *, progress=None, watch=None):
 
     entry = _entry(task.op, task.backend)
     host = implementation_host(task.impl, task.device, task.call_limit_s, sanitized=task.sanitizer is not None)
+    from oracles.judge_errors import JudgeError
+
     host.watch(NO_ORACLE, {})
     try:
         impl = hosted_implementation(task.impl, task.op, task.backend, host)
+    except JudgeError as error:
+        raise internal_error(task, error) from error
     except Exception as error:  # noqa: BLE001 - certify-cells checked the --impl: what fails now is a finding
         return _host_failure(task, host, error)
     cell, device = entry.cell(task.cell_id), torch.device(task.device)
@@ -187,15 +193,35 @@ def execute(task: CellTask, *, progress=None, watch=None):
     skipped = (f"not run under compute-sanitizer --tool {task.sanitizer}: its stream-ordered allocations "
                "cannot be captured" if task.sanitizer else None)
     oracles = task.oracles or ORACLES
-    if task.replay is not None:
-        result = replay(entry, impl, cell, device, task.replay, entry.strategy_module, watch=watch_both, graph_parity_skipped=skipped,
-                        oracles=oracles)
-    else:
-        result = run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
-                          strategy=entry.strategy_module,
-                          shrink=task.shrink, progress=progress, watch=watch_both, graph_parity_skipped=skipped,
-                          oracles=oracles)
+    try:
+        if task.replay is not None:
+            result = replay(entry, impl, cell, device, task.replay, entry.strategy_module, watch=watch_both,
+                            graph_parity_skipped=skipped, oracles=oracles)
+        else:
+            result = run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
+                              strategy=entry.strategy_module,
+                              shrink=task.shrink, progress=progress, watch=watch_both, graph_parity_skipped=skipped,
+                              oracles=oracles)
+    except JudgeError as error:
+        raise internal_error(task, error) from error
     return _settled(task, host, result)
+
+
+def internal_error(task: CellTask, error: BaseException):
+    """``error``, the judge's own, as the JudgeError that ends the run: with the cell it happened on (and,
+    from the battery, the oracle and the recipe), so that the run can print how to reproduce it."""
+    from oracles.judge_errors import judge_error
+
+    found = judge_error("the judge", error)
+    found.op, found.cell_id = task.op, task.cell_id
+    return found
+
+
+def internal_facts(error) -> dict:
+    """What crosses to the parent of an internal error (``tools/engine/isolation.py`` raises it again)."""
+    return {"message": error.message, "oracle": error.oracle, "recipe": error.recipe,
+            "op": getattr(error, "op", None), "cell_id": getattr(error, "cell_id", None),
+            "traceback": getattr(error, "trace", None)}
 
 
 def _settled(task: CellTask, host: "ImplementationHost", result):
@@ -264,7 +290,13 @@ def serve(connection: Connection, device: str) -> None:
             return
         task = CellTask(**message[1])
         where.update(oracle=NO_ORACLE, recipe={})
-        result = execute(task, progress=lambda line: connection.send(("note", line)), watch=watch)
+        try:
+            result = execute(task, progress=lambda line: connection.send(("note", line)), watch=watch)
+        except Exception as error:  # noqa: BLE001 - the battery contains the implementation's: this is ours
+            found = internal_error(task, error)
+            found.trace = "".join(traceback.format_exception(error))
+            connection.send(("internal", internal_facts(found)))
+            return
         _surface_device_errors(result, device, where["oracle"], where["recipe"])
         connection.send(("result", result.record()))
 

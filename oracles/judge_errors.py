@@ -1,0 +1,38 @@
+"""Whose exception it is: the implementation's (a finding) or the judge's own (an internal error).
+
+An oracle that meets an exception must know who raised it.  The implementation under judgement raising
+is a finding against it; the judge's own code raising — staging or transferring tensors, the reference,
+the float64 truth, a comparison, a strategy, writing the report — is a defect of the judge, which must
+never be reported as the implementation's.  The battery calls every implementation function through a
+wrapper that turns what escapes the call into :class:`Raised`; any other exception an oracle meets is the
+judge's and becomes a :class:`JudgeError`, which ends the run as an internal error (``tools/certify-cells``
+exit 3) and writes no certificate.
+"""
+from __future__ import annotations
+
+
+class JudgeError(Exception):
+    """The judge's own code failed: an internal error, never a finding against the implementation.
+
+    ``oracle`` and ``recipe`` say where, when known, so that the report can print a reproduction."""
+
+    def __init__(self, message: str, oracle: str | None = None, recipe: dict | None = None):
+        super().__init__(message)
+        self.message, self.oracle, self.recipe = message, oracle, recipe
+
+
+class Raised(Exception):
+    """The implementation under judgement raised ``error`` (its own exception, unchanged, as ``error``)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
+def judge_error(what: str, error: BaseException, oracle: str | None = None) -> JudgeError:
+    """``error``, met in the judge's ``what``, as a JudgeError (a JudgeError passes unchanged)."""
+    if isinstance(error, JudgeError):
+        return error
+    found = JudgeError(f"{what} raised {type(error).__name__}: {error}", oracle)
+    found.__cause__ = error
+    return found

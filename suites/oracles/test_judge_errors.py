@@ -1,0 +1,180 @@
+"""The judge's own errors are the judge's (issue #24.1), and shrinking stays inside the contract (#24.5).
+
+- An exception of the judge's side — a comparison, the reference, the host's transfer — ends the run as an
+  internal error: ``tools/certify-cells`` exits 3 with ``internal error: ...`` and a reproduction, and
+  writes no certificate and no report.  The control: the implementation raising is still its finding.
+- A failing corner or draw is never shrunk to a recipe the contract refuses: an implementation that is
+  wrong on large inputs and asserts on refused ones shrinks to a legal recipe, its numerics finding.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+from multiprocessing.connection import Connection
+
+import hypothesis
+import pytest
+import torch
+
+import oracles.battery
+from ops.norm.rms_norm_gated import ENTRY as RMS_NORM
+from ops.sampling.greedy_argmax import ENTRY as ARGMAX
+from oracles.battery import Battery, Implementation, _Shrink, run_cell
+from oracles.judge_errors import JudgeError
+from references.norm.rms_norm_gated import rms_norm_gated as rms_norm_reference
+from references.sampling.greedy_argmax import greedy_argmax as argmax_reference
+from tools import certify_cells
+from tools.engine import certify, isolation, worker
+from tools.engine.worker import CellTask, execute
+
+pytestmark = pytest.mark.cpu
+CPU = torch.device("cpu")
+CELL = "decode_small_batch"
+CORRECT = "suites.sampling.greedy_argmax_impls:correct_via_max"
+
+
+def _comparison_fails(*args, **kwargs):
+    raise RuntimeError("injected: the comparison helper failed")
+
+
+class Corners:
+    """An op's strategy with the corners ``pick`` chooses of a cell's."""
+
+    def __init__(self, strategy, pick=lambda corners: corners[:1]):
+        self.recipes, self.build = strategy.recipes, strategy.build
+        self.corners = lambda cell, device: pick(strategy.corners(cell, device))
+
+
+def test_an_injected_comparison_error_exits_3_and_writes_nothing(monkeypatch, capsys, tmp_path):
+    """A certifying run of the catalog's greedy_argmax whose bitwise comparison raises: exit 3, the words
+    "internal error", a reproduction, and neither a certificate nor the report written."""
+    monkeypatch.setattr(oracles.battery, "check_bitwise", _comparison_fails)
+    written = []
+    monkeypatch.setattr("ops.certificates.write_section", lambda *args, **kwargs: written.append(args))
+    report = tmp_path / "report.json"
+    code = certify_cells.main(["--op", "greedy_argmax", "--device", "cpu", "--report", str(report)])
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "internal error: the parity oracle's own code raised RuntimeError: injected" in err, err
+    assert "reproduce: TRITON_INTERPRET=1 tools/certify-cells --op greedy_argmax --cell " in err and "--replay" in err
+    assert "FAILED" not in err and not written and not report.exists()
+
+
+def test_the_implementation_raising_is_still_its_finding():
+    """The control: the same run's implementation raising fails the cell (exit 1's finding), no internal error."""
+    def raises(logits):
+        raise RuntimeError("the kernel's own failure")
+
+    result = run_cell(ARGMAX, Implementation("raises", {ARGMAX.name: raises}), ARGMAX.cell(CELL), CPU,
+                      max_examples=0, shrink=False, strategy=Corners(ARGMAX.strategy_module))
+    assert result.status == "failed" and result.failure.oracle == "parity", result.record()
+    assert result.failure.message == "raised RuntimeError: the kernel's own failure"
+
+
+@pytest.mark.parametrize("judge_side", ["reference", "truth"])
+def test_the_reference_or_the_truth_raising_is_an_internal_error(judge_side, monkeypatch):
+    entry = ARGMAX if judge_side == "reference" else RMS_NORM
+    monkeypatch.setattr(entry, judge_side, _comparison_fails)
+    impl = argmax_reference if judge_side == "reference" else rms_norm_reference
+    with pytest.raises(JudgeError, match=f"the {'reference' if judge_side == 'reference' else 'float64 truth'} "
+                                         f"raised RuntimeError") as raised:
+        run_cell(entry, Implementation("reference", {entry.name: impl}), entry.cells[1], CPU, max_examples=0,
+                 shrink=False, strategy=Corners(entry.strategy_module))
+    assert raised.value.oracle == "parity" and raised.value.recipe
+
+
+def test_the_hosts_transfer_failing_is_an_internal_error_not_the_implementations(monkeypatch):
+    """The judge's check of a hosted call's outputs raising (what ``_same_bytes`` did on a column view)."""
+    monkeypatch.setattr("tools.engine.impl_executor._same_bytes", _comparison_fails)
+    with pytest.raises(JudgeError, match="reading the outputs raised RuntimeError: injected") as raised:
+        execute(CellTask("greedy_argmax", CELL, "cpu", CORRECT, 0, shrink=False, call_limit_s=120))
+    assert (raised.value.op, raised.value.cell_id, raised.value.oracle) == ("greedy_argmax", CELL, "parity")
+
+
+def test_a_worker_sends_an_internal_error_and_its_parent_raises_it(monkeypatch):
+    """Isolated runs: the worker sends ("internal", facts) instead of dying with a traceback (which its
+    parent would report as the cell's crash), and the parent raises the JudgeError that ends the run."""
+    def fails(task, **kwargs):
+        raise worker.internal_error(task, JudgeError("injected", "parity", {"seed": 1}))
+
+    monkeypatch.setattr(worker, "execute", fails)
+    monkeypatch.setattr(worker, "start_spare_host", lambda device: None)
+    ours, theirs = socket.socketpair()
+    parent, child = Connection(ours.detach()), Connection(theirs.detach())
+    served = threading.Thread(target=worker.serve, args=(child, "cpu"))
+    served.start()
+    assert parent.recv() == ("ready",)
+    parent.send(("cell", {"op": "greedy_argmax", "cell_id": CELL, "device": "cpu"}))
+    served.join(timeout=60)
+    kind, facts = parent.recv()
+    assert kind == "internal" and facts["message"] == "injected" and facts["cell_id"] == CELL
+
+    class Worker:   # what _drain reads: its connection, its task
+        connection, task = None, CellTask("greedy_argmax", CELL, "cpu")
+
+    drained = Worker()
+    ours, theirs = socket.socketpair()
+    drained.connection, sender = Connection(ours.detach()), Connection(theirs.detach())
+    sender.send((kind, facts))
+    with pytest.raises(JudgeError, match="injected") as raised:
+        isolation._drain(drained, None, None, None, None)
+    assert (raised.value.op, raised.value.recipe) == ("greedy_argmax", {"seed": 1})
+
+
+def test_a_replay_recipe_the_contract_refuses_is_a_usage_error():
+    entry = RMS_NORM
+    cell = entry.cell("per_head_decode")
+    recipe = {**entry.strategy_module.corners(cell, CPU)[0], "H": 65, "group_size": 64}
+    with pytest.raises(certify.UsageError, match="the contract refuses|outside cell"):
+        certify.check_replay_recipe(entry, cell, recipe, CPU)
+
+
+# -- shrinking stays inside the contract -------------------------------------------------------------------
+def wrong_when_wide_and_asserting(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
+    """Wrong numbers at 4000 channels and more; an assert (not the contract's error) on a width the contract
+    refuses, as third-party kernels do."""
+    assert x.shape[1] % group_size == 0, "H must be a multiple of group_size"
+    y = rms_norm_reference(x, z, weight, eps, group_size, norm_before_gate, amax)
+    return (y.float() * 1.5).to(y.dtype) if x.shape[1] >= 4000 else y
+
+
+def _odd_corner(strategy, cell):
+    """The corner of 65 groups of 64 channels."""
+    return next(c for c in strategy.corners(cell, CPU) if c["group_size"] == 64 and c["H"] == 65 * 64)
+
+
+def test_a_failing_corner_shrinks_to_a_recipe_the_contract_answers():
+    """The corner of 65 groups of 64 (H = 4160) halves toward smaller widths; H = 4000 (62.5 groups) is
+    refused by the contract, and must not become the minimal finding (the implementation's assert)."""
+    cell = RMS_NORM.cell("per_head_decode")
+    corner = _odd_corner(RMS_NORM.strategy_module, cell)
+
+    result = run_cell(RMS_NORM, Implementation("wrong wide", {RMS_NORM.name: wrong_when_wide_and_asserting}), cell,
+                      CPU, max_examples=0, strategy=Corners(RMS_NORM.strategy_module, lambda corners: [corner]),
+                      oracles=("parity",))
+    failure = result.failures["parity"]
+    assert "AssertionError" not in failure.message, failure.message
+    assert failure.recipe["H"] % failure.recipe["group_size"] == 0 and 4000 <= failure.recipe["H"] < 4160, failure.recipe
+
+
+@pytest.mark.filterwarnings("ignore:Using `assume` outside a property-based test")   # called as Hypothesis would
+def test_the_draw_shrinker_skips_a_recipe_the_contract_refuses():
+    """Hypothesis' shrinker proposing a refused recipe: rejected (assume), the implementation never called."""
+    calls = []
+    cell = RMS_NORM.cell("per_head_decode")
+    battery = Battery(RMS_NORM, Implementation("counted", {RMS_NORM.name: lambda **kw: calls.append(kw)}), CPU,
+                      RMS_NORM.strategy_module, cell=cell)
+    refused = {**_odd_corner(RMS_NORM.strategy_module, cell), "H": 4000}
+    with pytest.raises(hypothesis.errors.UnsatisfiedAssumption):
+        _Shrink(battery, "parity")(refused)
+    assert calls == []
+
+
+def test_a_strategy_drawing_a_refused_input_is_an_internal_error():
+    cell = RMS_NORM.cell("per_head_decode")
+    refused = {**_odd_corner(RMS_NORM.strategy_module, cell), "H": 4000}
+    battery = Battery(RMS_NORM, Implementation("ref", {RMS_NORM.name: wrong_when_wide_and_asserting}), CPU,
+                      RMS_NORM.strategy_module, cell=cell)
+    with pytest.raises(JudgeError, match="the strategy built an input the contract refuses"):
+        battery.judge(refused, ["parity"])
+
