@@ -48,7 +48,7 @@ from oracles.judge_errors import JudgeError, Raised, judge_error
 from oracles.parity import check_parity
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
-from oracles.tensors import as_outputs, check_contract_outputs
+from oracles.tensors import as_outputs, check_contract_outputs, clone_inputs
 from oracles.triton_interpreter import limitation_in
 from oracles.write_guards import check_write_guards
 
@@ -343,7 +343,9 @@ class Battery:
         def parity():
             stock = self._stock(kwargs, in_place)
             explain = getattr(self.strategy, "explain", None)  # the op's own words for a differing element
-            _, report = check_parity(entry, kwargs, actual, in_place, stock, explain, expected)
+            truth = None if entry.parity.value == "bitwise" else \
+                self._judge_side("the float64 truth", lambda: as_outputs(entry.truth(**clone_inputs(kwargs))))
+            _, report = check_parity(entry, kwargs, actual, in_place, stock, explain, expected, truth)
             if entry.parity.value == "bitwise":
                 if result is not None and stock is not None and \
                         any(first_difference(s, e) for s, e in zip(stock, expected)):

@@ -11,12 +11,12 @@ from oracles.tensors import as_outputs, clone_inputs
 
 
 def check_parity(entry, kwargs: dict, actual: tuple, in_place: tuple[str, ...], stock: tuple | None,
-                 explain=None, expected: tuple | None = None):
+                 explain=None, expected: tuple | None = None, truth: tuple | None = None):
     """The parity oracle on one input: raise OracleFailure unless ``actual`` (outputs on ``kwargs``, then the
     in-place arguments after the call) meets the op's parity class — bitwise: the reference's bits; band:
     within the band of ``stock`` (the stock op's outputs; None: the reference's) against float64 truth.
-    Returns the reference's outputs (``expected``: already computed on these inputs) and, for a band op, the
-    band report.  A finding carries the lines that
+    Returns the reference's outputs (``expected``, and for a band op ``truth``: already computed on these
+    inputs) and, for a band op, the band report.  A finding carries the lines that
     say which elements differ and what decides them (``oracles/findings.py``; ``explain``: the op's own
     words for an element, from its strategy).  The battery and the runtime canary (``ops/canary.py``)
     judge by it alike."""
@@ -27,7 +27,7 @@ def check_parity(entry, kwargs: dict, actual: tuple, in_place: tuple[str, ...], 
         except OracleFailure as failure:
             raise _detailed(failure, bitwise_detail(actual, expected, kwargs, explain)) from None
         return expected, None
-    truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
+    truth = as_outputs(entry.truth(**clone_inputs(kwargs))) if truth is None else truth
     try:
         return expected, check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
                                     expected=expected)

@@ -202,6 +202,7 @@ class Host:
         self.warmup, self.warmup_limit_s = warmup, warmup_limit_s
         self.staged: dict[int, torch.Tensor] = {}   # the judge's staging buffers, by number: kept open
         self.output_buffers = OutputBuffers()
+        self.held: list = []   # the last message's private copies of its inputs (``calls``)
 
     def load(self, request: dict) -> tuple:
         sys.path[:0] = [path for path in request["paths"] if path not in sys.path]
@@ -283,6 +284,9 @@ class Host:
             return ("failed", exception_facts(error))
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()   # the copies into the output buffers are there before the judge reads
+        # this message's private inputs stay alive until the next message's exist: no call meets its inputs
+        # at the address of the call just before it (a cache keyed on addresses answers stale or anew)
+        self.held = [back for *_, back, _, _ in ran]
         return ("returned", self.output_buffers.shares(), replies)
 
     def capture(self, name: str, plain: dict, views: dict, shares: dict) -> tuple:
