@@ -36,7 +36,7 @@ import hypothesis
 import torch
 from hypothesis import HealthCheck
 
-from oracles.band import check_band
+from oracles.band import DEFAULT_LIMIT, BandReport, check_band
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import check_bitwise, first_difference
 from oracles.determinism import check_determinism, run_on_copy
@@ -290,15 +290,12 @@ class Battery:
                     result.stock_disagreements += 1
             else:
                 truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
+                orders = {name: run_on_copy(order, kwargs, in_place)
+                          for name, order in entry.legitimate_orders.items()}
                 report = check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
-                                    expected=expected)
-                if result is not None and report.stock_failure:  # the band fell back to its floor: say why
-                    failures = result.annotations.setdefault("stock_failures", {"examples": 0, "first": None})
-                    failures["examples"] += 1
-                    failures["first"] = failures["first"] or f"{report.stock_failure} on {recipe_json(recipe)}"
+                                    expected=expected, orders=orders, limit=entry.band_limit or DEFAULT_LIMIT)
                 if result is not None:
-                    result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
-                    result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
+                    _record_band(result, report, recipe)
 
         def graph_parity():
             same_shape = [self.strategy.build({**recipe, "seed": recipe["seed"] + i}, self.device)
@@ -343,6 +340,22 @@ class Battery:
             except OracleFailure as failure:
                 findings.append(failure.message)
         return len(self.entry.refusals), findings
+
+
+def _record_band(result: CellResult, report: BandReport, recipe: dict) -> None:
+    """Widen the cell's band record by one example: the worst kernel and stock errors, the worst E and
+    the implementation that set it, the widest band applied, and why a legitimate one was left out."""
+    result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
+    result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
+    band = result.annotations.setdefault("band", {"worst_legitimate_error_ulp": 0.0, "set_by": None,
+                                                  "worst_allowed_ulp": 0.0, "limit_ulp": report.limit_ulp})
+    if report.legitimate_error_ulp >= band["worst_legitimate_error_ulp"]:
+        band["worst_legitimate_error_ulp"], band["set_by"] = report.legitimate_error_ulp, report.band_set_by
+    band["worst_allowed_ulp"] = max(band["worst_allowed_ulp"], report.allowed_error_ulp)
+    if report.legitimate_failures:  # a legitimate implementation said nothing about the band: say why
+        failures = result.annotations.setdefault("legitimate_failures", {"examples": 0, "first": None})
+        failures["examples"] += 1
+        failures["first"] = failures["first"] or f"{report.legitimate_failures} on {recipe_json(recipe)}"
 
 
 class _Shrink:

@@ -14,6 +14,11 @@
   an empty attended set gives ``o = 0`` and ``lse = -inf``.  Slots outside the attended set may hold
   anything, NaN included, and must not change the result.
 
+The legitimate implementations (``LEGITIMATE_ORDERS``, which with the stock op set the band) are the
+contract in fp32 with the token reduction in each order a decode kernel uses: one pass, one running
+(max, sum, acc) state over blocks of 64 tokens, a tree of block states, and split-KV into 2..8 splits
+merged by the standard (max, lse) merge of their normalized fp32 outputs.
+
 The truth is computed in float64 over exactly the attended tokens (gathered, never masked, so NaN
 garbage cannot reach it); the reference is that truth rounded once to the contract's output dtypes.
 
@@ -52,10 +57,13 @@ SDPA's cuDNN backend is excluded: it read misaligned memory at D=256 (see ``stoc
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from references import orders
 from references.validation import (Refusal, refuse, require_dtype, require_ndim, require_number,
                                    require_same_device, require_shape, require_tensor)
 
@@ -173,6 +181,100 @@ def attention_truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scal
         o[row] = torch.einsum("kgn,nkd->kgd", weights, v).reshape(query_heads, head_dim)
         lse[row] = row_lse.reshape(query_heads)
     return o, lse
+
+
+# -- the legitimate implementations: fp32 attention in the orders decode kernels use ---------------------
+BLOCK_TOKENS = 64   # tokens a decode kernel's inner loop takes at a time (BLOCK_N of sglang's and FlashInfer's)
+
+
+def _partial(scores: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(max, sum of exp(s - max), sum of exp(s - max) v) of scores ``[Hkv, G, n]`` over values ``[n, Hkv, D]``."""
+    top = scores.amax(dim=-1)
+    weights = torch.exp(scores - top[..., None])
+    return top, weights.sum(dim=-1), torch.einsum("kgn,nkd->kgd", weights, v)
+
+
+def _rescaled(first, second):
+    """Two partials merged by their running maxima (online softmax)."""
+    (top_a, sum_a, acc_a), (top_b, sum_b, acc_b) = first, second
+    top = torch.maximum(top_a, top_b)
+    scale_a, scale_b = torch.exp(top_a - top), torch.exp(top_b - top)
+    return top, sum_a * scale_a + sum_b * scale_b, acc_a * scale_a[..., None] + acc_b * scale_b[..., None]
+
+
+def _merge_lse(parts):
+    """Split-KV's merge: each split's normalized fp32 output and log-sum-exp, combined by (max, lse)."""
+    outputs = [acc / total[..., None] for _, total, acc in parts]
+    lses = [top + torch.log(total) for top, total, _ in parts]
+    top = torch.stack(lses).amax(dim=0)
+    weights = [torch.exp(lse - top) for lse in lses]
+    total = weights[0]
+    for weight in weights[1:]:
+        total = total + weight
+    o = outputs[0] * (weights[0] / total)[..., None]
+    for output, weight in zip(outputs[1:], weights[1:]):
+        o = o + output * (weight / total)[..., None]
+    return o, top + torch.log(total)
+
+
+def _attend(scores: torch.Tensor, v: torch.Tensor, order: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) in fp32 over one row's attended tokens, the token reduction in ``order``."""
+    tokens = scores.shape[-1]
+    if order == "one_pass":
+        parts = [_partial(scores, v)]
+    elif order in ("online_blocks", "tree_blocks"):
+        parts = [_partial(scores[..., first:first + BLOCK_TOKENS], v[first:first + BLOCK_TOKENS])
+                 for first in range(0, tokens, BLOCK_TOKENS)]
+        while len(parts) > 1 and order == "tree_blocks":   # neighbours merged level by level
+            parts = [_rescaled(*parts[i:i + 2]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
+        merged = parts[0]
+        for part in parts[1:]:   # online_blocks: one running state walks the blocks in order
+            merged = _rescaled(merged, part)
+        parts = [merged]
+    else:
+        splits = int(order.removeprefix("split_kv_"))
+        length = -(-tokens // splits)
+        return _merge_lse([_partial(scores[..., first:first + length], v[first:first + length])
+                           for first in range(0, tokens, length)])
+    top, total, acc = parts[0]
+    return acc / total[..., None], top + torch.log(total)
+
+
+ATTENTION_ORDERS = ("one_pass", "online_blocks", "tree_blocks", *(f"split_kv_{c}" for c in orders.SPLITS))
+
+
+def attention_in_order(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, order: str):
+    """The contract in fp32 (scores ``sm_scale * (q . k)`` by an fp32 matmul) with the token reduction in
+    ``order``: one pass, one running state over blocks of ``BLOCK_TOKENS``, a tree of block states, or
+    split-KV into 2..8 contiguous splits merged by (max, lse).  Arguments already validated."""
+    batch, query_heads, head_dim = q.shape
+    _, page_size, kv_heads, _ = k_cache.shape
+    group = query_heads // kv_heads
+    attended = attended_tokens(page_table, seq_lens, page_size, page_select)
+    o = torch.zeros(batch, query_heads, head_dim, dtype=torch.float32, device=q.device)
+    lse = torch.full((batch, query_heads), -torch.inf, dtype=torch.float32, device=q.device)
+    for row in range(batch):
+        token = attended[row].nonzero()[:, 0]
+        if token.numel() == 0:
+            continue
+        physical = page_table[row, token // page_size].long()
+        slot = token % page_size
+        k = k_cache[physical, slot].float() * kv_scale                     # [n, Hkv, D]
+        v = v_cache[physical, slot].float() * kv_scale
+        scores = torch.einsum("kgd,nkd->kgn", q[row].float().view(kv_heads, group, head_dim), k) * sm_scale
+        row_o, row_lse = _attend(scores, v, order)
+        o[row], lse[row] = row_o.reshape(query_heads, head_dim), row_lse.reshape(query_heads)
+    return o.to(torch.bfloat16), lse
+
+
+def paged_decode_in_order(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None, *,
+                          order: str):
+    validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return attention_in_order(q, k_cache, v_cache, page_table, seq_lens, scale_value(sm_scale), kv_scale,
+                              page_select, order)
+
+
+LEGITIMATE_ORDERS = {order: functools.partial(paged_decode_in_order, order=order) for order in ATTENTION_ORDERS}
 
 
 def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
