@@ -61,14 +61,14 @@ def sequential(term: Term, n: int) -> torch.Tensor:
 
 def _tree(terms: torch.Tensor) -> torch.Tensor:
     while terms.shape[-1] > 1:
-        half = terms.shape[-1] // 2
-        terms = terms[..., :half] + terms[..., half:]
+        terms = terms[..., 0::2] + terms[..., 1::2]
     return terms[..., 0]
 
 
 def pairwise(term: Term, n: int) -> torch.Tensor:
-    """A tree over the axis padded with zeros to a power of two: element i meets i + half at each level
-    of a leaf; leaf sums then meet their neighbours, level by level."""
+    """A tree over the axis padded with zeros to a power of two, neighbours added pairwise level by
+    level; fetched a leaf at a time (leaf sums merged as the same tree's upper levels), so the sum is
+    the same whatever a fetch holds."""
     if n == 0:
         return term(torch.zeros(0, dtype=torch.long)).sum(-1)
     size = 1 << (n - 1).bit_length()
