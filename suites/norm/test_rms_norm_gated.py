@@ -57,7 +57,6 @@ WRONG = [
     ("amax_before_rounding", "per_head_decode", "stateful"),
     ("amax_ignores_old", "per_head_decode", "stateful"),
     ("groups_ignored", "per_head_decode", "parity"),
-    ("nan_to_zero", "gated_whole_row", "parity"),
     ("gate_order_ignored", "gated_whole_row", "parity"),
     ("eps_outside_sqrt", "per_head_decode", "parity"),
     ("bf16_arithmetic", "plain_rms_norm", "parity"),
