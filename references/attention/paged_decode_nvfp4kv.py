@@ -126,6 +126,7 @@ def paged_decode_nvfp4kv_in_order(q, k_packed, k_scales, v_packed, v_scales, kv_
 
 LEGITIMATE_ORDERS = {order: functools.partial(paged_decode_nvfp4kv_in_order, order=order)
                      for order in dense_contract.ATTENTION_ORDERS}
+BAND_LIMIT = dense_contract.BAND_LIMIT   # the same lse, from the same fp32 scores
 
 
 def stock(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
