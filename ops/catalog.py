@@ -35,6 +35,7 @@ import torch
 
 from ops import canary, certificates
 from ops.canary import REQUIRE_CERTIFIED_ENV
+from oracles.band import BandLimit
 from references.bounds import OneOf, Span, stable_seed
 from references.validation import Refusal
 
@@ -165,6 +166,10 @@ class Entry:
     - ``validate``: the contract's refusal checks, shared by kernel and reference.
     - ``stock``: what a user would otherwise run.
     - ``truth``: float64 truth for band ops.
+    - ``legitimate_orders``: band ops: the reference in each of the other reduction orders a real kernel
+      may use (name -> callable of the op's signature); with the stock op they set the band.
+    - ``band_limit``: band ops: the widest band before it judges nothing (``oracles.band.BandLimit``;
+      None: the contract's default).
     - ``params_of``: call arguments -> the parameters cells are bounded on (sizes, dtypes, flags).
     - ``batch_args``: arguments whose dim 0 is the batch (used by batch invariance); outputs are
       batched on dim 0 too.
@@ -191,6 +196,8 @@ class Entry:
     archs: frozenset[Arch]
     refusals: tuple[Refusal, ...]
     truth: Callable | None = None
+    legitimate_orders: Mapping[str, Callable] = dataclasses.field(default_factory=dict)
+    band_limit: BandLimit | None = None
     batch_invariant: bool = False
     batch_args: tuple[str, ...] = ()
     in_place: tuple[str, ...] = ()
@@ -204,10 +211,12 @@ class Entry:
     def of_contract(cls, contract, **declared) -> "Entry":
         """The entry of the op whose contract module is ``references/<family>/<op>.py``: its name, family,
         reference (the module's function of the op's name), ``validate``, ``stock``, ``REFUSALS`` and,
-        for band ops, ``truth`` come from that module; the rest (kernel, parity, cells...) is declared."""
+        for band ops, ``truth``, ``LEGITIMATE_ORDERS`` and ``BAND_LIMIT`` come from that module; the rest (kernel, parity, cells...) is declared."""
         family, name = contract.__name__.split(".")[-2:]
         return cls(name=name, family=family, reference=getattr(contract, name), validate=contract.validate,
                    stock=contract.stock, refusals=contract.REFUSALS, truth=getattr(contract, "truth", None),
+                   legitimate_orders=getattr(contract, "LEGITIMATE_ORDERS", {}),
+                   band_limit=getattr(contract, "BAND_LIMIT", None),
                    **declared)
 
     def __post_init__(self):

@@ -1,30 +1,51 @@
 """Band parity: error against float64 truth, in ULPs of the output dtype at each row's scale.
 
-For every output element, ``error_ulp = |out - truth| / ulp(max |truth| of its row)`` (a row is the
-last dimension).  The implementation passes when its worst error is at most
-``max(2 x the stock op's worst error on the same inputs, 1 ULP)``; both numbers and both relative
-RMS errors are reported, so a tolerance is never a bare constant.  Before any value is compared, every
-output must be exactly a torch.Tensor of the contract's dtype, shape and device (those of the
-reference's output on the same input).  A non-finite output where the truth is finite fails.  A stock
-op whose error is not finite (it overflowed) says nothing about the band: the band falls back to the
-floor (fail closed) and the stock's failure is recorded in the report.  Where truth is not finite
-(``lse = -inf`` of an empty row) the output must equal it exactly.  A truth of None for an output says
-the band does not judge it: the contract holds it to an exact property instead (``rms_norm_gated``'s
-``amax`` must equal the maximum of the very ``|y|`` returned, which no float64 truth pins down), and the
-entry's stateful properties judge it.
+For every output element, ``error_ulp = |out - truth| / ulp(max |finite truth| of its row)`` (a row is
+the last dimension).  The implementation passes when its worst error is at most the band
+``max(2 x E, 1 ULP)``, where E is the largest error, on the same inputs, of the contract's *legitimate
+implementations*: the stock op and the reference evaluated in each of the reduction orders a real kernel
+may use (the op's reference names them; this module only receives their outputs and names).  Every
+report records E, the implementation that set it, the kernel's error and the relative RMS errors, so a
+tolerance is never a bare constant.
+
+- A band wider than the op's limit (8 ULP unless the reference declares a wider :class:`BandLimit` with
+  its reason) judges nothing: the input fails closed as "band vacuous", whatever the output.
+- Non-finite truth is matched exactly: NaN truth needs a NaN output (any NaN), +-inf the same infinity.
+  A non-finite output where the truth is finite fails.
+- A legitimate implementation that misses a non-finite truth or overflows where the truth is finite
+  says nothing about the band: it is left out of E and named in the report (``legitimate_failures``);
+  when none is left the band is the floor (fail closed).
+- Before any value is compared, every output must be exactly a torch.Tensor of the contract's dtype,
+  shape and device (those of the reference's output on the same input).
+- A truth of None for an output says the band does not judge it: the contract holds it to an exact
+  property instead (``rms_norm_gated``'s ``amax`` must equal the maximum of the very ``|y|`` returned,
+  which no float64 truth pins down), and the entry's stateful properties judge it.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Mapping
 
 import torch
 
 from oracles.failures import OracleFailure
 from oracles.tensors import as_outputs, check_contract_outputs
 
-STOCK_FACTOR = 2.0
+LEGITIMATE_FACTOR = 2.0
 FLOOR_ULP = 1.0
+STOCK = "stock"   # the name the stock op's outputs carry among the legitimate implementations
+
+
+@dataclasses.dataclass(frozen=True)
+class BandLimit:
+    """The widest band an op's inputs may need before the band judges nothing, with its reason."""
+
+    ulp: float
+    reason: str
+
+
+DEFAULT_LIMIT = BandLimit(8.0, "the contract's default: 8 output ULP of the row scale")
 
 
 def significand_bits(dtype: torch.dtype) -> int:
@@ -43,9 +64,14 @@ def row_ulp(truth: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 @dataclasses.dataclass
 class OutputError:
-    error_ulp: float       # worst per-element error, in row-scale ULPs
+    error_ulp: float       # worst per-element error where the truth is finite, in row-scale ULPs
     relative_rms: float    # ||out - truth|| / ||truth|| over finite truth
     non_finite: int = 0    # elements that are NaN or infinite where the truth is finite
+    missed_non_finite: int = 0  # elements where the truth is NaN or +-inf and the output is not that
+
+    @property
+    def usable(self) -> bool:
+        return self.non_finite == 0 and self.missed_non_finite == 0 and math.isfinite(self.error_ulp)
 
 
 def output_error(output: torch.Tensor, truth: torch.Tensor) -> OutputError:
@@ -56,71 +82,115 @@ def output_error(output: torch.Tensor, truth: torch.Tensor) -> OutputError:
         return OutputError(0.0, 0.0)
     value = output.to(torch.float64)
     finite = truth.isfinite()
-    # non-finite truth must be matched exactly; NaN output against finite truth is an infinite error
-    exact_miss = (~finite) & (value != truth) & ~(value.isnan() & truth.isnan())  # NaN truth: NaN matches
+    # NaN truth: any NaN; +-inf truth: the same infinity (NaN != NaN, so not value != truth)
+    matched = torch.where(truth.isnan(), value.isnan(), value == truth)
+    missed = int(((~finite) & ~matched).sum())
     diff = torch.where(finite, (value - truth).abs(), torch.zeros_like(truth))
     diff = torch.where(finite & value.isnan(), torch.full_like(diff, math.inf), diff)
     error_ulp = (diff / row_ulp(truth, output.dtype)).max().item()
-    if exact_miss.any():
-        error_ulp = math.inf
     norm = torch.where(finite, truth, torch.zeros_like(truth)).norm().item()
     relative_rms = diff.norm().item() / norm if norm > 0 else (0.0 if diff.norm().item() == 0 else math.inf)
-    return OutputError(error_ulp, relative_rms, int((finite & ~value.isfinite()).sum()))
+    return OutputError(error_ulp, relative_rms, int((finite & ~value.isfinite()).sum()), missed)
 
 
 @dataclasses.dataclass
 class BandReport:
     kernel_error_ulp: float
-    stock_error_ulp: float
-    allowed_error_ulp: float
+    stock_error_ulp: float            # the stock op's error (inf when it is left out of E)
+    allowed_error_ulp: float          # the band: max(2 x legitimate_error_ulp, floor)
     kernel_relative_rms: float
     stock_relative_rms: float
     kernel_non_finite: int = 0        # non-finite elements where the truth is finite: a failure whatever the band
-    stock_failure: str | None = None  # why the stock op's error did not set the band (it fell back to the floor)
+    legitimate_failures: str | None = None  # legitimate implementations left out of E, and why
+    legitimate_error_ulp: float = 0.0  # E: the largest error of the legitimate implementations left in
+    band_set_by: str | None = None     # which legitimate implementation set E (None: the floor)
+    limit_ulp: float = DEFAULT_LIMIT.ulp
+    kernel_missed_non_finite: int = 0  # NaN/inf truth the output did not match exactly
+
+    @property
+    def vacuous(self) -> bool:
+        return self.allowed_error_ulp > self.limit_ulp
 
     @property
     def passed(self) -> bool:
-        return self.kernel_non_finite == 0 and self.kernel_error_ulp <= self.allowed_error_ulp
+        return (self.kernel_non_finite == 0 and self.kernel_missed_non_finite == 0 and not self.vacuous
+                and self.kernel_error_ulp <= self.allowed_error_ulp)
 
 
-def band_reports(output, stock_output, truth) -> list[BandReport]:
-    """One report per floating output, each judged against the stock op's error on that same output:
-    an fp32 lse's stock error in fp32 ULPs says nothing about the band of a bf16 attention output."""
-    outputs, stocks, truths = as_outputs(output), as_outputs(stock_output), as_outputs(truth)
+def _legitimate_outputs(stock_output, orders: Mapping[str, object] | None) -> dict[str, tuple]:
+    named = {} if stock_output is None else {STOCK: as_outputs(stock_output)}
+    for name, outputs in (orders or {}).items():
+        if name in named:
+            raise ValueError(f"orders: {name!r} names two legitimate implementations")
+        named[name] = as_outputs(outputs)
+    return named
+
+
+def band_reports(output, stock_output, truth, orders: Mapping[str, object] | None = None,
+                 limit: BandLimit = DEFAULT_LIMIT) -> list[BandReport]:
+    """One report per floating output, each judged against the legitimate implementations' errors on that
+    same output: an fp32 lse's error in fp32 ULPs says nothing about the band of a bf16 attention output.
+    ``stock_output`` is the stock op's outputs; ``orders`` maps the names of the reference's other
+    reduction orders to their outputs on the same input."""
+    outputs, truths = as_outputs(output), as_outputs(truth)
+    legitimate = _legitimate_outputs(stock_output, orders)
     if len(outputs) != len(truths):
         raise OracleFailure("parity", f"{len(outputs)} outputs, expected {len(truths)}")
     reports = []
-    for position, (out, stock, true) in enumerate(zip(outputs, stocks, truths)):
+    for position, (out, true) in enumerate(zip(outputs, truths)):
         if true is None:  # judged exactly by the entry's stateful properties (module docstring)
             continue
         if not out.is_floating_point():  # integer outputs of a band op are exact
             if out.shape != true.shape or not torch.equal(out, true.to(out.dtype)):
                 raise OracleFailure("parity", f"output {position} ({out.dtype}) is not exactly the truth")
             continue
-        kernel, stock = output_error(out, true), output_error(stock, true)
-        stock_failure = None
-        if not math.isfinite(stock.error_ulp):
-            stock_failure = (f"output {position}: stock op error is {stock.error_ulp} ULP "
-                             f"({stock.non_finite} non-finite elements where the truth is finite)")
+        kernel = output_error(out, true)
+        errors = {name: output_error(outputs_of[position], true) for name, outputs_of in legitimate.items()}
+        failed = [f"{name} {error.error_ulp:.3g} ULP ({error.non_finite} non-finite where the truth is finite, "
+                  f"{error.missed_non_finite} non-finite truth missed)"
+                  for name, error in errors.items() if not error.usable]
+        usable = {name: error for name, error in errors.items() if error.usable}
+        set_by = max(usable, key=lambda name: usable[name].error_ulp, default=None)
+        worst = usable[set_by].error_ulp if set_by else 0.0
+        stock = errors.get(STOCK, OutputError(0.0, 0.0))
         reports.append(BandReport(
             kernel_error_ulp=kernel.error_ulp,
-            stock_error_ulp=stock.error_ulp,
-            allowed_error_ulp=FLOOR_ULP if stock_failure else max(STOCK_FACTOR * stock.error_ulp, FLOOR_ULP),
+            stock_error_ulp=stock.error_ulp if stock.usable else math.inf,
+            allowed_error_ulp=max(LEGITIMATE_FACTOR * worst, FLOOR_ULP),
             kernel_relative_rms=kernel.relative_rms,
             stock_relative_rms=stock.relative_rms,
             kernel_non_finite=kernel.non_finite,
-            stock_failure=stock_failure,
+            legitimate_failures=(f"output {position}: left out of E: " + "; ".join(failed)) if failed else None,
+            legitimate_error_ulp=worst,
+            band_set_by=set_by,
+            limit_ulp=limit.ulp,
+            kernel_missed_non_finite=kernel.missed_non_finite,
         ))
     return reports
 
 
-def check_band(output, stock_output, truth, what: str, expected=None) -> BandReport:
+def _numbers(report: BandReport) -> str:
+    return (f"E {report.legitimate_error_ulp:.3g} ULP set by {report.band_set_by or 'none (the floor)'}; "
+            f"stock op {report.stock_error_ulp:.3g} ULP; relative RMS kernel {report.kernel_relative_rms:.3g}, "
+            f"stock {report.stock_relative_rms:.3g}")
+
+
+def check_band(output, stock_output, truth, what: str, expected=None, orders: Mapping[str, object] | None = None,
+               limit: BandLimit = DEFAULT_LIMIT) -> BandReport:
     """Raise OracleFailure when an output breaks the contract's type, dtype, shape or device (those of
-    ``expected``, the reference's output; default the stock op's) or any floating output leaves its band;
-    return the worst output's report."""
+    ``expected``, the reference's output; default the stock op's), when its band is vacuous, or when any
+    floating output leaves its band; return the worst output's report."""
     output, _ = check_contract_outputs(output, stock_output if expected is None else expected, what)
-    reports = band_reports(output, stock_output, truth)
+    reports = band_reports(output, stock_output, truth, orders, limit)
     for position, report in enumerate(reports):
+        if report.vacuous:
+            raise OracleFailure(
+                "parity", f"{what}: output {position}: band vacuous: E = {report.legitimate_error_ulp:.3g} ULP "
+                          f"(set by {report.band_set_by}) makes a band of {report.allowed_error_ulp:.3g} ULP, beyond "
+                          f"the op's limit {report.limit_ulp:.3g} ULP: no output can be judged on this input")
+        if report.kernel_missed_non_finite:
+            raise OracleFailure("parity", f"{what}: output {position}: {report.kernel_missed_non_finite} elements "
+                                          f"where the float64 truth is NaN or +-inf and the output is not the same")
         if report.kernel_non_finite:
             raise OracleFailure("parity", f"{what}: output {position}: {report.kernel_non_finite} non-finite "
                                           f"elements where the float64 truth is finite")
@@ -128,11 +198,10 @@ def check_band(output, stock_output, truth, what: str, expected=None) -> BandRep
             raise OracleFailure(
                 "parity",
                 f"{what}: output {position}: error {report.kernel_error_ulp:.3g} ULP exceeds the band "
-                f"{report.allowed_error_ulp:.3g} ULP (stock op {report.stock_error_ulp:.3g} ULP; relative RMS "
-                f"kernel {report.kernel_relative_rms:.3g}, stock {report.stock_relative_rms:.3g})"
-                + (f"; {report.stock_failure}, so the band is the floor" if report.stock_failure else ""),
+                f"{report.allowed_error_ulp:.3g} ULP ({_numbers(report)})"
+                + (f"; {report.legitimate_failures}" if report.legitimate_failures else ""),
             )
     worst = max(reports, key=lambda r: r.kernel_error_ulp / r.allowed_error_ulp,
-                default=BandReport(0.0, 0.0, FLOOR_ULP, 0.0, 0.0))
-    stock_failures = "; ".join(r.stock_failure for r in reports if r.stock_failure)
-    return dataclasses.replace(worst, stock_failure=stock_failures or None)
+                default=BandReport(0.0, 0.0, FLOOR_ULP, 0.0, 0.0, limit_ulp=limit.ulp))
+    failures = "; ".join(r.legitimate_failures for r in reports if r.legitimate_failures)
+    return dataclasses.replace(worst, legitimate_failures=failures or None)

@@ -37,6 +37,7 @@ import hypothesis
 import torch
 from hypothesis import HealthCheck
 
+from oracles.band import BandReport
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import first_difference
 from oracles.determinism import check_determinism, run_on_copies, run_on_copy
@@ -343,25 +344,23 @@ class Battery:
         def parity():
             stock = self._stock(kwargs, in_place)
             explain = getattr(self.strategy, "explain", None)  # the op's own words for a differing element
-            truth = None if entry.parity.value == "bitwise" else \
-                self._judge_side("the float64 truth", lambda: as_outputs(entry.truth(**clone_inputs(kwargs))))
-            _, report = check_parity(entry, kwargs, actual, in_place, stock, explain, expected, truth)
+            truth, orders = None, None
+            if entry.parity.value == "band":
+                truth = self._judge_side("the float64 truth", lambda: as_outputs(entry.truth(**clone_inputs(kwargs))))
+                orders = self._judge_side("the reference's legitimate orders", lambda: {
+                    name: run_on_copy(order, kwargs, in_place) for name, order in entry.legitimate_orders.items()})
+            _, report = check_parity(entry, kwargs, actual, in_place, stock, explain, expected, truth, orders)
             if entry.parity.value == "bitwise":
                 if result is not None and stock is not None and \
                         any(first_difference(s, e) for s, e in zip(stock, expected)):
                     result.stock_disagreements += 1
             else:
-                if result is not None and report.stock_failure:  # the band fell back to its floor: say why
-                    failures = result.annotations.setdefault("stock_failures", {"examples": 0, "first": None})
-                    failures["examples"] += 1
-                    failures["first"] = failures["first"] or f"{report.stock_failure} on {recipe_json(recipe)}"
                 if result is not None:
+                    _record_band(result, report, recipe)
                     by_size = result.annotations.setdefault("errors_by_size", [])
                     if len(by_size) < ERRORS_BY_SIZE:  # the report's plot of error against size (elements out)
                         by_size.append([sum(o.numel() for o in actual), *(_json_number(float(f"{e:.3g}")) for e in
                                                                           (report.kernel_error_ulp, report.stock_error_ulp))])
-                    result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
-                    result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
 
         def graph_parity():
             same_shape = [self.strategy.build({**recipe, "seed": recipe["seed"] + i}, self.device)
@@ -489,6 +488,22 @@ class _Called:
             return returned
 
         return call
+
+
+def _record_band(result: CellResult, report: BandReport, recipe: dict) -> None:
+    """Widen the cell's band record by one example: the worst kernel and stock errors, the worst E and
+    the implementation that set it, the widest band applied, and why a legitimate one was left out."""
+    result.worst_kernel_error_ulp = max(result.worst_kernel_error_ulp, report.kernel_error_ulp)
+    result.worst_stock_error_ulp = max(result.worst_stock_error_ulp, report.stock_error_ulp)
+    band = result.annotations.setdefault("band", {"worst_legitimate_error_ulp": 0.0, "set_by": None,
+                                                  "worst_allowed_ulp": 0.0, "limit_ulp": report.limit_ulp})
+    if report.legitimate_error_ulp >= band["worst_legitimate_error_ulp"]:
+        band["worst_legitimate_error_ulp"], band["set_by"] = report.legitimate_error_ulp, report.band_set_by
+    band["worst_allowed_ulp"] = max(band["worst_allowed_ulp"], report.allowed_error_ulp)
+    if report.legitimate_failures:  # a legitimate implementation said nothing about the band: say why
+        failures = result.annotations.setdefault("legitimate_failures", {"examples": 0, "first": None})
+        failures["examples"] += 1
+        failures["first"] = failures["first"] or f"{report.legitimate_failures} on {recipe_json(recipe)}"
 
 
 class _Shrink:

@@ -28,9 +28,12 @@ Decisions where the contract is silent:
 Stock op: what a PyTorch user runs today — decode the whole cache with the Dequant line
 (``nvfp4_dequantize``, float32), then ``paged_decode``'s stock path: gather, mask, bf16
 ``scaled_dot_product_attention`` (the decoded caches rounded to bf16 as an e4m3 cache is) and an fp32
-``logsumexp`` of the same scores.
+``logsumexp`` of the same scores.  The legitimate implementations (``LEGITIMATE_ORDERS``) are
+``paged_decode``'s fp32 attention in each of its token orders, over the same decoded caches.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -110,6 +113,20 @@ def paged_decode_nvfp4kv(q, k_packed, k_scales, v_packed, v_scales, kv_global_sc
     o, lse = truth(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
                    page_select)
     return o.to(torch.bfloat16), lse.to(torch.float32)
+
+
+def paged_decode_nvfp4kv_in_order(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
+                                  sm_scale, page_select=None, *, order: str):
+    """``paged_decode``'s fp32 attention in ``order`` over the caches decoded by the Dequant line."""
+    validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale, page_select)
+    k, v = decode_cache(k_packed, k_scales, kv_global_scale), decode_cache(v_packed, v_scales, kv_global_scale)
+    return dense_contract.attention_in_order(q, k, v, page_table, seq_lens, dense_contract.scale_value(sm_scale), 1.0,
+                                             page_select, order)
+
+
+LEGITIMATE_ORDERS = {order: functools.partial(paged_decode_nvfp4kv_in_order, order=order)
+                     for order in dense_contract.ATTENTION_ORDERS}
+BAND_LIMIT = dense_contract.BAND_LIMIT   # the same lse, from the same fp32 scores
 
 
 def stock(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,

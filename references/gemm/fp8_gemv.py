@@ -7,6 +7,8 @@ one-element DECODE scale.
 - ``reference``: the float32 accumulation with no accumulation error (products summed in float64,
   where they are exact, rounded once to float32), times ``w_scale`` in float32, then bf16.
 - ``truth``: ``(x @ w^T) * w_scale`` in float64, not rounded.
+- ``LEGITIMATE_ORDERS``: the float32 accumulation in each reduction order of ``references/orders.py``
+  (sequential, a tree, split-K into 2..8 chunks merged at the end), times ``w_scale``, then bf16.
 - ``stock``: dequantize to bf16 (``(w.float() * w_scale).bfloat16()``, exact when ``w_scale`` is a
   power of two) and ``torch.matmul`` in bf16: the issue's baseline, 391 us at N = K = 8192 on an H200.
 
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from references.gemm.nvfp4_gemv import DTYPES, K_MISMATCH, ROWS, validate_activations
+from references import orders
+from references.gemm.nvfp4_gemv import DTYPES, K_MISMATCH, ROWS, accumulate, validate_activations
 from references.validation import (
     Refusal,
     refuse,
@@ -54,6 +57,14 @@ def fp8_gemv(x: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor) -> torch.T
 
 def truth(x, w, w_scale) -> torch.Tensor:
     return (x.double() @ w.double().T) * w_scale.double().reshape(())
+
+
+def fp8_gemv_in_order(x, w, w_scale, order: orders.Order) -> torch.Tensor:
+    validate(x, w, w_scale)
+    return (accumulate(x, w, order) * w_scale.reshape(())).bfloat16()
+
+
+LEGITIMATE_ORDERS = orders.legitimate_orders(fp8_gemv_in_order)
 
 
 def stock(x, w, w_scale) -> torch.Tensor:

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 from references.formats import E4M3_MAX, e4m3_satfinite_rne
 from references.gemm.gemv_inputs import (  # noqa: F401 - cpu_cap: the verdict line reads it
-    activations, corner_shapes, cpu_cap, draw_shape, with_production_corners)
+    X_MODES, activations, corner_shapes, cpu_cap, draw_shape, with_production_corners)
 from references.strategies.layouts import LAYOUTS
 from references.strategies.shapes import seeds
-from references.strategies.values import FINITE_MODES
+
 
 WEIGHT_MODES = ("all_codes", "gaussian", "log_uniform")
 SCALE_MODES = ("pow2", "random")
@@ -41,7 +41,7 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 def corners(cell, device) -> list[dict]:
     """Each corner shape in turn with every weight mode, activation mode and layout."""
     return with_production_corners([
-        {"M": rows, "N": cols, "K": depth, "x_values": FINITE_MODES[i % len(FINITE_MODES)],
+        {"M": rows, "N": cols, "K": depth, "x_values": X_MODES[i % len(X_MODES)],
          "x_layout": LAYOUTS[i % len(LAYOUTS)], "weights": WEIGHT_MODES[i % len(WEIGHT_MODES)],
          "w_scale": SCALE_MODES[i % len(SCALE_MODES)], "seed": cell.seed("corner", i)}
         for i, (rows, cols, depth) in enumerate(corner_shapes(cell, device, 1))

@@ -1,7 +1,9 @@
 """What the GEMV strategies share: (M, N, K) inside a cell, corner shapes, and the activations.
 
 A GEMV recipe holds ``M, N, K`` (K a multiple of ``k_step``: 16 for NVFP4, 1 for E4M3), the activation
-value mode (``references/strategies/values.FINITE_MODES``) and row layout (``references/strategies/layouts``),
+value mode (``references/strategies/values.FINITE_MODES``, or ``non_finite``: NaN, +inf and -inf at
+about 1% of the elements of half the rows, which the contract answers: NaN rows of y, and +-inf or NaN
+where an infinity meets a nonzero or zero weight) and row layout (``references/strategies/layouts``),
 plus the weight's own keys, which each op's strategy adds. Sizes favour the edges: M = 1 and 16, N one
 either side of a 64-row tile, K not a multiple of 64.
 """
@@ -35,11 +37,14 @@ def _cols_cap(device: torch.device) -> int | None:
     return CPU_WEIGHT_BUDGET // 8 if device.type == "cpu" else None
 
 
+X_MODES = (*FINITE_MODES, "non_finite")
+
+
 def draw_shape(draw, cell, device: torch.device, k_step: int) -> dict:
     cols = draw(sizes(cell.bounds["N"], cap=_cols_cap(device)))
     depth = draw(multiples(cell.bounds["K"], k_step, cap=_depth_cap(cols, device)))
     return {"M": draw(sizes(cell.bounds["M"])), "N": cols, "K": depth,
-            "x_values": draw(st.sampled_from(FINITE_MODES)), "x_layout": draw(st.sampled_from(LAYOUTS))}
+            "x_values": draw(st.sampled_from(X_MODES)), "x_layout": draw(st.sampled_from(LAYOUTS))}
 
 
 # Outputs of the long-sum corner: a 16384-term float32 sum reordered moves the bf16 rounding of 10 to 20
@@ -86,6 +91,14 @@ def with_production_corners(fixed: list[dict], cell, device) -> list[dict]:
 
 def activations(recipe: dict, generator: torch.Generator, device: torch.device) -> torch.Tensor:
     """bf16 ``[M, K]`` in the recipe's value mode and row layout (garbage between rows)."""
-    x = row_view(recipe["M"], recipe["K"], torch.bfloat16, recipe["x_layout"], device)
-    x.copy_(finite_rows(recipe["M"], recipe["K"], torch.bfloat16, recipe["x_values"], generator, device))
+    rows, cols, mode = recipe["M"], recipe["K"], recipe["x_values"]
+    x = row_view(rows, cols, torch.bfloat16, recipe["x_layout"], device)
+    values = finite_rows(rows, cols, torch.bfloat16, "normal" if mode == "non_finite" else mode, generator, device)
+    if mode == "non_finite":
+        specials = torch.tensor([float("nan"), float("inf"), float("-inf")], device=device, dtype=torch.bfloat16)
+        planted = (torch.rand((rows, cols), generator=generator, device=device) < 0.01) & \
+                  (torch.rand((rows, 1), generator=generator, device=device) < 0.5)
+        values = torch.where(planted, specials[torch.randint(0, 3, (rows, cols), generator=generator, device=device)],
+                             values)
+    x.copy_(values)
     return x

@@ -8,6 +8,9 @@
 - ``reference``: the float32 accumulation with no accumulation error (the products summed in float64,
   where they are exact, rounded once to float32), then bf16: what any float32 accumulator approaches.
 - ``truth``: the same sum in float64, not rounded: what the band is measured against.
+- ``LEGITIMATE_ORDERS``: the float32 accumulation in each reduction order of ``references/orders.py``
+  (sequential, a tree, split-K into 2..8 chunks merged at the end), products rounded to float32,
+  then bf16: with the stock op, what sets the band.
 - ``stock``: what a user runs today without a kernel: dequantize the weight to bf16 and call
   ``torch.matmul`` in bf16 (the issue's baseline, 1240 us at N = K = 8192 on an H200). Rounding W to
   bf16 costs up to 2**-9 relative per weight unless ``1 / global_scale`` is a power of two; that error,
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from references import orders
 from references.formats import nvfp4 as formats
 from references.validation import (
     Refusal,
@@ -70,6 +74,20 @@ def nvfp4_gemv(x: torch.Tensor, packed: torch.Tensor, block_scales: torch.Tensor
 def truth(x, packed, block_scales, global_scale) -> torch.Tensor:
     """float64 ``[M, N]``: ``x @ W^T`` with the contract's float32 ``W``, every product exact."""
     return x.double() @ _weight(packed, block_scales, global_scale).double().T
+
+
+def accumulate(x: torch.Tensor, weight: torch.Tensor, order: orders.Order) -> torch.Tensor:
+    """float32 ``[M, N]``: ``x @ weight^T`` with float32 products summed over K in ``order``."""
+    x32, w32 = x.float(), weight.float()
+    return order.reduce(lambda k: x32[:, None, k.to(x.device)] * w32[None, :, k.to(x.device)], x.shape[1])
+
+
+def nvfp4_gemv_in_order(x, packed, block_scales, global_scale, order: orders.Order) -> torch.Tensor:
+    validate(x, packed, block_scales, global_scale)
+    return accumulate(x, _weight(packed, block_scales, global_scale), order).bfloat16()
+
+
+LEGITIMATE_ORDERS = orders.legitimate_orders(nvfp4_gemv_in_order)
 
 
 def stock(x, packed, block_scales, global_scale) -> torch.Tensor:

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from references.formats import NVFP4_BLOCK, nvfp4_quantize
 from references.gemm.gemv_inputs import (  # noqa: F401 - cpu_cap: the verdict line reads it
-    activations, corner_shapes, cpu_cap, draw_shape, with_production_corners)
+    X_MODES, activations, corner_shapes, cpu_cap, draw_shape, with_production_corners)
 from references.quant.hard_cases import GLOBAL_SCALE_MODES, HARD_BLOCK_KINDS, hard_input
 from references.strategies.layouts import LAYOUTS
 from references.strategies.shapes import seeds
-from references.strategies.values import FINITE_MODES
+
 
 WEIGHT_MIXES = {"hard": HARD_BLOCK_KINDS, "random": ("random",)}
 SCALE_MODES = tuple(mode for mode in GLOBAL_SCALE_MODES if mode not in ("huge_amax", "tiny_amax"))
@@ -43,7 +43,7 @@ def corners(cell, device) -> list[dict]:
     shapes = corner_shapes(cell, device, NVFP4_BLOCK)
     count = max(len(shapes), len(SCALE_MODES))
     return with_production_corners([
-        {"M": rows, "N": cols, "K": depth, "x_values": FINITE_MODES[i % len(FINITE_MODES)],
+        {"M": rows, "N": cols, "K": depth, "x_values": X_MODES[i % len(X_MODES)],
          "x_layout": LAYOUTS[i % len(LAYOUTS)], "global_scale": SCALE_MODES[i % len(SCALE_MODES)],
          "weights": "hard", "seed": cell.seed("corner", i)}
         for i, (rows, cols, depth) in enumerate(shapes[i % len(shapes)] for i in range(count))

@@ -8,6 +8,10 @@ rounded once to bf16.  Without ``z`` the gate factor is 1.  ``amax`` (fp32, one 
 is raised in place to ``max(amax[0], max |y|)`` over the bf16 values returned — the running absolute
 maximum an FP8 quantizer of ``y`` keeps.
 
+``LEGITIMATE_ORDERS``: the reference with each group's sum of squares in every order of
+``references/orders.py`` (sequential, a tree, split into 2..8 chunks merged at the end); with the
+stock op they set the band.
+
 ``truth`` is the same arithmetic in float64 from the same bf16 inputs; ``amax`` is not judged against
 it (an fp32 copy of a bf16 maximum is one bf16 rounding away from any float64 truth): the stateful
 property ``amax_is_max_of_returned_values`` judges it exactly, against the implementation's own ``y``.
@@ -23,6 +27,8 @@ import numbers
 import torch
 import torch.nn.functional as F
 
+from oracles.failures import OracleFailure
+from references import orders
 from references.amax import amax_property, amax_refusals, raise_amax, validate_amax
 from references.validation import (
     Refusal,
@@ -65,15 +71,20 @@ def silu(z: torch.Tensor) -> torch.Tensor:
     return z / (1 + torch.exp(-z))
 
 
-def normalize(x, z, weight, eps, group_size, norm_before_gate, dtype) -> torch.Tensor:
-    """The contract's arithmetic in ``dtype`` (fp32: the reference; float64: the truth)."""
+def normalize(x, z, weight, eps, group_size, norm_before_gate, dtype, order: orders.Order | None = None) -> torch.Tensor:
+    """The contract's arithmetic in ``dtype`` (fp32: the reference; float64: the truth), the sum of
+    squares of each group in ``order`` (None: torch's own)."""
     tokens, width = x.shape
     gate = None if z is None else silu(z.to(dtype))
     u = x.to(dtype)
     if gate is not None and not norm_before_gate:   # truthiness: an int flag reads as a bool
         u = u * gate
     groups = u.reshape(tokens, width // group_size, group_size)
-    mean_square = (groups * groups).mean(dim=-1, keepdim=True)
+    squares = groups * groups
+    if order is None:
+        mean_square = squares.mean(dim=-1, keepdim=True)
+    else:
+        mean_square = order.over_last(squares)[..., None] / group_size
     y = (groups * torch.rsqrt(mean_square + eps)).reshape(tokens, width) * weight.to(dtype)
     if gate is not None and norm_before_gate:
         y = y * gate
@@ -86,6 +97,20 @@ def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
     if amax is not None:
         raise_amax(amax, y)
     return y
+
+
+def rms_norm_gated_in_order(x, z, weight, eps, group_size, norm_before_gate=True, amax=None, *,
+                            order: orders.Order) -> torch.Tensor:
+    """The reference with each group's sum of squares in ``order`` (a kernel's per-group reduction:
+    one thread, a tree, or a row split across blocks and merged)."""
+    validate(x, z, weight, eps, group_size, norm_before_gate, amax)
+    y = normalize(x, z, weight, eps, group_size, norm_before_gate, torch.float32, order).to(torch.bfloat16)
+    if amax is not None:
+        raise_amax(amax, y)
+    return y
+
+
+LEGITIMATE_ORDERS = orders.legitimate_orders(rms_norm_gated_in_order)
 
 
 def truth(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):

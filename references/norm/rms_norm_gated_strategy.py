@@ -12,7 +12,13 @@ Value modes (``x`` unless said; ``z`` ~ N(0, 3), ``weight`` ~ 1 + N(0, 0.1) unle
   the wrong group, or by the whole row, is off by orders of magnitude; small groups make eps dominate.
 - ``zero_groups``: a third of the groups, and some whole rows, all zero (signed zeros included): rsqrt(eps).
 - ``subnormal``: half the rows hold bf16 subnormals only (kept exactly by a correct upcast).
-- ``large``: |x| near 1e17, whose squares sum to near fp32's limit without passing it.
+- ``large``: every group of x scaled so that the squares it normalizes by (of ``x * silu(z)`` when the
+  gate comes first) sum to 2**120: near fp32's limit (2**128) without passing it in any summation
+  order.  A sum past the limit is an input every fp32 implementation gets wrong by the whole row
+  (rsqrt(inf) = 0): the band would be vacuous (CONTRACTS.md), not a hard input.
+- ``non_finite``: NaN, +inf and -inf in x (about 1% of the elements of half the rows) and in z (a few
+  rows), which the contract's arithmetic answers: a group holding one is NaN where x is infinite or
+  NaN and zero elsewhere (rsqrt(inf) = 0); silu(-inf) is NaN, silu(+inf) = +inf.
 - ``gate_extremes``: z at +-0, +-1e-3, +-20, +-100 and -1e30 (silu 0, -0.0 and the identity); weight
   with zeros and negatives.
 ``amax`` is ``none`` (no amax) or its value before the call: ``zero``, ``below`` (1e-30),
@@ -21,6 +27,7 @@ Value modes (``x`` unless said; ``z`` ~ N(0, 3), ``weight`` ~ 1 + N(0, 0.1) unle
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from references.bounds import Span
@@ -29,7 +36,8 @@ from references.strategies.shapes import product_cap, production_corners, seeds,
 
 GATES = ("none", "norm_then_gate", "gate_then_norm")
 WEIGHT_LAYOUTS = ("contiguous", "column_offset", "strided")
-MODES = ("normal", "group_scales", "zero_groups", "subnormal", "large", "gate_extremes")
+MODES = ("normal", "non_finite", "group_scales", "zero_groups", "subnormal", "large", "gate_extremes")
+LARGE_SQUARES = 2.0 ** 120   # a group's sum of squares in ``large``: 2**8 below fp32's limit
 AMAX = ("none", "zero", "below", "above", "negative", "negative_zero")
 AMAX_BEFORE = {"zero": 0.0, "below": 1e-30, "above": 3e38, "negative": -1.0, "negative_zero": -0.0}
 EPS = (1e-6, 1e-5, 1e-3)
@@ -152,12 +160,21 @@ def _values(recipe: dict, generator, device) -> tuple[torch.Tensor, torch.Tensor
         tiny = torch.finfo(torch.bfloat16).tiny
         x = torch.where(uniform(rows, 1) < 0.5, x * tiny / 8, x)
     elif mode == "large":
-        x = x * 1e17
+        gate = 1.0 if recipe["gate"] != "gate_then_norm" else F.silu(z.to(torch.bfloat16).double())
+        squares = (x.double() * gate).square().reshape(rows, groups, group).sum(dim=-1, keepdim=True)
+        scale = (LARGE_SQUARES / squares.clamp_min(1e-300)).sqrt()
+        x = (x.double().reshape(rows, groups, group) * scale).reshape(rows, width).float()
     elif mode == "gate_extremes":
         levels = torch.tensor([0.0, -0.0, 1e-3, -1e-3, 20.0, -20.0, 100.0, -100.0, -1e30], device=device)
         pick = torch.randint(0, levels.numel() + 3, (rows, width), generator=generator, device=device)
         z = torch.where(pick < levels.numel(), levels[pick.clamp(max=levels.numel() - 1)], z)
         weight = torch.where(uniform(width) < 0.1, 0.0, normal(width))
+    elif mode == "non_finite":
+        specials = torch.tensor([float("nan"), float("inf"), float("-inf")], device=device)
+        planted = (uniform(rows, width) < 0.01) & (uniform(rows, 1) < 0.5)
+        x = torch.where(planted, specials[torch.randint(0, 3, (rows, width), generator=generator, device=device)], x)
+        gated = (uniform(rows, width) < 0.01) & (uniform(rows, 1) < 0.25)
+        z = torch.where(gated, specials[torch.randint(0, 3, (rows, width), generator=generator, device=device)], z)
     return x, z, weight
 
 

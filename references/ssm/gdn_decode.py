@@ -28,7 +28,9 @@ rounds twice).  The rounded value *is* the state the next token starts from, so 
 the same sequence of states and the band judges only the fp32 arithmetic inside a step; an unrounded
 float64 truth would instead charge every bf16 pool with its own rounding and hide a sloppy step under
 it.  Outputs o are returned unrounded (the band measures their rounding); the state after a step is the
-rounded value.  The stock op is the same step in float32 torch, as a serving engine's fallback runs it.
+rounded value.  The stock op is the same step in float32 torch, as a serving engine's fallback runs it; the
+legitimate implementations (``LEGITIMATE_ORDERS``) are that step with its sums over Dk in each order of
+``references/orders.py``.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ import torch
 
 from oracles.in_place import check_in_place_step
 from oracles.tensors import clone_inputs
+from references import orders
 from references.formats.bf16 import round_float64_to_bf16
 from references.validation import (Refusal, refuse, require_dtype, require_ndim, require_same_device,
                                    require_shape, require_tensor)
@@ -118,20 +121,30 @@ def validate(q, k, v, g, beta, state, slots, scale, qk_l2norm=False) -> None:
 
 
 # -- the step -------------------------------------------------------------------------------------
-def l2_normalize(x: torch.Tensor) -> torch.Tensor:
-    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + L2NORM_EPS)
+def l2_normalize(x: torch.Tensor, order: orders.Order | None = None) -> torch.Tensor:
+    squares = x * x
+    total = squares.sum(-1, keepdim=True) if order is None else order.over_last(squares)[..., None]
+    return x / torch.sqrt(total + L2NORM_EPS)
 
 
-def token_step(h, q, k, v, g, beta, scale: float):
-    """One token for N (row, v head) pairs at once, in h's dtype.
+def _contract_dk(h: torch.Tensor, x: torch.Tensor, order: orders.Order | None) -> torch.Tensor:
+    """``h^T x`` over Dk: h ``[N, HV, Dk, Dv]``, x ``[N, HV, Dk]`` -> ``[N, HV, Dv]``, in ``order``."""
+    if order is None:
+        return torch.einsum("nhkv,nhk->nhv", h, x)
+    return order.over_last((h * x[..., :, None]).transpose(-1, -2))
+
+
+def token_step(h, q, k, v, g, beta, scale: float, order: orders.Order | None = None):
+    """One token for N (row, v head) pairs at once, in h's dtype, the sums over Dk in ``order`` (None:
+    torch's own).
 
     h ``[N, HV, Dk, Dv]``; q, k ``[N, HV, Dk]`` (q/k heads already repeated to the v heads);
     v ``[N, HV, Dv]``; g, beta ``[N, HV]``.  Returns ``(o [N, HV, Dv], h)``, h not yet rounded.
     """
     h = h * torch.exp(g)[..., None, None]
-    u = beta[..., None] * (v - torch.einsum("nhkv,nhk->nhv", h, k))
+    u = beta[..., None] * (v - _contract_dk(h, k, order))
     h = h + k[..., :, None] * u[..., None, :]
-    return scale * torch.einsum("nhkv,nhk->nhv", h, q), h
+    return scale * _contract_dk(h, q, order), h
 
 
 def round_to_state(h: torch.Tensor, state_dtype: torch.dtype) -> torch.Tensor:
@@ -145,8 +158,9 @@ def live_rows(slots: torch.Tensor, num_slots: int) -> torch.Tensor:
     return (slots >= 0) & (slots < num_slots)
 
 
-def recurrence(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm, compute_dtype):
-    """Tokens ``0..num_tokens[b]-1`` of every live row, from ``state[slots[b]]``, in ``compute_dtype``.
+def recurrence(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm, compute_dtype, order=None):
+    """Tokens ``0..num_tokens[b]-1`` of every live row, from ``state[slots[b]]``, in ``compute_dtype``
+    (the sums over Dk in ``order``, a ``references.orders.Order``; None: torch's own).
 
     q, k ``[B, T, H, Dk]``; v ``[B, T, HV, Dv]``; g, beta ``[B, T, HV]``; ``num_tokens`` int ``[B]``,
     clamped to ``0..T``.  Returns ``o [B, T, HV, Dv]`` and ``states [B, T, HV, Dk, Dv]`` (the state
@@ -166,10 +180,10 @@ def recurrence(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm, com
     for t in range(tokens):
         q_t, k_t = q[rows, t].to(compute_dtype), k[rows, t].to(compute_dtype)
         if qk_l2norm:
-            q_t, k_t = l2_normalize(q_t), l2_normalize(k_t)
+            q_t, k_t = l2_normalize(q_t, order), l2_normalize(k_t, order)
         q_t, k_t = q_t.repeat_interleave(group, dim=1), k_t.repeat_interleave(group, dim=1)
         o_t, h_t = token_step(h, q_t, k_t, v[rows, t].to(compute_dtype), g[rows, t].to(compute_dtype),
-                              beta[rows, t].to(compute_dtype), scale)
+                              beta[rows, t].to(compute_dtype), scale, order)
         h_t = round_to_state(h_t, state.dtype)
         # tokens past a row's count may hold garbage (NaN): where() keeps it out of everything
         active = (t < counts[rows])[:, None, None]
@@ -183,10 +197,11 @@ def _one_token(q, k, v, g, beta):
     return q[:, None], k[:, None], v[:, None], g[:, None], beta[:, None]
 
 
-def _decode_in(compute_dtype, q, k, v, g, beta, state, slots, scale, qk_l2norm):
+def _decode_in(compute_dtype, q, k, v, g, beta, state, slots, scale, qk_l2norm, order=None):
     """(o [B, HV, Dv], the rows' new states, the live rows) of one token, in ``compute_dtype``."""
     ones = torch.ones_like(slots)
-    o, states = recurrence(*_one_token(q, k, v, g, beta), state, slots, ones, scale, qk_l2norm, compute_dtype)
+    o, states = recurrence(*_one_token(q, k, v, g, beta), state, slots, ones, scale, qk_l2norm, compute_dtype,
+                           order)
     return o[:, 0], states[:, 0], live_rows(slots, state.shape[0]).nonzero()[:, 0]
 
 
@@ -211,6 +226,17 @@ def stock(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
     o, new_states, rows = _decode_in(torch.float32, q, k, v, g, beta, state, slots, scale, qk_l2norm)
     state[slots[rows].long()] = new_states[rows].to(state.dtype)
     return o.to(torch.bfloat16)
+
+
+def gdn_decode_in_order(q, k, v, g, beta, state, slots, scale, qk_l2norm=False, *, order: orders.Order):
+    """The step in float32 with its sums over Dk (``h^T k``, ``h^T q``, the l2 norms) in ``order``."""
+    validate(q, k, v, g, beta, state, slots, scale, qk_l2norm)
+    o, new_states, rows = _decode_in(torch.float32, q, k, v, g, beta, state, slots, scale, qk_l2norm, order)
+    state[slots[rows].long()] = new_states[rows].to(state.dtype)
+    return o.to(torch.bfloat16)
+
+
+LEGITIMATE_ORDERS = orders.legitimate_orders(gdn_decode_in_order)
 
 
 # -- stateful property ------------------------------------------------------------------------------

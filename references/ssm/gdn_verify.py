@@ -21,6 +21,8 @@ import torch
 from oracles.bitwise import check_bitwise
 from oracles.in_place import check_in_place_step
 from oracles.tensors import clone_inputs
+from oracles.band import BandLimit
+from references import orders
 from references.formats.bf16 import round_float64_to_bf16
 from references.ssm.gdn_decode import (GROUPED_HEADS, MISMATCH, live_rows, make_inputs, recurrence, validate_pool,
                                        validate_row_ints, validate_scalars, validate_tokens)
@@ -54,6 +56,20 @@ def stock(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False):
     """The decode step in float32 torch, once per drafted token, from the gathered states."""
     o, checkpoints = recurrence(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm, torch.float32)
     return o.to(torch.bfloat16), checkpoints.to(state.dtype)
+
+
+def gdn_verify_in_order(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False, *, order: orders.Order):
+    """The stock op's float32 recurrence with its sums over Dk in ``order``."""
+    validate(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm)
+    o, checkpoints = recurrence(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm, torch.float32, order)
+    return o.to(torch.bfloat16), checkpoints.to(state.dtype)
+
+
+LEGITIMATE_ORDERS = orders.legitimate_orders(gdn_verify_in_order)
+# a recurrence: each of up to 8 tokens adds the fp32 error of h^T k (Dk <= 128 terms) to a state the next
+# token starts from; legitimate orders measured up to 3 ULP apart on fp32 checkpoints after 8 tokens
+BAND_LIMIT = BandLimit(16.0, "a recurrence: up to 8 tokens each carry an fp32 h^T k error into the state "
+                             "(3 ULP measured on fp32 checkpoints)")
 
 
 # -- replay equivalence -----------------------------------------------------------------------------

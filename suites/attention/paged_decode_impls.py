@@ -15,6 +15,7 @@ import math
 import torch
 
 from ops.triton_backend import sm_count
+from oracles.band import row_ulp
 from references.attention.paged_decode import validate
 
 
@@ -79,6 +80,24 @@ def decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, p
 def correct_fp32(*args, **kwargs):
     """Correct: fp32 scores and softmax on the gathered attended tokens, one row at a time."""
     return _decode_fp32(*args, **kwargs)
+
+
+SPLIT_KV_TOKENS = 48   # a fixed split (not a multiple of any page size), so the rounding never moves with the batch
+
+
+def split_kv_fixed(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    """Correct: split-KV in fp32, splits of 48 attended tokens merged by (max, lse) — the merge a real
+    split-KV kernel does; its rounding differs from a one-pass softmax and must be inside the band."""
+    validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select,
+                       split_tokens=SPLIT_KV_TOKENS)
+
+
+def lse_three_ulp_off(*args, **kwargs):
+    """Wrong by a little: the correct lse raised by 3 fp32 ULPs of its row's scale, where the legitimate
+    orders agree within about one."""
+    o, lse = _decode_fp32(*args, **kwargs)
+    return o, (lse.double() + 3 * row_ulp(lse.double(), torch.float32)).float()
 
 
 def no_max_subtraction(*args, **kwargs):

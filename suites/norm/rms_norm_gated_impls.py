@@ -41,6 +41,16 @@ def amax_ignores_old(x, z, weight, eps, group_size, norm_before_gate=True, amax=
     return y
 
 
+def nan_to_zero(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
+    """Wrong: right wherever the truth is finite, but writes 0 where it is NaN (a kernel that masks
+    non-finite lanes to zero)."""
+    contract.validate(x, z, weight, eps, group_size, norm_before_gate, amax)
+    y = _fp32(x, z, weight, eps, group_size, norm_before_gate).to(torch.bfloat16).nan_to_num(nan=0.0)
+    if amax is not None:
+        contract.raise_amax(amax, y)
+    return y
+
+
 def groups_ignored(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
     """Wrong: normalizes each whole row, whatever the group size."""
     contract.validate(x, z, weight, eps, group_size, norm_before_gate, amax)

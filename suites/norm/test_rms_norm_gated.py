@@ -13,6 +13,7 @@ import torch
 
 from ops.norm import rms_norm_gated as kernel
 from ops.norm.rms_norm_gated import ENTRY
+from oracles.battery import Battery
 from references.norm import rms_norm_gated as contract
 from references.norm.rms_norm_gated_strategy import build
 from suites.certification import arch_marks, assert_certified, assert_rejected, certify_cell, judged, machine_device
@@ -114,3 +115,21 @@ def test_quack_adapter_neither_hides_a_wrong_rms_norm_nor_passes_a_gated_cell(mo
     result = certify_cell(ENTRY, ENTRY.cell("gated_whole_row"), impl, max_examples=1, shrink=False)
     assert_rejected(result, "parity", impl.label)
     assert "NotImplementedError" in result.failure.message and "plain_rms_norm" in result.failure.message
+
+
+@pytest.mark.parametrize("gate", ["norm_then_gate", "gate_then_norm"])
+def test_non_finite_inputs_need_nan_where_the_truth_is_nan(gate):
+    """x and z with NaN and +-inf: the NaN-propagating implementation passes parity, the one writing 0
+    for NaN fails it (CONTRACTS.md: non-finite truth is matched exactly)."""
+    cell = ENTRY.cell("gated_whole_row")
+    recipe = {"T": 8, "H": 256, "group_size": 256, "gate": gate, "amax": "zero", "x_layout": "contiguous",
+              "z_layout": "contiguous", "weight_layout": "contiguous", "values": "non_finite", "eps": 1e-6,
+              "seed": 3}
+    kwargs = ENTRY.strategy_module.build(recipe, machine_device())
+    assert ENTRY.truth(**kwargs)[0].isnan().any() and cell.contains(ENTRY.params_of(**kwargs))
+    for name, fails in (("correct_in_float64", False), ("nan_to_zero", True)):
+        battery = Battery(ENTRY, judged(ENTRY, impls, name), machine_device(), ENTRY.strategy_module)
+        found = battery.judge(recipe, ["parity"])
+        assert bool(found) == fails, (name, found)
+        if fails:
+            assert "NaN or +-inf" in found["parity"].message

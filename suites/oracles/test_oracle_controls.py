@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 
-from oracles.band import band_reports, check_band, row_ulp
+from oracles.band import BandLimit, band_reports, check_band, row_ulp
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import check_bitwise
 from oracles.determinism import check_determinism, run_on_copy
@@ -19,6 +19,7 @@ from oracles.graph import check_graph_parity
 from oracles.refusals import check_refusals
 from oracles.stateful import check_properties
 from oracles.write_guards import check_write_guards
+from references.orders import ORDERS
 from references.validation import Refusal, require_ndim
 from suites.certification import machine_device
 
@@ -102,6 +103,79 @@ def test_band_leaves_an_output_whose_truth_is_none_to_the_properties_and_still_j
     check_band((_sum_stock(x), unjudged), (_sum_stock(x), torch.tensor([0.0])), (_sum_truth(x), None), "control")
     with pytest.raises(OracleFailure, match="stock op"):
         check_band((_sum_in_bf16(x), unjudged), (_sum_stock(x), unjudged), (_sum_truth(x), None), "control")
+
+
+def _ulps_off(truth: torch.Tensor, ulps: float) -> torch.Tensor:
+    """``ulps`` row-scale ULPs above a truth held exactly in bf16 (whole and half ULPs stay exact)."""
+    return (truth + ulps * row_ulp(truth, torch.bfloat16)).to(torch.bfloat16)
+
+
+def _bf16_truth(x: torch.Tensor) -> torch.Tensor:
+    """A float64 truth each of whose values is a bf16 (per row ``[rows, 1]``: one element, its own scale)."""
+    return _sum_stock(x).double()
+
+
+def test_band_non_finite_truth_is_matched_exactly():
+    """NaN truth takes any NaN (a NaN-propagating op passes), +-inf the same infinity; an op returning 0
+    for NaN, or the other infinity, fails, whatever the legitimate implementations say."""
+    truth = torch.tensor([[float("nan"), -torch.inf, float("nan"), 2.0, torch.inf]], dtype=torch.float64)
+    other_nan = torch.tensor([0x7FC1], dtype=torch.int16).view(torch.bfloat16).item()   # another NaN payload
+    propagated = torch.tensor([[other_nan, -torch.inf, float("nan"), 2.0, torch.inf]], dtype=torch.bfloat16)
+    report = check_band(propagated, propagated.clone(), truth, "control")
+    assert report.kernel_error_ulp == 0 and report.passed
+    zero_for_nan = propagated.clone()
+    zero_for_nan[0, 0] = 0.0
+    with pytest.raises(OracleFailure, match="truth is NaN or"):
+        check_band(zero_for_nan, propagated, truth, "control")
+    wrong_infinity = propagated.clone()
+    wrong_infinity[0, 4] = -torch.inf
+    with pytest.raises(OracleFailure, match="truth is NaN or"):
+        check_band(wrong_infinity, propagated, truth, "control")
+
+
+def test_band_a_legitimate_order_that_misses_non_finite_truth_is_left_out_of_e():
+    truth = torch.tensor([[float("nan"), 2.0]], dtype=torch.float64)
+    exact = truth.to(torch.bfloat16)
+    missed = torch.tensor([[0.0, 2.0]], dtype=torch.bfloat16)
+    report = check_band(exact, exact, truth, "control", orders={"sequential": missed})
+    assert report.band_set_by == "stock" and "sequential" in report.legitimate_failures
+
+
+def test_band_is_twice_the_worst_legitimate_order_which_it_names():
+    """A split-K kernel 2 ULP off passes when the split order itself is 1 ULP off (band 2); against a
+    stock op alone (exact here) it fails the floor of 1 ULP."""
+    x = (_rows(64, 512) + 3).to(torch.bfloat16)
+    truth = _bf16_truth(x)
+    orders = {"sequential": _ulps_off(truth, 0.0), "split_4": _ulps_off(truth, 1.0)}
+    report = check_band(_ulps_off(truth, 2.0), _sum_stock(x), truth, "control", orders=orders)
+    assert report.band_set_by == "split_4" and report.legitimate_error_ulp == 1.0
+    assert report.allowed_error_ulp == 2.0 and report.kernel_error_ulp == 2.0
+    with pytest.raises(OracleFailure, match="exceeds the band 1 ULP"):
+        check_band(_ulps_off(truth, 2.0), _sum_stock(x), truth, "control")
+
+
+def test_band_rejects_three_ulp_off_where_the_legitimate_orders_agree_within_one():
+    x = (_rows(64, 512) + 3).to(torch.bfloat16)
+    truth = _sum_truth(x)
+    orders = {order.name: order.over_last(x.float()).to(torch.bfloat16)[:, None] for order in ORDERS}
+    report = check_band(_sum_stock(x), _sum_stock(x), truth, "control", orders=orders)
+    assert report.legitimate_error_ulp <= 1.0
+    with pytest.raises(OracleFailure, match=r"error 3(\.\d+)? ULP exceeds the band 1 ULP"):
+        check_band(_ulps_off(truth, 3.0), _sum_stock(x), truth, "control", orders=orders)
+
+
+def test_band_vacuous_fails_closed_even_for_an_exact_output():
+    """A legitimate implementation 5 ULP off makes a 10-ULP band, beyond the default limit of 8: the input
+    judges nothing, so the exact answer fails too; a declared wider limit (with its reason) judges it."""
+    x = (_rows(64, 512) + 3).to(torch.bfloat16)
+    truth = _bf16_truth(x)
+    far = {"split_2": _ulps_off(truth, 5.0)}
+    with pytest.raises(OracleFailure, match=r"band vacuous: E = 5 ULP \(set by split_2\).*limit 8 ULP"):
+        check_band(truth.to(torch.bfloat16), _sum_stock(x), truth, "control", orders=far)
+    [report] = band_reports(truth.to(torch.bfloat16), _sum_stock(x), truth, far)
+    assert report.vacuous and not report.passed
+    wider = BandLimit(16.0, "control: a recurrence that rounds its state each step")
+    assert check_band(truth.to(torch.bfloat16), _sum_stock(x), truth, "control", orders=far, limit=wider).passed
 
 
 def test_row_ulp_is_one_unit_of_the_row_scale():

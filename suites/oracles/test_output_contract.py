@@ -109,8 +109,8 @@ def test_an_overflowing_stock_op_falls_back_to_the_floor():
     overflowed_stock = torch.tensor([[1.0, float("inf")]], dtype=torch.float32)
     ulp = row_ulp(truth, torch.float32).item()
     off_by_three_ulp = torch.tensor([[1.0, 3.0e38 + 3 * ulp]], dtype=torch.float32)
-    with pytest.raises(OracleFailure, match="so the band is the floor"):
+    with pytest.raises(OracleFailure, match="left out of E: stock inf ULP"):
         check_band(off_by_three_ulp, overflowed_stock, truth, "control")
     report = check_band(truth.float(), overflowed_stock, truth, "control")
-    assert report.allowed_error_ulp == FLOOR_ULP
-    assert report.stock_failure and "stock op error is inf" in report.stock_failure
+    assert report.allowed_error_ulp == FLOOR_ULP and report.band_set_by is None
+    assert report.legitimate_failures and "stock inf ULP (1 non-finite" in report.legitimate_failures
