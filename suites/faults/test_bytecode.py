@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from suites.claims import REPO
-from suites.faults.hostile_impls import PLANT_TARGETS, PLANTED_MARKER, judges_bytecode_cache, plant_bytecode
+from suites.faults.judge_spotting import PLANT_TARGETS, PLANTED_MARKER, judges_bytecode_cache, plant_bytecode
 from tools.engine import bytecode
 
 pytestmark = pytest.mark.cpu

@@ -129,7 +129,7 @@ def test_an_implementation_that_spots_its_host_answers_as_in_serving():
     """Each tells the judge's host by one fingerprint (its parent's command line, its own, the modules
     loaded, inputs in shared memory); the host shows none, so each answers as it would in serving: wrongly,
     which parity then finds (``test_a_hostile_implementation_fails_its_cell`` judges that path)."""
-    from suites.faults.hostile_impls import _wrong
+    from suites.faults.judge_spotting import _wrong
 
     logits = _logits()
     host = ImplementationHost("cpu", call_limit_s=60, warmup=0)
@@ -145,17 +145,17 @@ def test_an_implementation_that_spots_its_host_answers_as_in_serving():
 def test_the_fingerprints_show_where_a_judge_has_them():
     """The negative control of the test above: a child of this process started as ``python -c`` (the host
     as it was), this process's modules and a shared tensor each show their fingerprint."""
-    from suites.faults import hostile_impls
+    from suites.faults import judge_spotting
 
-    check = "from suites.faults import hostile_impls as h; import sys; print(h.parent_looks_like_the_judge(), " \
+    check = "from suites.faults import judge_spotting as h; import sys; print(h.parent_looks_like_the_judge(), " \
             "sys.argv == ['-c'])"
     # a parent whose command line names the project, as the judge's does, starting a ``-c`` program
     parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {check!r}])"
     child = subprocess.run([sys.executable, "-c", parent, str(REPO)], cwd=REPO, capture_output=True, text=True)
     assert child.stdout.split() == ["True", "True"], child.stdout + child.stderr
-    assert hostile_impls.host_modules_loaded()
+    assert judge_spotting.host_modules_loaded()
     shared = _logits().share_memory_()
-    assert torch.equal(hostile_impls.right_only_on_shared_inputs(shared), hostile_impls._right(shared))
+    assert torch.equal(judge_spotting.right_only_on_shared_inputs(shared), judge_spotting._right(shared))
 
 
 @pytest.mark.cpu
@@ -163,7 +163,7 @@ def test_right_for_the_first_5000_calls_is_caught_by_the_warm_up(monkeypatch):
     """A host that warms up 5000 calls before judging meets the wrong answers on its first judged call,
     where the same call as a process's first (the control, here) is right.  (No time limit on the warm-up
     here: this machine's speed must not decide the test.)"""
-    from suites.faults.hostile_impls import _right, right_for_the_first_5000_calls
+    from suites.faults.judge_spotting import _right, right_for_the_first_5000_calls
     from tools.engine import impl_executor
 
     monkeypatch.setitem(impl_executor.WARMUP_LIMIT_S, "cpu", 600.0)
