@@ -120,7 +120,9 @@ class _OneStridedRecipe:
 
     @staticmethod
     def build(recipe, device):
-        return _column_strided_q() if recipe["strided"] else make_inputs(torch.device("cpu"))
+        # two v heads over one q/k head: inputs whose band the stock op leaves within gdn_decode's limit (the
+        # default shape's random state puts the stock op 7 ULP off: a vacuous band, which is no refusal test)
+        return _column_strided_q() if recipe["strided"] else make_inputs(torch.device("cpu"), heads=1, heads_v=2)
 
 
 def _judge(fn):
