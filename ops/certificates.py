@@ -197,9 +197,12 @@ def report_path(entry: Entry, arch: Arch) -> pathlib.Path:
     return certificate.with_name(f"{certificate.name.removesuffix('.cert.json')}.{arch.value}.report.json")
 
 
-# The catalog and the certificates themselves describe kernels; they are not part of one.
+# The catalog and the certificates themselves describe kernels; they are not part of one.  Nor is the
+# judge's patch of the Triton interpreter: at a kernel's first launch the interpreter copies its own module
+# globals into the kernel module's (FunctionRewriter._compile_and_exec), the patch's functions among them,
+# so a digest that followed them would change with whether this process had launched a kernel yet.
 _NOT_KERNEL_SOURCES = {"ops", "ops.catalog", "ops.certificates", "references", "references.bounds",
-                       "oracles"}
+                       "oracles", "oracles.triton_interpreter"}
 # What a kernel or reference can use of this project and so change the meaning of (number formats,
 # launch helpers, a sibling's kernel, the bit-pattern helpers of the oracles).
 _CODE_PREFIXES = ("ops.", "references.", "oracles.")

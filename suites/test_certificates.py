@@ -331,7 +331,7 @@ def test_a_section_of_another_toolchain_does_not_route(certificate, monkeypatch)
     monkeypatch.setattr(certificates, "toolchain", lambda: elsewhere)
     certificates.forget_cached()
     assert not _routes()
-    assert any("earned under triton" in reason for _, reason in FALLBACKS)
+    assert any("earned under triton" in reason for _, reason in FALLBACKS), FALLBACKS
 
 
 def test_a_certifying_run_writes_a_section_that_meets_the_policy_and_its_report(certificate, monkeypatch):
@@ -371,3 +371,34 @@ def test_the_canonical_dump_is_ast_dump_where_the_version_already_writes_type_pa
     assert canonical.count("type_params=[]") == 2
     if expected is not None:
         assert canonical == expected
+
+
+# -- one digest whatever the process did before -------------------------------------------------------
+def test_a_kernel_launch_under_the_interpreter_leaves_every_code_digest_as_it_was():
+    """At a kernel's first launch Triton's interpreter copies its module globals, the judge's patch of it
+    among them, into the kernel's module: every digest must read the same before and after (a pytest worker
+    that had launched a kernel once read every certificate stale).  In a process of its own, from a clean
+    start; the launch is real for greedy_argmax and done as the interpreter does it for every other kernel
+    module.  The control: that copy does bind a function of the patch (``oracles.triton_interpreter``) in
+    the launched kernel's module, so a digest that followed it would move."""
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json, sys
+        import torch
+        from ops import certificates
+        from ops.catalog import entries, kernels
+        every = [entry for name in entries() for entry in kernels(name)]
+        before = [certificates.source_digest(entry) for entry in every]
+        launched = entries()["greedy_argmax"]
+        launched.kernel(torch.randn(2, 300).to(torch.bfloat16))
+        import triton.runtime.interpreter as interpreter
+        for entry in every:
+            module = vars(sys.modules[entry.kernel.__module__])
+            for name, value in vars(interpreter).items():
+                module.setdefault(name, value)
+        after = [certificates.source_digest(entry) for entry in every]
+        followed = certificates.modules_used({launched.kernel.__module__}, certificates._CODE_PREFIXES)
+        print(json.dumps({"moved": [entry.name for entry, a, b in zip(every, before, after) if a != b],
+                          "control": "oracles.triton_interpreter" in followed}))
+        """)], cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert json.loads(child.stdout.strip().splitlines()[-1]) == {"moved": [], "control": True}, child.stdout

@@ -161,7 +161,7 @@ _PLACES = [
     (("cells", CELL), _JSON.filter(lambda v: not isinstance(v, dict))),
     (("cells", CELL, "examples"), _NOT_INT),
     (("cells", CELL, "oracles"), _JSON.filter(lambda v: v is not None and not (
-        isinstance(v, list) and set(certificates.POLICY.oracles) <= set(v)))),
+        isinstance(v, list) and all(isinstance(x, str) for x in v) and set(certificates.POLICY.oracles) <= set(v)))),
     (("cells", CELL, "skipped"), _JSON.filter(lambda v: bool(v) and not isinstance(v, dict))),
     (("cells", CELL, "exercised"), _JSON.filter(lambda v: not isinstance(v, dict) or v == {} or set(v) < {"R", "V"})),
     (("cells", CELL, "exercised", "R"), _JSON.filter(lambda v: not (isinstance(v, list) and len(v) == 2 and all(
@@ -169,7 +169,8 @@ _PLACES = [
     (("cells", CELL, "exercised", "V"), _JSON.filter(lambda v: not (isinstance(v, list) and len(v) == 2 and all(
         type(x) is int and 1 <= x <= 262144 for x in v) and v[0] <= 300 <= v[1]))),
     (("cells", CELL, "exercised", "dtype"), _JSON.filter(lambda v: not (
-        isinstance(v, list) and "bfloat16" in v and set(v) <= {"bfloat16", "float16", "float32"}))),
+        isinstance(v, list) and all(isinstance(x, str) for x in v) and "bfloat16" in v
+        and set(v) <= {"bfloat16", "float16", "float32"}))),
 ]
 
 
