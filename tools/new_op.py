@@ -18,7 +18,8 @@ cells with their bounds and why.  From it the tool writes, and never overwrites:
 - ``suites/FAMILY/test_NAME.py`` and ``suites/FAMILY/NAME_impls.py``: the suite and its table of wrong
   implementations (the ones every elementwise op can get wrong; add the op's own);
 - the contract-only implementation (``suites/contract_only/FAMILY.py``, or ``NAME.py`` in a family that
-  has one), registered by its ``CONTRACT_ONLY`` table;
+  has one), registered by its ``CONTRACT_ONLY`` table, with the formula's exp-based functions through exp2
+  as a second one (band ops);
 - the ``__init__.py`` files of a new family, and the suite's ids appended to ``test_lists/l0_cpu.yml``,
   ``l0_cpu_cells.yml`` and ``l0_h200.yml``.
 
@@ -972,9 +973,9 @@ ${finished}def $name($params):
     _validate($args)
 $todo_line$split_lines    $out = ($formula_torch).to($out_torch)
     return $returned
+$exp2_alternative
 
-
-CONTRACT_ONLY = {"$name": {"contract": {"$name": $name}}}
+CONTRACT_ONLY = {"$name": {"contract": {"$name": $name}$exp2_entry}}
 ''')
 
 
@@ -1000,9 +1001,41 @@ def contract_only_py(op: Op) -> str:
                 "        amax.copy_(torch.maximum(amax, y.float().abs().amax().reshape(1)))\n    return y\n\n\n") if op.amax else ""
     functional = "import torch.nn.functional as F\n" if "F.silu" in formula else ""
     check_imports = "shape, tensor" if op.inputs[1:] or op.amax else "tensor"
+    exp2, exp2_entry = _exp2_alternative(op), ""
+    if exp2:
+        exp2_entry = f',\n{" " * (len(op.name) + 22)}"exp2": {{"{op.name}": {op.name}_exp2}}'
+
     return CONTRACT_ONLY.substitute(op.values(), checks="\n".join(checks), formula_torch=formula, finished=finished,
                                     check_imports=check_imports, todo_line=todo, split_lines=op.split_lines(),
+                                    exp2_alternative=exp2, exp2_entry=exp2_entry,
                                     returned=f"_finished(amax, {op.out})" if op.amax else op.out, functional=functional)
+
+
+_EXP2 = {  # exp-based functions through exp2, as ex2-based GPU kernels compute them
+    "sigmoid": "def _sigmoid_exp2(g):\n    return 1 / (1 + torch.exp2(g * -LOG2E))\n",
+    "silu": "def _silu_exp2(g):\n    return g / (1 + torch.exp2(g * -LOG2E))\n",
+    "exp": "def _exp_exp2(g):\n    return torch.exp2(g * LOG2E)\n",
+}
+
+
+def _exp2_alternative(op: Op) -> str:
+    """A second contract-only implementation for a band op whose formula calls an exp-based function: each
+    through exp2 (other fp32 bits than exp's, inside the band: what a GPU kernel built on ``ex2`` returns)."""
+    if op.formula is None or op.d["parity"] != "band":
+        return ""
+    used = sorted({node.func.id for node in ast.walk(ast.parse(op.formula, mode="eval"))
+                   if isinstance(node, ast.Call)} & set(_EXP2))
+    if not used:
+        return ""
+    formula = _rename(op.formula, lambda f: f"_{f}_exp2", lambda n: f"{n}.float()")
+    helpers = "\n\n".join(_EXP2[f] for f in used)
+    return (f"\n\nLOG2E = 1.4426950408889634\n\n\n{helpers}\n\n"
+            f"def {op.name}_exp2({op.params}):\n"
+            f'    """The alternative: {", ".join(used)} through exp2, as ex2-based GPU kernels compute '
+            f'{"it" if len(used) == 1 else "them"}: other fp32 bits\n    than exp\'s, inside the band."""\n'
+            f"    _validate({op.args})\n{op.split_lines()}"
+            f"    {op.out} = ({formula}).to({DTYPES[op.out_dtype]})\n"
+            f"    return {f'_finished(amax, {op.out})' if op.amax else op.out}\n")
 
 
 # -- the test lists ------------------------------------------------------------------------------

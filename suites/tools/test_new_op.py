@@ -155,7 +155,8 @@ def test_a_scaffolded_op_runs_its_battery_and_rejects_its_wrong_implementations(
     input) in a copy of the repository: the family exists, so the contract-only implementation takes a module
     of its own; the lists name its ids; the generated suite certifies the kernel on a cell, the battery
     rejects every generated wrong implementation, and the tests that read every op (the contract's Refuse line
-    against the refusal table, the contract-only implementation) pass on it as written."""
+    against the refusal table, the contract-only implementation and its exp2 alternative) pass on it as
+    written."""
     root = _copy_of_the_repository(tmp_path)
     declaration = _declaration(tmp_path, text=declared)
     run = _run_tool(f"activation/{name}", str(declaration), cwd=root)
@@ -170,11 +171,12 @@ def test_a_scaffolded_op_runs_its_battery_and_rejects_its_wrong_implementations(
          f"{suite}::test_cell[decode]", f"{suite}::test_battery_rejects",
          f"suites/test_contract_refusals.py::test_refusal_rows_are_the_contracts_refuse_line[{name}]",
          f"suites/test_contract_refusals.py::test_the_reference_refuses_its_rows[{name}]",
-         f"suites/test_contract_only.py::test_an_implementation_written_from_the_contract_passes[{name}-contract]"],
+         f"suites/test_contract_only.py::test_an_implementation_written_from_the_contract_passes[{name}-contract]",
+         f"suites/test_contract_only.py::test_an_implementation_written_from_the_contract_passes[{name}-exp2]"],
         capture_output=True, text=True, cwd=root, timeout=600,
         env=nested_pytest_environment(PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1"))
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
-    assert re.search(r"\b9 passed\b", tests.stdout), tests.stdout[-500:]
+    assert re.search(r"\b10 passed\b", tests.stdout), tests.stdout[-500:]
 
 
 def _generated_module(path: pathlib.Path, text: str):
