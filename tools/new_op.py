@@ -2,8 +2,9 @@
 
 The declaration (TOML; ``--template`` prints a commented one) names the op's inputs with their dtypes,
 its output, the dims they share, the parity class, an optional in-place ``amax`` of the output, the
-formula (elementwise ops, in the names of ``references/elementwise.py``) and the cells with their
-bounds and why.  From it the tool writes, and never overwrites:
+formula (elementwise ops, in the names of ``references/elementwise.py``), the inputs that hold two operands
+side by side (``halves``: vLLM's ``SiluAndMul`` reads gate and up from one ``[T, 2D]`` tensor) and the
+cells with their bounds and why.  From it the tool writes, and never overwrites:
 
 - ``docs/contracts/NAME.md``: the contract section, in CONTRACTS.md's format, for review (CONTRACTS.md
   lives outside the repository; the suites read pending sections from ``docs/contracts/`` until it is
@@ -17,7 +18,8 @@ bounds and why.  From it the tool writes, and never overwrites:
 - ``suites/FAMILY/test_NAME.py`` and ``suites/FAMILY/NAME_impls.py``: the suite and its table of wrong
   implementations (the ones every elementwise op can get wrong; add the op's own);
 - the contract-only implementation (``suites/contract_only/FAMILY.py``, or ``NAME.py`` in a family that
-  has one), registered by its ``CONTRACT_ONLY`` table;
+  has one), registered by its ``CONTRACT_ONLY`` table, with the formula's exp-based functions through exp2
+  as a second one (band ops);
 - the ``__init__.py`` files of a new family, and the suite's ids appended to ``test_lists/l0_cpu.yml``,
   ``l0_cpu_cells.yml`` and ``l0_h200.yml``.
 
@@ -46,7 +48,7 @@ SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 FUNCTIONS = ("sigmoid", "silu", "exp")   # references/elementwise.py and ops/triton_elementwise.py
 KEYS = {"summary", "parity", "parity_why", "formula", "amax", "batch_invariant", "dims", "inputs", "output",
-        "cells", "real_users"}
+        "cells", "real_users", "halves"}
 CELL_KEYS = {"id", "why", "corners"}
 TODO = "TODO(new-op)"
 
@@ -59,7 +61,9 @@ parity_why = "sigmoid's exp differs by implementation (exp, exp2, approximate): 
 formula = "sigmoid(gate) * x"  # elementwise ops: inputs and sigmoid/silu/exp; leave out otherwise
 amax = true                  # an optional fp32 one-element amax of the output, raised in place
 batch_invariant = true
-dims = ["T", "H"]            # the [rows, cols] shape every input and the output share
+dims = ["T", "H"]            # the output's [rows, cols], which every input shares but those in halves
+# halves = {gate_up = ["gate", "up"]}  # an input of [rows, 2 * cols] holding two operands side by side
+#   (gate_up[:, :cols], then gate_up[:, cols:]: vLLM's SiluAndMul); the formula names the operands
 
 [inputs]                     # name = dtype (bf16, fp16, fp32), in the signature's order
 x = "bf16"
@@ -91,7 +95,7 @@ def _span(cell_id: str, dim: str, bound) -> tuple[int, int]:
     return lo, hi
 
 
-def _formula(text: str, inputs: list[str]) -> ast.Expression:
+def _formula(text: str, inputs: list[str], what: str = "an input") -> ast.Expression:
     try:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as error:
@@ -105,7 +109,7 @@ def _formula(text: str, inputs: list[str]) -> ast.Expression:
                                                and len(node.args) == 1 and not node.keywords):
             _fail(f"formula {text!r}: calls only {', '.join(FUNCTIONS)} of one argument")
         if isinstance(node, ast.Name) and node.id not in inputs and node.id not in FUNCTIONS:
-            _fail(f"formula {text!r}: {node.id!r} is neither an input ({', '.join(inputs)}) nor a function")
+            _fail(f"formula {text!r}: {node.id!r} is neither {what} ({', '.join(inputs)}) nor a function")
         if isinstance(node, ast.Constant) and type(node.value) not in (int, float):
             _fail(f"formula {text!r}: constant {node.value!r} is not a number")
     return tree
@@ -152,10 +156,27 @@ def load_declaration(path: pathlib.Path) -> dict:
         _fail(f"amax must be true or false, got {amax!r}")
     if amax and out_dtype != "bf16":
         _fail(f"amax: the in-place amax folds bf16 bit patterns; the output is {out_dtype}")
+    halves = declared.get("halves", {})
+    if not isinstance(halves, dict):
+        _fail("halves must be a table: input = [first operand, second operand]")
+    for name, parts in halves.items():
+        if name not in inputs:
+            _fail(f"halves.{name}: {name!r} is not an input ({', '.join(inputs)})")
+        if not (isinstance(parts, list) and len(parts) == 2
+                and all(isinstance(part, str) and SNAKE.match(part) for part in parts)):
+            _fail(f"halves.{name} must name its two operands in snake_case, e.g. [\"gate\", \"up\"], got {parts!r}")
+    operands = [part for name in inputs for part in halves.get(name, [name])]
+    for part in (part for parts in halves.values() for part in parts):
+        if part in inputs or part in (out_name, "amax", *FUNCTIONS) or operands.count(part) > 1:
+            _fail(f"halves: operand {part!r} must be a new name (not an input, the output, amax, a function "
+                  f"or another operand)")
     if "formula" in declared:
         if not isinstance(declared["formula"], str):
             _fail("formula must be a string")
-        _formula(declared["formula"], list(inputs))
+        for name, parts in halves.items():
+            if re.search(rf"\b{name}\b", declared["formula"]):
+                _fail(f"formula {declared['formula']!r}: {name!r} is in halves: name its operands ({', '.join(parts)})")
+        _formula(declared["formula"], operands, "an operand" if halves else "an input")
     if not isinstance(declared.get("batch_invariant", False), bool):
         _fail("batch_invariant must be true or false")
     cells = declared["cells"]
@@ -220,9 +241,43 @@ class Op:
         self.amax = declared["amax"]
         self.first = self.inputs[0]
         self.formula = declared.get("formula")
+        self.halves = declared.get("halves", {})
+        self.operands = [part for name in self.inputs for part in self.parts(name)]
+
+    def parts(self, name: str) -> list[str]:
+        """The operands input ``name`` holds side by side: two for one in ``halves``, else itself."""
+        return list(self.halves.get(name, [name]))
+
+    def width(self, name: str) -> str:
+        """The last dim of input ``name`` in the declaration's dims: ``H`` or ``2H``."""
+        return self.cols if name not in self.halves else f"2{self.cols}" if len(self.cols) == 1 else f"2 * {self.cols}"
+
+    def input_shape(self, name: str) -> str:
+        return f"[{self.rows}, {self.width(name)}]"
+
+    @property
+    def rows_cols(self) -> str:
+        """``rows, cols`` of the output, from the first input's shape."""
+        first = self.first
+        return f"{first}.shape" if first not in self.halves else f"{first}.shape[0], {first}.shape[1] // 2"
+
+    def split_lines(self, indent: str = "    ") -> str:
+        """Lines naming each operand of an input in ``halves`` (its two column halves); empty without."""
+        if not self.halves:
+            return ""
+        lines = [f"{indent}cols = {self.first}.shape[1]" + (" // 2" if self.first in self.halves else "")]
+        lines += [f"{indent}{a}, {b} = {name}[:, :cols], {name}[:, cols:]" for name, (a, b) in self.halves.items()]
+        return "\n".join(lines) + "\n"
+
+    def _halves_text(self, name: str) -> str:
+        if name not in self.halves:
+            return ""
+        a, b = self.parts(name)
+        return (f", `{a}` then `{b}` side by side (`{name}[:, :{self.cols}]`, `{name}[:, {self.cols}:]`; an odd "
+                f"last dim is a shape mismatch)")
 
     def exp_arguments(self) -> dict[str, str]:
-        """input -> the exp-based function it is a direct argument of, in the formula."""
+        """operand -> the exp-based function it is a direct argument of, in the formula."""
         if self.formula is None:
             return {}
         return {node.args[0].id: node.func.id for node in ast.walk(ast.parse(self.formula, mode="eval"))
@@ -249,9 +304,9 @@ class Op:
         return f"{self.name}({self.params}) -> {self.out} {self.out_dtype}{self.shape}"
 
     def formula_in(self, fn: str, cast: str) -> str:
-        """The formula on the inputs cast with ``cast`` (``.float()``), functions from namespace ``fn``."""
+        """The formula on the operands cast with ``cast`` (``.float()``), functions from namespace ``fn``."""
         if self.formula is None:
-            return f"_todo({', '.join(n + cast for n in self.inputs)})"
+            return f"_todo({', '.join(n + cast for n in self.operands)})"
         return _rename(self.formula, lambda f: f"{fn}.{f}", lambda n: n + cast)
 
     def values(self) -> dict:
@@ -262,7 +317,8 @@ class Op:
                      f"{self.out_dtype} values returned.\n") if self.amax else ""
         cells_line = "; ".join(f"`{c['id']}` ({', '.join(f'{dim} in {c[dim][0]}..{c[dim][1]}' for dim in d['dims'])})"
                                for c in d["cells"])
-        input_line = "; ".join(f"`{n}`: {d['inputs'][n]} `{self.shape}`" for n in self.inputs)
+        input_line = "; ".join(f"`{n}`: {d['inputs'][n]} `{self.input_shape(n)}`" + self._halves_text(n)
+                               for n in self.inputs)
         return {
             "family": self.family, "name": self.name, "summary": d["summary"], "parity": d["parity"],
             "parity_title": d["parity"] + (f" ({self.out}), exact self-consistency (amax)" if self.amax else ""),
@@ -300,7 +356,11 @@ ${amax_line}- `$out` is freshly allocated$fresh_note. ${batch_line}Refuse: shape
 
 
 def contract_md(op: Op) -> str:
-    sigmoid = " (`sigmoid(g) = 1 / (1 + exp(-g))`)" if op.formula and "sigmoid" in op.formula else ""
+    used = {node.func.id for node in ast.walk(ast.parse(op.formula, mode="eval"))
+            if isinstance(node, ast.Call)} if op.formula else set()
+    written = [text for function, text in (("sigmoid", "`sigmoid(g) = 1 / (1 + exp(-g))`"),
+                                           ("silu", "`silu(g) = g * sigmoid(g)`")) if function in used]
+    sigmoid = f" ({', '.join(written)})" if written else ""
     fresh = (" (no input is written: `amax` is the only in-place argument)" if op.amax
              else " (no input is written)")
     return CONTRACT.substitute(op.values(), sigmoid_note=sigmoid, fresh_note=fresh)
@@ -321,7 +381,7 @@ import torch
 
 from references import elementwise
 ${amax_import}from references.refusal_tables import tensor_of, tensor_refusals
-from references.validation import require_dtype, require_ndim, require_same_device, require_shape, require_tensor
+from references.validation import $validation_imports
 $todo_def
 
 def validate($params) -> None:
@@ -332,7 +392,7 @@ $validate_amax    require_same_device({$devices})
 def formula($inputs, fn):
     """The contract's arithmetic on operands already in the working dtype; ``fn``: ``elementwise.WRITTEN_OUT``
     (the contract's own formulas) or ``elementwise.TORCH`` (plain PyTorch's)."""
-    return $formula_fn
+${split_lines}    return $formula_fn
 
 
 def $name($params) -> torch.Tensor:
@@ -361,22 +421,46 @@ $refusal_rows
 ''')
 
 
+def _expected_shape(op: Op, name: str, first_shape: str | None = None) -> str:
+    """The shape input ``name`` must have, from the first input's (``first_shape`` where the widths agree; a
+    half as wide, or twice, in halves)."""
+    first = op.first
+    if (name in op.halves) == (first in op.halves):
+        return first_shape or f"tuple({first}.shape)"
+    return (f"({first}.shape[0], {first}.shape[1] // 2)" if first in op.halves
+            else f"({first}.shape[0], 2 * {first}.shape[1])")
+
+
 def reference_py(op: Op) -> str:
     v = op.values()
-    validate = [f'    require_tensor("{op.first}", {op.first})',
-                f'    require_ndim("{op.first}", {op.first}, 2, "{op.shape}")',
-                f'    require_dtype("{op.first}", {op.first}, ({op.dtype(op.first)},))']
+    first = op.first
+    validate = [f'    require_tensor("{first}", {first})',
+                f'    require_ndim("{first}", {first}, 2, "{op.input_shape(first)}")',
+                f'    require_dtype("{first}", {first}, ({op.dtype(first)},))']
+    if first in op.halves:
+        a, b = op.parts(first)
+        validate += [f"    if {first}.shape[1] % 2:",
+                     f'        raise refuse("{first}", f"last dim {{{first}.shape[1]}} is odd", '
+                     f'"pass {op.input_shape(first)}: {a}, then {b}, side by side")']
     for name in op.inputs[1:]:
         validate += [f'    require_tensor("{name}", {name})', f'    require_dtype("{name}", {name}, ({op.dtype(name)},))',
-                     f'    require_shape("{name}", {name}, tuple({op.first}.shape), "{op.shape} like {op.first}")']
-    sample = "(4, 64)"
-    rows = [f"    *tensor_refusals(_call, \"{op.first}\", {sample}, {op.dtype(op.first)}, MISMATCH"
-            f"{_other_dtype(op, op.first)}),"]
-    rows += [f"    *tensor_refusals(_call, \"{name}\", {sample}, {op.dtype(name)}, MISMATCH{_other_dtype(op, name)}, "
-             f"like=\"{op.first}\")," for name in op.inputs[1:]]
+                     f'    require_shape("{name}", {name}, {_expected_shape(op, name)}, '
+                     f'"{op.input_shape(name)} like {first}")']
+    samples = {n: "(4, 128)" if n in op.halves else "(4, 64)" for n in op.inputs}
+    rows = [f"    *tensor_refusals(_call, \"{first}\", {samples[first]}, {op.dtype(first)}, MISMATCH"
+            f"{_other_dtype(op, first)}),"]
+    if first in op.halves:
+        odd = f"tensor_of(device, (4, 127), {op.dtype(first)})"
+        rows += [f'    Refusal("odd last dim of {first}", lambda device: _call(device, {first}={odd}),',
+                 f'            "{first}", clause=MISMATCH),']
+    rows += [f"    *tensor_refusals(_call, \"{name}\", {samples[name]}, {op.dtype(name)}, MISMATCH{_other_dtype(op, name)}, "
+             f"like=\"{first}\")," for name in op.inputs[1:]]
     if op.amax:
         rows.append("    *amax_refusals(_call, MISMATCH),")
-    call = [f'"{n}": tensor_of(device, {sample}, {op.dtype(n)})' for n in op.inputs]
+    call = [f'"{n}": tensor_of(device, {samples[n]}, {op.dtype(n)})' for n in op.inputs]
+    validation_imports = (["Refusal", "refuse"] if first in op.halves else []) + [
+        "require_dtype", "require_ndim", "require_same_device", *(["require_shape"] if op.inputs[1:] else []),
+        "require_tensor"]
     if op.amax:
         call.append('"amax": torch.zeros(1, device=device)')
     band = op.d["parity"] == "band"
@@ -398,9 +482,10 @@ def reference_py(op: Op) -> str:
         amax_import="from references.amax import amax_property, amax_refusals, raised, validate_amax\n" if op.amax else "",
         todo_def="" if op.formula else (f"\n\ndef _todo(*operands):\n    raise NotImplementedError(\"{TODO}: "
                                         f"write the contract's arithmetic in formula()\")\n"),
+        validation_imports=", ".join(validation_imports), split_lines=op.split_lines(),
         validate_body="\n".join(validate), validate_amax="    validate_amax(amax)\n" if op.amax else "",
         devices=", ".join(f'"{n}": {n}' for n in op.inputs + (["amax"] if op.amax else [])),
-        inputs=", ".join(op.inputs), formula_fn=op.formula_in("fn", "") if op.formula else "_todo(" + ", ".join(op.inputs) + ")",
+        inputs=", ".join(op.inputs), formula_fn=op.formula_in("fn", ""),
         inputs_float=", ".join(n + ".float()" for n in op.inputs),
         returned=f"raised(amax, {op.out})" if op.amax else op.out,
         truth_def=truth,
@@ -436,7 +521,7 @@ CPU_ELEMENT_BUDGET = 2**14
 PRODUCTION = {$production}
 """cell id -> dim -> the production sizes its corners pin (CONTRACTS.md: production shapes are corners)."""
 EXP_ARGUMENTS = {$exp_arguments}
-"""input -> the exp-based function of the formula it is an argument of (``elementwise.within_fp32_exp``)."""
+"""$exp_key -> the exp-based function of the formula it is an argument of (``elementwise.within_fp32_exp``)."""
 
 
 def _caps(cell, device) -> tuple[Span, Span]:
@@ -468,8 +553,7 @@ $layout_draws
 
 def corners(cell, device) -> list[dict]:
     """The fewest $rows at the narrowest and at the widest row, the most $rows (capped on the CPU) at both,
-    a width off every block (1001) and the cell's production sizes, each in another layout, value mode
-    and amax."""
+    a width off every block (1001) and the cell's production sizes, each in another layout$and_amax."""
     device = torch.device(device)
     rows, cols = _caps(cell, device)
     widths = [cols.lo, cols.hi, *(w for w in (1001, *PRODUCTION.get(cell.id, {}).get("$cols", ())) if w in cols)]
@@ -491,12 +575,7 @@ def build(recipe: dict, device) -> dict:
     generator = torch.Generator(device=device).manual_seed(recipe["seed"])
     rows, cols = recipe["$rows"], recipe["$cols"]
     inputs = {}
-    for name, dtype in $input_dtypes:
-        tensor = row_view(rows, cols, dtype, recipe[f"{name}_layout"], device)
-        values = elementwise.values(rows, cols, dtype, recipe["values"], generator, device)
-        tensor.copy_(elementwise.within_fp32_exp(values, EXP_ARGUMENTS.get(name)).to(dtype))
-        inputs[name] = tensor
-    return {**inputs$amax_build}
+$build_loop    return {**inputs$amax_build}
 ''')
 
 
@@ -516,9 +595,33 @@ def strategy_py(op: Op) -> str:
                                  for k, n in enumerate(op.inputs)),
         amax_draw=' "amax": draw(st.sampled_from(AMAX_MODES)),' if op.amax else "",
         amax_corner=' "amax": AMAX_MODES[i % len(AMAX_MODES)],' if op.amax else "",
-        input_dtypes="(" + ", ".join(f'("{n}", {op.dtype(n)})' for n in op.inputs) + ("," if len(op.inputs) == 1 else "") + ")",
+        build_loop=_build_loop(op), exp_key="operand" if op.halves else "input",
+        and_amax=", value mode\n    and amax" if op.amax else " and value mode",
         amax_build=', "amax": amax_of_mode(recipe["amax"], device)' if op.amax else "",
         exp_arguments=", ".join(f'"{name}": "{function}"' for name, function in op.exp_arguments().items()))
+
+
+def _build_loop(op: Op) -> str:
+    """The strategy's loop that builds each input; an input in ``halves`` is as wide as its two operands, each
+    half within its own function's exp range."""
+    if not op.halves:
+        dtypes = "(" + ", ".join(f'("{n}", {op.dtype(n)})' for n in op.inputs) + ("," if len(op.inputs) == 1 else "") + ")"
+        return (f"    for name, dtype in {dtypes}:\n"
+                "        tensor = row_view(rows, cols, dtype, recipe[f\"{name}_layout\"], device)\n"
+                "        values = elementwise.values(rows, cols, dtype, recipe[\"values\"], generator, device)\n"
+                "        tensor.copy_(elementwise.within_fp32_exp(values, EXP_ARGUMENTS.get(name)).to(dtype))\n"
+                "        inputs[name] = tensor\n")
+    parts = "(" + ", ".join(f'("{n}", {op.dtype(n)}, {tuple(op.parts(n))!r})'.replace("'", '"') for n in op.inputs) \
+        + ("," if len(op.inputs) == 1 else "") + ")"
+    return (f"    for name, dtype, operands in {parts}:  # operands side by side\n"
+            "        width = cols * len(operands)\n"
+            "        tensor = row_view(rows, width, dtype, recipe[f\"{name}_layout\"], device)\n"
+            "        values = elementwise.values(rows, width, dtype, recipe[\"values\"], generator, device)\n"
+            "        for k, operand in enumerate(operands):\n"
+            "            half = values[:, k * cols:(k + 1) * cols]\n"
+            "            half.copy_(elementwise.within_fp32_exp(half, EXP_ARGUMENTS.get(operand)))\n"
+            "        tensor.copy_(values.to(dtype))\n"
+            "        inputs[name] = tensor\n")
 
 
 KERNEL = string.Template('''\
@@ -530,7 +633,7 @@ users: $real_users.
 One program computes a ``[BLOCK_ROWS, BLOCK_COLS]`` tile: every element on its own, from its own inputs,
 so neither the tile nor the batch around a row can change a bit of it (batch invariance by
 construction)$amax_tile.  Inputs are loaded as bits and widened exactly, the result rounded once to
-nearest even (``ops/triton_elementwise.py``: the interpreter's own casts are not exact).
+nearest even (``ops/triton_elementwise.py``: the interpreter's own casts are not exact).$halves_note
 
 Bytes: read $byte_inputs, write ``$out`` ($out_bytes bytes an element)$amax_bytes; no reuse, so the op is
 memory-bound: the bench case moves its bytes at copy bandwidth or not at all.
@@ -561,7 +664,7 @@ def launch_plan(rows: int, cols: int) -> LaunchPlan:
     # GPU: 4096 elements a program at 8 warps: 16 a thread, two 16-byte loads of each bf16 input in flight;
     # a narrow row shares its program with the next rows rather than leaving lanes idle.  The interpreter
     # costs about 60 ms a program whatever its size: there, programs of 4096 columns, so that the CPU
-    # strategy's inputs (2**14 elements at most) take 1 to 4 of them, amax folded across programs.
+    # strategy's inputs (2**14 elements at most) take 1 to 4 of them$amax_programs.
     tile, widest = (4096, 4096) if interpreting() else (4096, 1024)
     block_cols = min(triton.next_power_of_2(cols), widest)
     block_rows = min(tile // block_cols, triton.next_power_of_2(max(rows, 1)))
@@ -584,13 +687,13 @@ def _$name(
     col = (tl.program_id(1) * BLOCK_COLS + tl.arange(0, BLOCK_COLS))[None, :]
     inside = (row < rows) & (col < cols)
 $loads
-    $out = $store
+    $store
 $fold
 
 # -- host wrapper ---------------------------------------------------------------------------------
 def run_plan(plan: LaunchPlan, $params) -> torch.Tensor:
     """Launch ``plan`` on already-validated arguments."""
-    rows, cols = $first.shape
+    rows, cols = $rows_cols
     $out = torch.empty((rows, cols), dtype=$out_torch, device=$first.device)
     if $out.numel() == 0:
         return $out
@@ -605,12 +708,12 @@ def run_plan(plan: LaunchPlan, $params) -> torch.Tensor:
 
 def $name($params) -> torch.Tensor:
     contract.validate($args)
-    return run_plan(launch_plan(*$first.shape), $args)
+    return run_plan(launch_plan($launch_shape), $args)
 
 
 # -- cells, bench case, catalog entry -------------------------------------------------------------
 def params_of($params) -> dict:
-    rows, cols = $first.shape
+    rows, cols = $rows_cols
     return {"$rows": rows, "$cols": cols}
 
 
@@ -620,7 +723,7 @@ $cells
 
 
 def bytes_moved($params) -> int:
-    return sum(t.numel() * t.element_size() for t in ($inputs_tuple)) + $first.numel() * $out_bytes$amax_bytes_code
+    return sum(t.numel() * t.element_size() for t in ($inputs_tuple)) + $out_elements * $out_bytes$amax_bytes_code
 
 
 def bench_input(rows: int, cols: int):
@@ -646,12 +749,12 @@ ENTRY = Entry.of_contract(
 )
 ''')
 
-_TRITON_LOAD = {"bf16": "load_bf16({n}_ptr, row * {n}_row_stride + col * {n}_col_stride, inside)",
-                "fp16": "tl.load({n}_ptr + row * {n}_row_stride + col * {n}_col_stride, mask=inside, other=0.0).to(tl.float32)",
-                "fp32": "tl.load({n}_ptr + row * {n}_row_stride + col * {n}_col_stride, mask=inside, other=0.0)"}
+_TRITON_LOAD = {"bf16": "load_bf16({n}_ptr, row * {n}_row_stride + {col} * {n}_col_stride, inside)",
+                "fp16": "tl.load({n}_ptr + row * {n}_row_stride + {col} * {n}_col_stride, mask=inside, other=0.0).to(tl.float32)",
+                "fp32": "tl.load({n}_ptr + row * {n}_row_stride + {col} * {n}_col_stride, mask=inside, other=0.0)"}
 _TRITON_STORE = {"bf16": "store_bf16(out_ptr, row * cols + col, {v}, inside)",
-                 "fp16": "({v}).to(tl.float16)\n    tl.store(out_ptr + row * cols + col, {out}, mask=inside)",
-                 "fp32": "{v}\n    tl.store(out_ptr + row * cols + col, {out}, mask=inside)"}
+                 "fp16": "{out} = ({v}).to(tl.float16)\n    tl.store(out_ptr + row * cols + col, {out}, mask=inside)",
+                 "fp32": "{out} = {v}\n    tl.store(out_ptr + row * cols + col, {out}, mask=inside)"}
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
@@ -662,16 +765,18 @@ def kernel_py(op: Op) -> str:
                         if isinstance(node, ast.Call)}) if op.formula else []
     imports = sorted(set(functions) | {"load_bf16" for n in op.inputs if d["inputs"][n] == "bf16"}
                      | ({"store_bf16"} if op.out_dtype == "bf16" else set()) | ({"fold_amax"} if op.amax else set()))
-    value = op.formula or op.first
+    value = op.formula or op.operands[0]
     store = _TRITON_STORE[op.out_dtype].format(v=value, out=op.out)
+    if op.amax and op.out_dtype == "bf16":   # the rounded values the amax folds
+        store = f"{op.out} = {store}"
     cells = []
     for c in d["cells"]:
         bounds = ", ".join(f'"{dim}": Span({c[dim][0]}, {c[dim][1]})' for dim in d["dims"])
         cells.append(f'    Cell("{c["id"]}",\n         {json.dumps(c["why"])},\n         {{{bounds}}}),')
     widest = max(d["cells"], key=lambda c: c[op.rows][1] * c[op.cols][1])
     bench_rows, bench_cols = min(widest[op.rows][1], 8192), min(widest[op.cols][1], 4096)
-    bench_inputs = [f'"{n}": torch.randn((rows, cols), generator=generator, device=device).to({op.dtype(n)})'
-                    for n in op.inputs]
+    bench_inputs = [f'"{n}": torch.randn((rows, {"2 * " if n in op.halves else ""}cols), generator=generator, '
+                    f'device=device).to({op.dtype(n)})' for n in op.inputs]
     if op.amax:
         bench_inputs.append('"amax": torch.zeros(1, device=device)')
     batch = ""
@@ -690,8 +795,14 @@ def kernel_py(op: Op) -> str:
         pointer_params=", ".join(f"{n}_ptr, {n}_row_stride, {n}_col_stride" for n in op.inputs),
         amax_param_doc=" and amax's bits (int32; unused without WRITE_AMAX)" if op.amax else "",
         amax_param=" amax_bits_ptr," if op.amax else "", amax_meta=" WRITE_AMAX: tl.constexpr," if op.amax else "",
-        loads="\n".join([f"    {n} = " + _TRITON_LOAD[d["inputs"][n]].format(n=n) for n in op.inputs]
-                        + ([] if op.formula else [f"    # {TODO}: the contract's arithmetic, in place of {op.first} below"])),
+        loads="\n".join([f"    {part} = " + _TRITON_LOAD[d["inputs"][n]].format(n=n, col="(col + cols)" if k else "col")
+                         for n in op.inputs for k, part in enumerate(op.parts(n))]
+                        + ([] if op.formula else [f"    # {TODO}: the contract's arithmetic, in place of {op.operands[0]} below"])),
+        halves_note="".join(f"  ``{n}`` holds ``{a}`` and ``{b}`` side by side: a program loads both halves of its "
+                            f"columns." for n, (a, b) in op.halves.items()),
+        amax_programs=", amax folded across programs" if op.amax else "",
+        rows_cols=op.rows_cols, launch_shape=f"*{op.first}.shape" if op.first not in op.halves else op.rows_cols,
+        out_elements=f"{op.first}.numel()" + (" // 2" if op.first in op.halves else ""),
         store=store, fold=("    if WRITE_AMAX:\n        fold_amax(amax_bits_ptr, " + op.out + ", inside)\n") if op.amax else "",
         launch_inputs=", ".join(f"{n}, {n}.stride(0), {n}.stride(1)" for n in op.inputs),
         amax_arg=f" {op.out} if amax is None else amax.view(torch.int32)," if op.amax else "",
@@ -721,9 +832,12 @@ def _fp32($inputs):
 
 
 def correct_in_float64($params):
-    """Right: the contract's arithmetic in float64, rounded once (within half an ULP of the truth)."""
+    """Right: the contract's arithmetic in float64, rounded once (within half an ULP of the truth).  Its NaNs
+    are made one NaN: torch's float64 paths give a NaN input's result a sign and payload that depend on the
+    tensor's size, which batch invariance (bitwise) would rightly tell apart."""
     contract.validate($args)
     $out = contract.formula($inputs_double, elementwise.WRITTEN_OUT).to($out_torch)
+    $out = torch.where($out.isnan(), torch.full_like($out, float("nan")), $out)
     return $returned
 $amax_wrongs
 
@@ -731,7 +845,7 @@ def strided_rows_read_as_contiguous($params):
     """Wrong: reads ``$first``'s rows as if they were packed back to back (ignores its row stride)."""
     contract.validate($args)
     packed = torch.as_strided($first, $first.shape, ($first.shape[1], 1))
-    return contract.$name(packed, $rest_args)
+    return contract.$name($packed_args)
 
 
 def non_finite_as_zero($params):
@@ -745,7 +859,7 @@ def writes_${first}_in_place($params):
     """Wrong: computes into ``$first`` (an input the contract does not let it write) and returns a copy."""
     contract.validate($args)
     $out = contract.$name($args)
-    $first.copy_($out.to($first.dtype))
+    $first_written.copy_($out.to($first.dtype))
     return $out.clone()
 
 
@@ -754,7 +868,7 @@ def batch_of_one_returns_$first($params):
     so only batch invariance sees it."""
     contract.validate($args)
     if $first.shape[0] == 1:
-        return $first.to($out_torch).clone()
+        return $first_as_out.to($out_torch).clone()
     return contract.$name($args)
 
 
@@ -796,7 +910,9 @@ def amax_ignores_old({op.params}):
         inputs=", ".join(op.inputs), inputs_float=", ".join(n + ".float()" for n in op.inputs),
         inputs_double=", ".join(n + ".double()" for n in op.inputs),
         returned=f"raised(amax, {op.out})" if op.amax else op.out,
-        amax_wrongs=amax_wrongs, rest_args=", ".join(op.inputs[1:] + (["amax"] if op.amax else [])) or "")
+        first_written=op.first if op.first not in op.halves else f"{op.first}[:, :{op.out}.shape[1]]",
+        first_as_out=op.first if op.first not in op.halves else f"{op.first}[:, {op.first}.shape[1] // 2:]",
+        amax_wrongs=amax_wrongs, packed_args=", ".join(["packed", *op.inputs[1:], *(["amax"] if op.amax else [])]))
 
 
 SUITE = string.Template('''\
@@ -846,7 +962,7 @@ from __future__ import annotations
 
 import torch
 $functional
-from suites.contract_only.checks import shape, tensor
+from suites.contract_only.checks import $check_imports
 
 
 def _validate($params):
@@ -855,32 +971,71 @@ $checks
 
 ${finished}def $name($params):
     _validate($args)
-    $out = ($formula_torch).to($out_torch)
+$todo_line$split_lines    $out = ($formula_torch).to($out_torch)
     return $returned
+$exp2_alternative
 
-
-CONTRACT_ONLY = {"$name": {"contract": {"$name": $name}}}
+CONTRACT_ONLY = {"$name": {"contract": {"$name": $name}$exp2_entry}}
 ''')
 
 
 def contract_only_py(op: Op) -> str:
-    checks = [f'    tensor("{op.first}", {op.first}, ({op.dtype(op.first)},), ndim=2)']
+    first = op.first
+    checks = [f'    tensor("{first}", {first}, ({op.dtype(first)},), ndim=2)']
+    if first in op.halves:
+        checks += [f"    if {first}.shape[1] % 2:",
+                   f'        raise ValueError(f"{first}: last dim {{{first}.shape[1]}} is odd, '
+                   f'expected {op.input_shape(first)}")']
     for name in op.inputs[1:]:
-        checks += [f'    tensor("{name}", {name}, ({op.dtype(name)},))', f'    shape("{name}", {name}, {op.first}.shape)']
+        checks += [f'    tensor("{name}", {name}, ({op.dtype(name)},))',
+                   f'    shape("{name}", {name}, {_expected_shape(op, name, first_shape=f"{first}.shape")})']
     if op.amax:
         checks += ['    if amax is not None:', '        tensor("amax", amax, (torch.float32,))',
                    '        shape("amax", amax, (1,))']
     torch_names = {"sigmoid": "torch.sigmoid", "silu": "F.silu", "exp": "torch.exp"}
     formula = (_rename(op.formula, lambda f: torch_names[f], lambda n: f"{n}.float()") if op.formula
-               else f"{op.first}.float()")
-    if not op.formula:
-        checks.append(f"    # {TODO}: the contract's arithmetic, in place of {op.first} in {op.name}() below")
+               else f"{op.operands[0]}.float()")
+    todo = "" if op.formula else f"    # {TODO}: the contract's arithmetic, in place of {op.operands[0]} below\n"
     finished = ('def _finished(amax, y):\n    """``y``, with ``amax`` raised to ``max(amax, max |y|)`` when given."""\n'
                 "    if amax is not None and y.numel():\n"
                 "        amax.copy_(torch.maximum(amax, y.float().abs().amax().reshape(1)))\n    return y\n\n\n") if op.amax else ""
     functional = "import torch.nn.functional as F\n" if "F.silu" in formula else ""
+    check_imports = "shape, tensor" if op.inputs[1:] or op.amax else "tensor"
+    exp2, exp2_entry = _exp2_alternative(op), ""
+    if exp2:
+        exp2_entry = f',\n{" " * (len(op.name) + 22)}"exp2": {{"{op.name}": {op.name}_exp2}}'
+
     return CONTRACT_ONLY.substitute(op.values(), checks="\n".join(checks), formula_torch=formula, finished=finished,
+                                    check_imports=check_imports, todo_line=todo, split_lines=op.split_lines(),
+                                    exp2_alternative=exp2, exp2_entry=exp2_entry,
                                     returned=f"_finished(amax, {op.out})" if op.amax else op.out, functional=functional)
+
+
+_EXP2 = {  # exp-based functions through exp2, as ex2-based GPU kernels compute them
+    "sigmoid": "def _sigmoid_exp2(g):\n    return 1 / (1 + torch.exp2(g * -LOG2E))\n",
+    "silu": "def _silu_exp2(g):\n    return g / (1 + torch.exp2(g * -LOG2E))\n",
+    "exp": "def _exp_exp2(g):\n    return torch.exp2(g * LOG2E)\n",
+}
+
+
+def _exp2_alternative(op: Op) -> str:
+    """A second contract-only implementation for a band op whose formula calls an exp-based function: each
+    through exp2 (other fp32 bits than exp's, inside the band: what a GPU kernel built on ``ex2`` returns)."""
+    if op.formula is None or op.d["parity"] != "band":
+        return ""
+    used = sorted({node.func.id for node in ast.walk(ast.parse(op.formula, mode="eval"))
+                   if isinstance(node, ast.Call)} & set(_EXP2))
+    if not used:
+        return ""
+    formula = _rename(op.formula, lambda f: f"_{f}_exp2", lambda n: f"{n}.float()")
+    helpers = "\n\n".join(_EXP2[f] for f in used)
+    return (f"\n\nLOG2E = 1.4426950408889634\n\n\n{helpers}\n\n"
+            f"def {op.name}_exp2({op.params}):\n"
+            f'    """The alternative: {", ".join(used)} through exp2, as ex2-based GPU kernels compute '
+            f'{"it" if len(used) == 1 else "them"}: other fp32 bits\n    than exp\'s, inside the band."""\n'
+            f"    _validate({op.args})\n{op.split_lines()}"
+            f"    {op.out} = ({formula}).to({DTYPES[op.out_dtype]})\n"
+            f"    return {f'_finished(amax, {op.out})' if op.amax else op.out}\n")
 
 
 # -- the test lists ------------------------------------------------------------------------------
@@ -974,6 +1129,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run:
         print(f"next: fill in what says {TODO} (if any), add the op's own wrong implementations, then\n"
               f"  PYTHONPATH=$PWD python -m pytest suites/{family}/test_{name}.py -x -q --hypothesis-profile smoke\n"
+              f"  PYTHONPATH=$PWD python -m pytest suites/test_contract_refusals.py suites/test_contract_only.py "
+              f"-q -k {name}\n"
               f"  tools/certify-cells --op {name} -n 1 --device cpu        (docs/adding-an-op.md)")
     return 0
 

@@ -3,6 +3,7 @@ overwritten; a declaration scaffolds an op whose suite runs and whose battery re
 wrong implementations, in a copy of the repository (issue #30.1)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -11,7 +12,9 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from references import elementwise
 from suites.claims import REPO, nested_pytest_environment
 from tools import new_op
 from tools.cli import UsageError
@@ -20,14 +23,31 @@ pytestmark = pytest.mark.cpu
 DECLARATION = REPO / "docs" / "contracts" / "fused_sigmoid_mul.toml"
 
 
-def _declaration(tmp_path, old: str = "", new: str = "") -> pathlib.Path:
-    text = DECLARATION.read_text()
+def _declaration(tmp_path, old: str = "", new: str = "", text: str | None = None) -> pathlib.Path:
+    text = DECLARATION.read_text() if text is None else text
     if old:
         assert old in text, old
         text = text.replace(old, new, 1)
     path = tmp_path / "op.toml"
     path.write_text(text)
     return path
+
+
+def _edited(text: str, *edits: tuple[str, str]) -> str:
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+# vLLM's SiluAndMul: one input x = [T, 2H], gate then up side by side; no amax
+SILU_AND_MUL = _edited(DECLARATION.read_text(), ('formula = "sigmoid(gate) * x"', 'formula = "silu(gate) * up"\n'
+                                                 'halves = {x = ["gate", "up"]}'),
+                       ("amax = true", "amax = false"), ('gate = "bf16"\n', ""))
+# an input of the op's width first, then one in halves (twice as wide), with the amax
+GATED_SWIGLU = _edited(DECLARATION.read_text(), ('formula = "sigmoid(gate) * x"', 'formula = "sigmoid(x) * silu(gate) * up"\n'
+                                                 'halves = {gate_up = ["gate", "up"]}'),
+                       ('gate = "bf16"', 'gate_up = "bf16"'))
 
 
 # (what the declaration gets wrong: the text replaced, its replacement, what the one line must say)
@@ -51,10 +71,31 @@ BAD = [
 ]
 
 
+# the same, for the halves of an input (on SILU_AND_MUL)
+BAD_HALVES = [
+    ("halves of no input", 'halves = {x = ["gate", "up"]}', 'halves = {y = ["gate", "up"]}', "halves.y: 'y' is not an input"),
+    ("one half", 'halves = {x = ["gate", "up"]}', 'halves = {x = ["gate"]}', "halves.x must name its two operands"),
+    ("halves not a table", 'halves = {x = ["gate", "up"]}', 'halves = ["gate", "up"]', "halves must be a table"),
+    ("operand named twice", 'halves = {x = ["gate", "up"]}', 'halves = {x = ["up", "up"]}', "operand 'up' must be a new name"),
+    ("operand named as the output", 'halves = {x = ["gate", "up"]}', 'halves = {x = ["gate", "y"]}',
+     "operand 'y' must be a new name"),
+    ("formula on the split input", 'formula = "silu(gate) * up"', 'formula = "silu(x) * up"',
+     "'x' is in halves: name its operands (gate, up)"),
+    ("formula on no operand", 'formula = "silu(gate) * up"', 'formula = "silu(z) * up"',
+     "'z' is neither an operand (gate, up) nor a function"),
+]
+
+
 @pytest.mark.parametrize("what, old, new, says", BAD, ids=[row[0] for row in BAD])
 def test_a_bad_declaration_is_refused_naming_what_is_wrong(tmp_path, what, old, new, says):
     with pytest.raises(UsageError, match=re.escape(says)):
         new_op.load_declaration(_declaration(tmp_path, old, new))
+
+
+@pytest.mark.parametrize("what, old, new, says", BAD_HALVES, ids=[row[0] for row in BAD_HALVES])
+def test_a_bad_declaration_of_halves_is_refused_naming_what_is_wrong(tmp_path, what, old, new, says):
+    with pytest.raises(UsageError, match=re.escape(says)):
+        new_op.load_declaration(_declaration(tmp_path, old, new, text=SILU_AND_MUL))
 
 
 def test_the_committed_declaration_is_accepted_and_the_template_too(tmp_path):
@@ -101,27 +142,81 @@ def _copy_of_the_repository(tmp_path) -> pathlib.Path:
     return root
 
 
-def test_a_scaffolded_op_runs_its_battery_and_rejects_its_wrong_implementations(tmp_path):
-    """fused_silu_mul (``silu(gate) * x``, no amax) in a copy of the repository: the family exists, so its
-    contract-only implementation takes a module of its own; the lists name its ids; the generated suite
-    certifies the kernel on a cell and the battery rejects every generated wrong implementation."""
+SCAFFOLDED = [  # (op, its declaration's text)
+    ("fused_silu_mul", _edited(DECLARATION.read_text(), ('formula = "sigmoid(gate) * x"', 'formula = "silu(gate) * x"'),
+                               ("amax = true", "amax = false"))),
+    ("silu_and_mul", SILU_AND_MUL),
+]
+
+
+@pytest.mark.parametrize("name, declared", SCAFFOLDED, ids=[row[0] for row in SCAFFOLDED])
+def test_a_scaffolded_op_runs_its_battery_and_rejects_its_wrong_implementations(tmp_path, name, declared):
+    """fused_silu_mul (``silu(gate) * x``, no amax) and silu_and_mul (vLLM's: gate and up the halves of one
+    input) in a copy of the repository: the family exists, so the contract-only implementation takes a module
+    of its own; the lists name its ids; the generated suite certifies the kernel on a cell, the battery
+    rejects every generated wrong implementation, and the tests that read every op (the contract's Refuse line
+    against the refusal table, the contract-only implementation and its exp2 alternative) pass on it as
+    written."""
     root = _copy_of_the_repository(tmp_path)
-    declaration = _declaration(tmp_path, 'formula = "sigmoid(gate) * x"', 'formula = "silu(gate) * x"')
-    declaration.write_text(declaration.read_text().replace("amax = true", "amax = false"))
-    run = _run_tool("activation/fused_silu_mul", str(declaration), cwd=root)
+    declaration = _declaration(tmp_path, text=declared)
+    run = _run_tool(f"activation/{name}", str(declaration), cwd=root)
     assert run.returncode == 0, run.stderr
-    assert (root / "suites" / "contract_only" / "fused_silu_mul.py").is_file()
-    assert "suites/activation/test_fused_silu_mul.py::test_cell" in (root / "test_lists" / "l0_cpu_cells.yml").read_text()
-    again = _run_tool("activation/fused_silu_mul", str(declaration), cwd=root)
+    assert (root / "suites" / "contract_only" / f"{name}.py").is_file()
+    assert f"suites/activation/test_{name}.py::test_cell" in (root / "test_lists" / "l0_cpu_cells.yml").read_text()
+    again = _run_tool(f"activation/{name}", str(declaration), cwd=root)
     assert again.returncode == 2 and "never overwritten" in again.stderr
-    suite = "suites/activation/test_fused_silu_mul.py"
+    suite = f"suites/activation/test_{name}.py"
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-profile", "smoke", "-W", "ignore",
-         f"{suite}::test_cell[decode]", f"{suite}::test_battery_rejects"],
+         f"{suite}::test_cell[decode]", f"{suite}::test_battery_rejects",
+         f"suites/test_contract_refusals.py::test_refusal_rows_are_the_contracts_refuse_line[{name}]",
+         f"suites/test_contract_refusals.py::test_the_reference_refuses_its_rows[{name}]",
+         f"suites/test_contract_only.py::test_an_implementation_written_from_the_contract_passes[{name}-contract]",
+         f"suites/test_contract_only.py::test_an_implementation_written_from_the_contract_passes[{name}-exp2]"],
         capture_output=True, text=True, cwd=root, timeout=600,
         env=nested_pytest_environment(PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1"))
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
-    assert re.search(r"\b6 passed\b", tests.stdout), tests.stdout[-500:]
+    assert re.search(r"\b10 passed\b", tests.stdout), tests.stdout[-500:]
+
+
+def _generated_module(path: pathlib.Path, text: str):
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_input_in_halves_after_one_of_the_ops_width_is_twice_as_wide(tmp_path):
+    """``sigmoid(x) * silu(gate) * up``, gate and up the halves of the second input, with the amax: the reference
+    takes gate_up of [T, 2H] beside x of [T, H], refuses it at [T, H] naming it, computes the formula on
+    the halves, and refuses every row of its own table; the strategy builds gate_up twice as wide."""
+    declared = new_op.load_declaration(_declaration(tmp_path, text=GATED_SWIGLU))
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "test_lists", root / "test_lists")
+    (root / "suites" / "contract_only").mkdir(parents=True)
+    files = {path.relative_to(root).as_posix(): text for path, text in
+             new_op.plan_files("activation", "gated_swiglu", declared, root).items()}
+    for path, text in files.items():
+        if path.endswith(".py"):
+            compile(text, path, "exec")
+    reference = _generated_module(tmp_path / "gated_swiglu.py", files["references/activation/gated_swiglu.py"])
+    x, gate_up = torch.randn(3, 8).to(torch.bfloat16), torch.randn(3, 16).to(torch.bfloat16)
+    y = reference.gated_swiglu(x, gate_up)
+    gate, up = gate_up.float()[:, :8], gate_up.float()[:, 8:]
+    fn = elementwise.WRITTEN_OUT
+    assert torch.equal(y, (fn.sigmoid(x.float()) * fn.silu(gate) * up).to(torch.bfloat16))
+    with pytest.raises(ValueError, match="gate_up"):
+        reference.validate(x, gate_up[:, :8])
+    for row in reference.REFUSALS:
+        with pytest.raises(row.error) as refused:
+            reference.validate(**row.make(torch.device("cpu")))
+        names = (row.argument,) if isinstance(row.argument, str) else row.argument
+        assert any(name in str(refused.value) for name in names), (row.what, str(refused.value))
+    strategy = _generated_module(tmp_path / "gated_swiglu_strategy.py", files["references/activation/gated_swiglu_strategy.py"])
+    built = strategy.build({"T": 3, "H": 8, "x_layout": "contiguous", "gate_up_layout": "contiguous",
+                            "values": "normal", "amax": "none", "seed": 1}, "cpu")
+    assert built["x"].shape == (3, 8) and built["gate_up"].shape == (3, 16)
 
 
 def test_without_a_formula_every_file_compiles_and_marks_the_arithmetic_to_write(tmp_path):
