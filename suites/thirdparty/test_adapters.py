@@ -38,7 +38,8 @@ def _judge(op_name: str, module, cell_id: str, oracles=None, max_examples: int =
 
 
 def test_every_adapter_names_its_package_its_ops_and_its_own_code():
-    for name in ("torch_native", "torch_scaled_mm", "torchao_nvfp4", "fla_rmsnorm", "liger_rmsnorm", "sglang_decode"):
+    for name in ("torch_native", "torch_scaled_mm", "torchao_nvfp4", "fla_rmsnorm", "liger_rmsnorm", "sglang_decode",
+                 "vllm_rejection", "vllm_decode", "vllm_gdn", "flashinfer_decode", "flashinfer_fp4"):
         spec = importlib.util.find_spec(f"suites.thirdparty.{name}")
         source = spec.loader.get_source(spec.name)
         assert all(word in source for word in ("PACKAGE =", "JUDGED =", "ADAPTER_CODE =")), name
