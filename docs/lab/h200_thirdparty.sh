@@ -22,9 +22,13 @@ record() {  # record LABEL STATUS: one line in queue.log, the step's files appen
     tar rf "$out/thirdparty.tar" -C "$out/steps" . 2>/dev/null && rm -rf "$out/steps"/*
 }
 limit() { echo $(( $1 * ${LIMIT_SCALE:-1} )); }
-wheels() {  # wheels NAME: install the carried .whl/NAME (tools/pack-wheels parts) once per machine
-    [[ -d /tmp/site-$1 ]] || python3 tools/install-wheels --from ".whl/$1" --target "/tmp/site-$1" > /dev/null || return 1
-    export PYTHONPATH="/tmp/site-$1${PYTHONPATH:+:$PYTHONPATH}"
+wheels() {  # wheels NAME: install the carried .whl/NAME (tools/pack-wheels parts) once per machine, then use it
+    local exports=/tmp/site-$1.exports
+    if [[ ! -s $exports ]]; then
+        python3 tools/install-wheels --from ".whl/$1" --target "/tmp/site-$1" > "$exports.new" || return 1
+        mv "$exports.new" "$exports"
+    fi
+    eval "$(cat "$exports")"
 }
 judge() {  # judge LABEL SECONDS CERTIFY-ARGS...
     local label=$1 seconds; seconds=$(limit "$2"); shift 2
@@ -34,12 +38,12 @@ judge() {  # judge LABEL SECONDS CERTIFY-ARGS...
     local status=$?
     record "judge $label" "exit $status in $((SECONDS - start)) s of $seconds: $(tail -1 "$out/steps/$label.log")"
 }
-bench() {  # bench OP SECONDS IMPL...
+bench() {  # bench OP SECONDS IMPL...: bench_GROUP_OP.md ($group: the group being run)
     local op=$1 seconds; seconds=$(limit "$2"); shift 2
-    local args=(--op "$op") impl
+    local args=(--op "$op") impl name="bench_${group}_$op"
     for impl in "$@"; do args+=(--impl "$impl"); done
-    timeout "$seconds" tools/bench "${args[@]}" --out "$out/steps/bench_$op.md" > "$out/steps/bench_$op.log" 2>&1
-    record "bench $op" "exit $?"
+    timeout "$seconds" tools/bench "${args[@]}" --out "$out/steps/$name.md" > "$out/steps/$name.log" 2>&1
+    record "$name" "exit $?"
 }
 
 case "$phase" in

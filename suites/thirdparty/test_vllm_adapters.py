@@ -137,3 +137,27 @@ def test_vllms_decode_is_given_no_tensor_sm_scale():
     inputs = paged_decode_strategy.build(_decode_recipe(4, "bfloat16"), CPU)
     with pytest.raises(ValueError, match="sm_scale"):
         decode.paged_decode(**{**inputs, "sm_scale": torch.tensor(0.0884)})
+
+
+# -- the gated delta rule ------------------------------------------------------------------------------------
+SIGNED_ZERO_STATE = {"B": 1, "Dk": 64, "Dv": 128, "H": 1, "free_slots": 3, "group": 4, "layout": "contiguous",
+                     "padding": "none", "qk_l2norm": False, "scale": "inv_sqrt_dk", "seed": 140, "slots": "shuffled",
+                     "state_dtype": "float32", "values": "edges"}
+EIGHT_TOKENS = {"B": 1, "Dk": 64, "Dv": 128, "H": 1, "T": 8, "free_slots": 1, "group": 1, "layout": "contiguous",
+                "padding": "none", "qk_l2norm": False, "scale": "inv_sqrt_dk", "seed": 7283959653469614181,
+                "slots": "last_slot_live", "state_dtype": "bfloat16", "tokens": "mixed", "values": "edges"}
+
+
+def test_vllms_gated_delta_rule_reloads_a_negative_zero_state_as_positive_zero():
+    gdn = _adapter("vllm_gdn")
+    assert _failures("gdn_decode", gdn, "fp32_state", SIGNED_ZERO_STATE, ("parity",)) == {}
+    found = _failures("gdn_decode", gdn, "fp32_state", SIGNED_ZERO_STATE, ("stateful",))
+    # a decode step loads its state as 0 + h (-0.0 becomes +0.0); verify carries -0.0 from one token to the next
+    assert "got 0.0, expected -0.0" in found["stateful"].message
+
+
+def test_vllms_verify_keeps_its_running_state_in_fp32_where_the_contract_rounds_it():
+    gdn = _adapter("vllm_gdn")
+    assert _failures("gdn_verify", gdn, "fp32_state", {**EIGHT_TOKENS, "state_dtype": "float32"}) == {}
+    found = _failures("gdn_verify", gdn, "bf16_state", EIGHT_TOKENS)
+    assert "exceeds the band" in found["parity"].message   # o of later tokens: from an unrounded state
