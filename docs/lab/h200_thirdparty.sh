@@ -3,7 +3,7 @@
 # with its glue timed apart. One phase a device call (each ends inside the tool's 10 minutes); the queue, its
 # carries and minutes: docs/thirdparty/h200-queue.md. Results go into $OUT/thirdparty.tar AS EACH STEP ENDS
 # (a call cut short still brings back every step it finished) with a one-line summary a step in $OUT/queue.log.
-#   judge GROUP...     certify-cells --impl per adapter of the groups: vllm native wheels flashinfer
+#   judge GROUP...     certify-cells --impl per adapter of the groups: vllm native wheels fla-gdn flashinfer
 #   bench GROUP...     tools/bench per op of the groups, our kernels, the stock op and the adapters side by side
 #   flashinfer-setup   install the carried FlashInfer, build its decode kernels (JIT, nvcc), run the probes
 # EXAMPLES draws a cell (default 6, the sm90 policy); LIMIT_SCALE multiplies every step's time limit.
@@ -63,12 +63,14 @@ judge)
             judge fla_rmsnorm 150 --op rms_norm_gated --impl $tp.fla_rmsnorm:rms_norm_gated
             judge liger_rmsnorm 60 --op rms_norm_gated --cell plain_rms_norm --impl $tp.liger_rmsnorm:rms_norm_gated
             judge torchao_nvfp4 60 --op nvfp4_quantize --impl $tp.torchao_nvfp4:nvfp4_quantize
-            judge sglang_decode 200 --op paged_decode --impl $tp.sglang_decode:paged_decode
+            judge sglang_decode 200 --op paged_decode --impl $tp.sglang_decode:paged_decode ;;
+        fla-gdn)  # fla-core: .whl/adapters
+            wheels adapters || { record "wheels adapters" "not installed"; continue; }
             judge fla_gdn 200 --op gdn_decode --op gdn_verify --op gdn_commit --impl suites.ssm.fla_adapter ;;
         flashinfer)  # after flashinfer-setup (its kernels built)
             wheels flashinfer || { record "wheels flashinfer" "not installed"; continue; }
             judge flashinfer_decode 300 --op paged_decode --impl $tp.flashinfer_decode:paged_decode ;;
-        *) record "judge $group" "unknown group (vllm native wheels flashinfer)" ;;
+        *) record "judge $group" "unknown group (vllm native wheels fla-gdn flashinfer)" ;;
         esac
     done ;;
 bench)
@@ -95,7 +97,7 @@ bench)
     done ;;
 flashinfer-setup)
     wheels flashinfer || { record "wheels flashinfer" "not installed: carry every part of .whl/flashinfer"; exit 1; }
-    python3 -c "import flashinfer, tvm_ffi; print('flashinfer', flashinfer.__version__, '| tvm_ffi', tvm_ffi.__version__)"
+    python3 -c "import flashinfer, tvm_ffi; print('flashinfer', flashinfer.__version__, 'tvm_ffi', tvm_ffi.__version__)"
     timeout "$(limit 420)" python3 docs/lab/flashinfer_h200.py warmup > "$out/steps/flashinfer_warmup.log" 2>&1
     record "flashinfer warmup" "exit $? ($(tail -1 "$out/steps/flashinfer_warmup.log"))"
     timeout "$(limit 90)" python3 docs/lab/flashinfer_h200.py probe > "$out/steps/flashinfer_probe.log" 2>&1

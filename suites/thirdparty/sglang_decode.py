@@ -15,6 +15,8 @@ adapter does, none of it SGLang's:
 - 8 KV splits per row (SGLang's backend picks a count per batch; any count is the same function);
 - ``lse``: ``logsumexp`` over the splits' log-sum-exps (empty splits hold ``-inf``);
 - rows with an empty attended set: ``o = 0`` (SGLang's combine divides 0 by 0 there).
+- ``sm_scale`` a tensor: refused with a ValueError naming it (SGLang takes a host float: a tensor was a
+  Triton error that hid the numbers of the rest of the cell; ``paged_pages.require_host_sm_scale``).
 ``kv_scale`` goes where SGLang takes it: ``sm_scale * k_scale`` for the scores, ``v_scale`` on ``o``.
 The glue is timed apart from SGLang's call (``suites/thirdparty/staging.py``).
 """
@@ -27,11 +29,12 @@ import types
 import torch
 
 from suites.thirdparty import staging
+from suites.thirdparty.paged_pages import require_host_sm_scale
 
 PACKAGE = "sglang"
 JUDGED = {"paged_decode": "paged_decode"}
 ADAPTER_CODE = {"paged_decode": "token indices of the attended set, lse from the splits' lse, o = 0 on "
-                                "empty rows, SGLang's serving stack left unloaded"}
+                                "empty rows, SGLang's serving stack left unloaded, a tensor sm_scale refused"}
 KV_SPLITS = 8
 
 
@@ -77,6 +80,7 @@ def _token_indices(page_table, seq_lens, page_size, page_select):
 
 
 def _prepare(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    require_host_sm_scale(sm_scale, "SGLang's decode_attention_fwd")
     batch, query_heads, head_dim = q.shape
     pages, page_size, kv_heads, _ = k_cache.shape
     indptr, indices, counts = _token_indices(page_table, seq_lens, page_size, page_select)

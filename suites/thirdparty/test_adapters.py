@@ -59,3 +59,13 @@ def test_torchao_nvfp4_clamps_subnormal_block_scales_and_asserts_on_strided_rows
                     max_examples=4)
     assert "elements differ" in result.failures["parity"].message
     assert "contiguous" in result.failures["determinism"].message   # torchao's AssertionError on a strided x
+
+
+@pytest.mark.parametrize("name", ["flashinfer_decode", "flashinfer_fp4"])
+def test_a_flashinfer_adapter_without_flashinfer_is_an_import_error_naming_it(name):
+    """FlashInfer runs on NVIDIA GPUs only (its H200 steps: docs/thirdparty/h200-queue.md); where it is not
+    installed its adapters must fail to import, so that every test and tool skips them with that reason."""
+    if importlib.util.find_spec("flashinfer") is not None:
+        pytest.skip("flashinfer is installed here: its adapters import")
+    with pytest.raises(ImportError, match="flashinfer"):
+        importlib.import_module(f"suites.thirdparty.{name}")

@@ -32,8 +32,8 @@ from suites.thirdparty.vendored import load_function
 
 PACKAGE = "vllm"
 JUDGED = {"strict_accept": "strict_accept"}
-ADAPTER_CODE = {"strict_accept": "num_drafts clamped to 0..K; drafts narrowed to int32 and scattered to vLLM's flat layout; "
-                                 "the bonus token gathered; int32 output widened; num_accepted counted from it"}
+ADAPTER_CODE = {"strict_accept": "num_drafts clamped to 0..K; drafts narrowed to int32 and scattered to vLLM's flat "
+                                 "layout; the bonus token gathered; int32 output widened; num_accepted counted from it"}
 PLACEHOLDER_TOKEN_ID = -1   # vLLM's, rejection_sampler.py
 
 
