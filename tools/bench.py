@@ -8,6 +8,10 @@ Times are medians of CUDA-graph replays (``triton.testing.do_bench_cudagraph``):
 decode steps as graphs, and graph replay keeps the host's launch overhead out of microsecond kernels.
 A call that cannot be captured is timed eagerly (``do_bench``, L2 flushed) and marked so.
 ``--variants`` also times the launch-plan variants a kernel module offers (``bench_variants``).
+A third-party implementation's time is its own call: an ``--impl`` adapter that is split in stages
+(``fn.stages(**inputs) -> (call, glue)``, ``suites/thirdparty/staging.py``) is timed as its call alone on
+buffers prepared beforehand, and its glue (casts, padding, index and scale layouts) apart, in the
+``adapter glue (us)`` column; the ratios and bandwidths are the call's.
 Never a pass/fail on time: targets are printed beside the numbers, for a person to read.
 """
 from __future__ import annotations
@@ -35,6 +39,7 @@ class Row:
     copy_gbps: float
     stock_time_us: float
     target: str
+    glue_us: float | None = None   # an adapter's own code around the third party's call, timed apart
 
     @property
     def gbps(self) -> float:
@@ -77,65 +82,89 @@ def copy_bandwidth_gbps(device) -> float:
     return 2 * 4 * COPY_ELEMENTS / seconds / 1e9
 
 
+def time_implementation(fn, kwargs: dict, timer=None) -> tuple[float, str, float | None]:
+    """(time us, how it was taken, glue us or None) of ``fn`` on ``kwargs``: an adapter split in stages
+    (``fn.stages``) is timed as the third party's call alone and, apart, its own glue; any other ``fn``
+    as one call.  ``timer(callable) -> (us, how)``, ``median_us`` unless given."""
+    timer = timer or median_us
+    stages = getattr(fn, "stages", None)
+    if stages is None:
+        return (*timer(lambda: fn(**kwargs)), None)
+    call, glue = stages(**kwargs)
+    call_us, timing = timer(call)
+    return call_us, timing, timer(glue)[0]
+
+
 def bench_entry(entry, device, copy_gbps: float, variants: bool, case_done=lambda rows: None,
-                others: dict | None = None) -> list[Row]:
+                others: dict | None = None, timer=None) -> list[Row]:
     """Rows of ``entry``'s bench cases; ``case_done(rows so far)`` after each case.  ``others``
-    (label -> function) are further implementations of the contract timed beside ours (``--impl``)."""
+    (label -> function) are further implementations of the contract timed beside ours (``--impl``);
+    ``timer(callable) -> (us, how)`` times each call (``median_us``, CUDA graphs, unless given)."""
     import importlib
 
+    timer = timer or median_us
     rows = []
     module = importlib.import_module(entry.kernel.__module__)
     for case in entry.bench:
         kwargs = case.make(device)
         moved = case.bytes_moved(**kwargs)
-        stock_us, stock_timing = median_us(lambda: entry.stock(**kwargs))
+        stock_us, stock_timing = timer(lambda: entry.stock(**kwargs))
         timed = {"kernel": entry.kernel, "stock": entry.stock, **case.competitors, **(others or {})}
         if variants and hasattr(module, "bench_variants"):
             timed.update({f"variant {name}": fn for name, fn in module.bench_variants(**kwargs).items()})
         for impl, fn in timed.items():
             try:
-                time_us, timing = (stock_us, stock_timing) if impl == "stock" else median_us(lambda: fn(**kwargs))
+                time_us, timing, glue_us = (stock_us, stock_timing, None) if impl == "stock" else \
+                    time_implementation(fn, kwargs, timer)
             except Exception as error:  # noqa: BLE001 - another implementation may not serve this case at all
                 if impl not in (others or {}):
                     raise
                 print(f"  {impl}: not timed on {case.label}: {type(error).__name__}: {error}", file=sys.stderr)
                 continue
             rows.append(Row(f"{entry.name} [{entry.backend}]", case.label, impl, time_us, timing, moved, copy_gbps,
-                            stock_us, case.target))
+                            stock_us, case.target, glue_us))
         del kwargs
         case_done(rows)
     return rows
 
 
 def table(rows: list[Row]) -> str:
-    lines = ["| op | case | impl | time (us) | timed as | vs stock | GB/s | % of copy | target |",
-             "|---|---|---|---:|---|---:|---:|---:|---|"]
+    lines = ["| op | case | impl | time (us) | adapter glue (us) | timed as | vs stock | GB/s | % of copy | target |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|---|"]
     for row in rows:
-        lines.append(f"| {row.op} | {row.case} | {row.impl} | {row.time_us:.2f} | {row.timing} | "
+        glue = "" if row.glue_us is None else f"{row.glue_us:.2f}"
+        lines.append(f"| {row.op} | {row.case} | {row.impl} | {row.time_us:.2f} | {glue} | {row.timing} | "
                      f"{row.speedup_vs_stock:.2f}x | "
                      f"{row.gbps:.0f} | {100 * row.copy_share:.1f}% | {row.target if row.impl == 'kernel' else ''} |")
     return "\n".join(lines)
 
 
-# The columns of ``table``, read back by ``read_table`` (tools/engine/report.py plots the committed tables).
-_TABLE_FIELDS = {"op": str, "case": str, "impl": str, "time (us)": float, "timed as": str, "vs stock": float,
-                 "GB/s": float, "% of copy": float, "target": str}
+# The columns of ``table``, read back by ``read_table`` (tools/engine/report.py plots the committed tables);
+# tables written before the glue was timed apart lack ``adapter glue (us)`` (their time is the whole adapter's).
+_TABLE_FIELDS = {"op": str, "case": str, "impl": str, "time (us)": float, "adapter glue (us)": float,
+                 "timed as": str, "vs stock": float, "GB/s": float, "% of copy": float, "target": str}
+_UNSPLIT_FIELDS = {name: kind for name, kind in _TABLE_FIELDS.items() if name != "adapter glue (us)"}
 
 
 def read_table(text: str) -> tuple[float, list[dict]]:
     """What ``--out`` wrote: the copy bandwidth (GB/s) and the rows as dicts keyed by the table's headers
-    (``vs stock`` as a ratio, ``% of copy`` as a percentage).  ValueError when ``text`` is not such a table."""
+    (``vs stock`` as a ratio, ``% of copy`` as a percentage, ``adapter glue (us)`` None where nothing was
+    timed apart).  ValueError when ``text`` is not such a table."""
     match = re.search(r"copy bandwidth (\d+(?:\.\d+)?) GB/s", text.partition("\n")[0])
     lines = [line.strip().strip("|").split(" | ") for line in text.splitlines() if line.startswith("| ")]
-    if match is None or not lines or [h.strip() for h in lines[0]] != list(_TABLE_FIELDS):
+    header = [h.strip() for h in lines[0]] if lines else []
+    fields = next((f for f in (_TABLE_FIELDS, _UNSPLIT_FIELDS) if header == list(f)), None)
+    if match is None or fields is None:
         raise ValueError("not a tools/bench table: no copy bandwidth in its first line, or other columns")
     rows = []
     for cells in lines[1:]:
         cells = [cell.strip() for cell in cells]
-        if len(cells) != len(_TABLE_FIELDS):
-            raise ValueError(f"a row of {len(cells)} columns, not {len(_TABLE_FIELDS)}: {' | '.join(cells)}")
-        rows.append({name: kind(cell.rstrip("x%")) if kind is float else cell
-                     for (name, kind), cell in zip(_TABLE_FIELDS.items(), cells)})
+        if len(cells) != len(fields):
+            raise ValueError(f"a row of {len(cells)} columns, not {len(fields)}: {' | '.join(cells)}")
+        rows.append({name: None if name == "adapter glue (us)" and not cell else
+                     kind(cell.rstrip("x%")) if kind is float else cell
+                     for (name, kind), cell in zip(fields.items(), cells)})
+        rows[-1].setdefault("adapter glue (us)", None)
     return float(match.group(1)), rows
 
 

@@ -26,7 +26,7 @@ What the adapter adds, none of it fla's (the glue a serving engine writes around
   tokens ``0..t`` with ``output_final_state`` — the state fla holds after token t, rounded once to the
   pool's dtype; zero past a row's count.  That is fla's multi-token semantics: its running state stays
   fp32 between tokens, where the contract rounds it to the pool's dtype after every token;
-- ``gdn_commit``: a torch copy (fla has none).
+- ``gdn_commit``: a torch copy (fla has none; ``suites/thirdparty/gdn_slots.py``, shared with vLLM's adapter).
 """
 from __future__ import annotations
 
@@ -39,22 +39,13 @@ from references.ssm import gdn_commit as commit_contract
 from references.ssm import gdn_decode as decode_contract
 from references.ssm import gdn_verify as verify_contract
 from references.ssm.gdn_decode import live_rows
+from suites.thirdparty.gdn_slots import gdn_commit as commit_rows
+from suites.thirdparty.gdn_slots import write_rows
 
 
 def _initial_states(state, slots) -> tuple[torch.Tensor, torch.Tensor]:
     live = live_rows(slots, state.shape[0])
     return live, state[torch.where(live, slots, 0).long()].float()
-
-
-def _write_rows(state, slots, rows: torch.Tensor, new: torch.Tensor) -> None:
-    """``state[slots[b]] = new[b]`` where ``rows[b]``, without a host sync: each slot finds the row that
-    writes it (rows that write nothing aim at a spare index past the pool), then one where() over the pool."""
-    pool = state.shape[0]
-    writer = torch.full((pool + 1,), -1, dtype=torch.long, device=state.device)
-    writer[torch.where(rows, slots, pool).long()] = torch.arange(slots.shape[0], device=state.device)
-    writer = writer[:pool]
-    written = (writer >= 0)[:, None, None, None]
-    state.copy_(torch.where(written, new.to(state.dtype)[writer.clamp(min=0)], state))
 
 
 def _fla(q, k, v, g, beta, scale, initial_state, qk_l2norm, final_state):
@@ -68,7 +59,7 @@ def unchecked_gdn_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm=False)
         return torch.zeros(v.shape, dtype=torch.bfloat16, device=v.device)
     live, initial = _initial_states(state, slots)
     o, final = _fla(q[:, None], k[:, None], v[:, None], g[:, None], beta[:, None], scale, initial, qk_l2norm, True)
-    _write_rows(state, slots, live, final)
+    write_rows(state, slots, live, final)
     return torch.where(live[:, None, None], o[:, 0], 0)
 
 
@@ -98,9 +89,4 @@ def gdn_verify(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=Fals
 
 def gdn_commit(state, slots, checkpoints, num_accepted):
     commit_contract.validate(state, slots, checkpoints, num_accepted)
-    batch, tokens = checkpoints.shape[:2]
-    if batch == 0:
-        return
-    rows = live_rows(slots, state.shape[0]) & (num_accepted >= 1)
-    last = (num_accepted.clamp(1, tokens) - 1).long()
-    _write_rows(state, slots, rows, checkpoints[torch.arange(batch, device=state.device), last])
+    commit_rows(state, slots, checkpoints, num_accepted)

@@ -15,7 +15,10 @@ adapter does, none of it SGLang's:
 - 8 KV splits per row (SGLang's backend picks a count per batch; any count is the same function);
 - ``lse``: ``logsumexp`` over the splits' log-sum-exps (empty splits hold ``-inf``);
 - rows with an empty attended set: ``o = 0`` (SGLang's combine divides 0 by 0 there).
+- ``sm_scale`` a tensor: refused with a ValueError naming it (SGLang takes a host float: a tensor was a
+  Triton error that hid the numbers of the rest of the cell; ``paged_pages.require_host_sm_scale``).
 ``kv_scale`` goes where SGLang takes it: ``sm_scale * k_scale`` for the scores, ``v_scale`` on ``o``.
+The glue is timed apart from SGLang's call (``suites/thirdparty/staging.py``).
 """
 from __future__ import annotations
 
@@ -25,10 +28,13 @@ import types
 
 import torch
 
+from suites.thirdparty import staging
+from suites.thirdparty.paged_pages import require_host_sm_scale
+
 PACKAGE = "sglang"
 JUDGED = {"paged_decode": "paged_decode"}
 ADAPTER_CODE = {"paged_decode": "token indices of the attended set, lse from the splits' lse, o = 0 on "
-                                "empty rows, SGLang's serving stack left unloaded"}
+                                "empty rows, SGLang's serving stack left unloaded, a tensor sm_scale refused"}
 KV_SPLITS = 8
 
 
@@ -73,17 +79,38 @@ def _token_indices(page_table, seq_lens, page_size, page_select):
     return indptr, indices[:dump], counts
 
 
-def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+def _prepare(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    require_host_sm_scale(sm_scale, "SGLang's decode_attention_fwd")
     batch, query_heads, head_dim = q.shape
     pages, page_size, kv_heads, _ = k_cache.shape
     indptr, indices, counts = _token_indices(page_table, seq_lens, page_size, page_select)
-    o = torch.empty(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device)
-    logits = torch.empty(batch, query_heads, KV_SPLITS, head_dim, dtype=torch.float32, device=q.device)
-    split_lse = torch.full((batch, query_heads, KV_SPLITS), -torch.inf, dtype=torch.float32, device=q.device)
-    splits = torch.full((batch,), KV_SPLITS, dtype=torch.int32, device=q.device)
-    if batch:
-        decode_attention_fwd(q, k_cache.reshape(pages * page_size, kv_heads, head_dim),
-                             v_cache.reshape(pages * page_size, kv_heads, head_dim), o, indptr, indices, logits,
-                             split_lse, splits, KV_SPLITS, sm_scale, kv_scale, kv_scale)
-    empty = (counts == 0)[:, None, None]
-    return torch.where(empty, torch.zeros((), dtype=o.dtype, device=o.device), o), torch.logsumexp(split_lse, dim=-1)
+    return {"q": q, "k": k_cache.reshape(pages * page_size, kv_heads, head_dim),
+            "v": v_cache.reshape(pages * page_size, kv_heads, head_dim),
+            "o": torch.empty(batch, query_heads, head_dim, dtype=torch.bfloat16, device=q.device),
+            "indptr": indptr, "indices": indices,
+            "logits": torch.empty(batch, query_heads, KV_SPLITS, head_dim, dtype=torch.float32, device=q.device),
+            "split_lse": torch.full((batch, query_heads, KV_SPLITS), -torch.inf, dtype=torch.float32, device=q.device),
+            "splits": torch.full((batch,), KV_SPLITS, dtype=torch.int32, device=q.device),
+            "sm_scale": sm_scale, "kv_scale": kv_scale, "counts": counts}
+
+
+def _call(prepared) -> None:
+    if prepared["q"].shape[0]:
+        decode_attention_fwd(prepared["q"], prepared["k"], prepared["v"], prepared["o"], prepared["indptr"],
+                             prepared["indices"], prepared["logits"], prepared["split_lse"], prepared["splits"],
+                             KV_SPLITS, prepared["sm_scale"], prepared["kv_scale"], prepared["kv_scale"])
+
+
+def _finish(prepared, _):
+    o = prepared["o"]
+    empty = (prepared["counts"] == 0)[:, None, None]
+    return (torch.where(empty, torch.zeros((), dtype=o.dtype, device=o.device), o),
+            torch.logsumexp(prepared["split_lse"], dim=-1))
+
+
+def paged_decode(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    prepared = _prepare(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return _finish(prepared, _call(prepared))
+
+
+paged_decode.stages = staging.stages(_prepare, _call, _finish)

@@ -38,7 +38,8 @@ def _judge(op_name: str, module, cell_id: str, oracles=None, max_examples: int =
 
 
 def test_every_adapter_names_its_package_its_ops_and_its_own_code():
-    for name in ("torch_native", "torch_scaled_mm", "torchao_nvfp4", "fla_rmsnorm", "liger_rmsnorm", "sglang_decode"):
+    for name in ("torch_native", "torch_scaled_mm", "torchao_nvfp4", "fla_rmsnorm", "liger_rmsnorm", "sglang_decode",
+                 "vllm_rejection", "vllm_decode", "vllm_gdn", "flashinfer_decode", "flashinfer_fp4"):
         spec = importlib.util.find_spec(f"suites.thirdparty.{name}")
         source = spec.loader.get_source(spec.name)
         assert all(word in source for word in ("PACKAGE =", "JUDGED =", "ADAPTER_CODE =")), name
@@ -58,3 +59,13 @@ def test_torchao_nvfp4_clamps_subnormal_block_scales_and_asserts_on_strided_rows
                     max_examples=4)
     assert "elements differ" in result.failures["parity"].message
     assert "contiguous" in result.failures["determinism"].message   # torchao's AssertionError on a strided x
+
+
+@pytest.mark.parametrize("name", ["flashinfer_decode", "flashinfer_fp4"])
+def test_a_flashinfer_adapter_without_flashinfer_is_an_import_error_naming_it(name):
+    """FlashInfer runs on NVIDIA GPUs only (its H200 steps: docs/thirdparty/h200-queue.md); where it is not
+    installed its adapters must fail to import, so that every test and tool skips them with that reason."""
+    if importlib.util.find_spec("flashinfer") is not None:
+        pytest.skip("flashinfer is installed here: its adapters import")
+    with pytest.raises(ImportError, match="flashinfer"):
+        importlib.import_module(f"suites.thirdparty.{name}")

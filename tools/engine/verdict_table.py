@@ -26,7 +26,7 @@ class Row:
     kernel_error_ulp: float | None
     stock_error_ulp: float | None
     cells: int
-    bench: str = ""         # "time us (share of copy)" of the op's first bench case
+    bench: str = ""         # "time us (share of copy)" of the op's first bench case, an adapter's glue apart
 
 
 def _aggregate(results: list[dict], oracle: str) -> str:
@@ -61,15 +61,19 @@ def rows_of(report_paths) -> list[Row]:
 
 def attach_bench(rows: list[Row], tables: list[tuple[float, list[dict]]]) -> None:
     """Fill each row's ``bench`` from the bench tables (``tools.bench.read_table``'s rows): the op's first
-    case, ours labelled ``kernel``."""
+    case, ours labelled ``kernel``; a third party's own call, with its adapter's glue named apart where the
+    table timed it apart."""
     for row in rows:
         op = row.op
         label = "kernel" if row.implementation.startswith(OURS) else row.implementation
         for _, table in tables:
-            found = [r for r in table if r["op"].split(" [")[0] == op and r["impl"] == label]
+            # a run that judged MODULE (an op and its siblings) names the module; its bench rows name MODULE:ATTR
+            found = [r for r in table if r["op"].split(" [")[0] == op and label in (r["impl"], r["impl"].split(":")[0])]
             if found:
                 first = found[0]
                 row.bench = f"{first['time (us)']:.1f} us ({first['% of copy']:.0f}% of copy; {first['case']})"
+                if first.get("adapter glue (us)") is not None:
+                    row.bench += f"; adapter glue {first['adapter glue (us)']:.1f} us"
                 break
 
 
