@@ -5,7 +5,9 @@ from here; the host loads them through ``hostile_impls``."""
 from __future__ import annotations
 
 import os
+import pathlib
 import re
+import shutil
 import sys
 
 import torch
@@ -120,6 +122,22 @@ def plant_bytecode(project: str, prefix: str) -> list[str]:
             except OSError:
                 continue
     return written
+
+
+TREE_PARTS = ("ops", "references", "oracles", "tools", "suites", "test_lists", "pyproject.toml")
+
+
+def copy_of_the_tree(folder: pathlib.Path) -> pathlib.Path:
+    """The tree's code (no bytecode) in ``folder / "tree"``: where a test may let a plant land."""
+    copy = folder / "tree"
+    copy.mkdir()
+    for name in TREE_PARTS:
+        source = pathlib.Path(PROJECT, name)
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, copy / name)
+    return copy
 
 
 def plants_bytecode(logits):
