@@ -144,7 +144,8 @@ def after(check: Check, result, bound: dict) -> None:
         return
     worker = _worker(device)
     check.event = torch.cuda.Event()
-    check.event.record()
+    # on the stream the clones were queued on: the inputs' device's, which need not be the current device
+    check.event.record(torch.cuda.current_stream(device))
     for value in (*check.inputs.values(), *check.actual):
         if isinstance(value, torch.Tensor):
             value.record_stream(worker.stream)  # the clones are freed by the worker, after its stream used them

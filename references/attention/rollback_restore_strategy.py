@@ -2,9 +2,9 @@
 rejection mask (``references/attention/rollback_steps.py`` builds the step and says what it plants)."""
 from __future__ import annotations
 
-from references.attention.rollback_steps import build_step, corners, recipes
+from references.attention.rollback_steps import build_step, corners, cpu_cap, production_size, recipes
 
-__all__ = ["build", "corners", "recipes"]
+__all__ = ["build", "corners", "cpu_cap", "production_size", "recipes"]
 
 
 def build(recipe: dict, device) -> dict:

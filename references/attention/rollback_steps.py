@@ -25,13 +25,15 @@ device:
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from hypothesis import strategies as st
 
 from references.attention.paged_slots import bits, live_slots
 from references.bounds import Span
 from references.strategies.layouts import LAYOUTS, ND_LAYOUTS, nd_view, row_view
-from references.strategies.shapes import seeds, sizes
+from references.strategies.shapes import budget_cap, largest, production_corners, seeds, sizes
 from references.strategies.values import random_bits
 
 MASKS = ("mixed", "suffix", "all_rejected", "all_kept")
@@ -42,11 +44,24 @@ MAX_HEADS = 16
 # where the interpreter costs about 3 ms per program, small batches and tables too.
 PLANE_BYTES = {"cpu": 2**17, "cuda": 2**26}
 CPU_CAPS = {"B": 8, "M": 24}
+# CONTRACTS.md, "Production shapes are corners": pages of a KV cache's sizes, a speculative step's depths
+# as its positions per row, a head's dim as a plane's last trailing dim (a KV plane [P, S, Hkv, D])
+PRODUCTION_DIMS = {"S": ("page_size",), "T": ("speculative_depth",), "E": ("head_dim",)}
+PRODUCTION_HEADS = 8   # the KV heads in front of a head dim, where the cell's E has two dims
 
 
 def pages_for(batch: int, pages_per_row: int, steps: int) -> int:
     """Physical pages of a step's plane: one per logical page its live entries can touch, and spares."""
     return batch * min(pages_per_row, steps) + SPARE_PAGES
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it): the plane's bytes (B and M,
+    capped on their own, show in the exercised region)."""
+    bounds = cell.bounds
+    most = pages_for(largest(bounds["B"]), largest(bounds["M"]), largest(bounds["T"])) * largest(bounds["S"]) * \
+        largest(bounds["E"]) * max(dtype.itemsize for dtype in bounds["dtype"].choices)
+    return budget_cap("plane bytes", most, PLANE_BYTES["cpu"])
 
 
 def _cap(device: torch.device, name: str) -> int | None:
@@ -89,7 +104,11 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 
 
 def corners(cell, device) -> list[dict]:
-    """Fixed steps: the bounds of B and T, no table (M = 0), one-slot pages, the widest slots, each mask."""
+    """Fixed steps: the bounds of B and T, no table (M = 0), one-slot pages, the widest slots, each mask;
+    then the production sizes the cell holds (``production_corners``, a page size, a depth and a head dim
+    together on each: a step costs seconds on the CPU): page sizes as S, speculative depths as T, head dims
+    as the last trailing dim (behind 8 heads where E has two dims), on the first fixed step with entries
+    and a table whose plane the device's budget takes with them."""
     device = torch.device(device)
     budget = PLANE_BYTES[device.type]
     spans = {name: cell.bounds[name] for name in ("B", "T", "M", "S", "E")}
@@ -120,7 +139,24 @@ def corners(cell, device) -> list[dict]:
                         "plane_layout": ND_LAYOUTS[i % len(ND_LAYOUTS)],
                         "saved_layout": ND_LAYOUTS[(i + 1) % len(ND_LAYOUTS)],
                         "table_layout": LAYOUTS[i % len(LAYOUTS)], "mask": mask, "seed": cell.seed("corner", i)})
-    return recipes
+
+    def fit(recipe: dict) -> dict | None:
+        if not isinstance(recipe["E"], list):   # a head dim: the last of the cell's trailing dims
+            head_dim, trailing_dims = recipe["E"], max(cell.bounds["E_dims"].choices)
+            heads = min(PRODUCTION_HEADS, spans["E"].hi // head_dim)
+            recipe = {**recipe, "E": [head_dim] if trailing_dims == 1 else [heads, head_dim]}
+        elements = math.prod(recipe["E"])
+        plane = pages_for(recipe["B"], recipe["M"], recipe["T"]) * recipe["S"] * elements
+        fits = elements in spans["E"] and plane * getattr(torch, recipe["dtype"]).itemsize <= budget
+        return recipe if fits else None
+
+    live = [recipe for recipe in recipes if recipe["T"] and recipe["M"]]   # steps with entries and a table
+    return recipes + production_corners(live, cell, PRODUCTION_DIMS, fit, size_of=production_size, together=True)
+
+
+def production_size(recipe: dict, name: str) -> int:
+    """The size a recipe gives a dimension of :data:`PRODUCTION_DIMS` (E: its last trailing dim)."""
+    return recipe["E"][-1] if name == "E" else recipe[name]
 
 
 # -- building a step --------------------------------------------------------------------------------

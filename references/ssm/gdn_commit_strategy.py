@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from references.ssm.gdn_inputs import PADDING, SLOTS, Builder, batch_cap, dtype_name
-from references.strategies.shapes import seeds, sizes
+from references.ssm.gdn_inputs import (PADDING, PRODUCTION_DEPTHS, PRODUCTION_DIMS, SLOTS, Builder, batch_cap, dtype_name,
+                                      with_rows)
+from references.strategies.shapes import product_cap, production_corners, seeds, sizes
 
 ACCEPTED = ("mixed", "none", "all")
 LAYOUTS = ("contiguous", "strided_pool", "sliced_checkpoints")
@@ -20,6 +21,11 @@ VALUES = ("typical", "bit_patterns")
 # A commit is one program per row under the interpreter, sweeping the row's slot in one block; the
 # budget bounds the tensors the battery copies and compares there.
 CPU_COMMIT_ROWS_X_HEADS = 32
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    return product_cap(cell, ("B", "HV"), CPU_COMMIT_ROWS_X_HEADS)
 
 
 def _cap(device, heads_v, dk, dv, tokens) -> int:
@@ -49,6 +55,9 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 
 
 def corners(cell, device) -> list[dict]:
+    """Bounds and serving shapes, each with other kinds, where the device's budget takes them; then the
+    production sizes the cell holds that they miss (``production_corners``: speculative depths as T, head
+    dims), on the first of them that the budget takes with it."""
     device = torch.device(device)
     dtype = dtype_name(cell.bounds["state_dtype"].choices[0])
     base = {"state_dtype": dtype, "free_slots": 1, "padding": "none", "slots": "shuffled", "accepted": "mixed",
@@ -63,8 +72,14 @@ def corners(cell, device) -> list[dict]:
         {**base, "B": 256, "T": 2, "HV": 1, "padding": "some"},
         {**base, "B": 64, "T": 4, "HV": 32, "Dk": 128, "Dv": 128, "accepted": "all"},
     ]
-    return [{**recipe, "seed": cell.seed("corner", i)} for i, recipe in enumerate(found)
-            if recipe["B"] <= _cap(device, recipe["HV"], recipe["Dk"], recipe["Dv"], recipe["T"])]
+
+    def fit(recipe: dict) -> dict | None:
+        return recipe if recipe["B"] <= _cap(device, recipe["HV"], recipe["Dk"], recipe["Dv"], recipe["T"]) else None
+
+    found = [fitted for fitted in (fit({**recipe, "seed": cell.seed("corner", i)}) for i, recipe in enumerate(found))
+             if fitted is not None]
+    head_dims = {name: PRODUCTION_DIMS[name] for name in ("Dk", "Dv")}   # a commit has no q/k heads: no group
+    return found + production_corners(with_rows(found), cell, {**PRODUCTION_DEPTHS, **head_dims}, fit)
 
 
 def build(recipe: dict, device) -> dict:

@@ -9,7 +9,14 @@ import torch
 from hypothesis import strategies as st
 
 from references.ssm.gdn_verify import REPLAY_TOKENS
-from references.ssm.gdn_inputs import COLUMN_STRIDED, Builder, draw_kinds, draw_shape, fits
+from references.ssm.gdn_inputs import (COLUMN_STRIDED, PRODUCTION_DIMS, Builder, draw_kinds, draw_shape, fits,
+                                      program_tokens_cap, with_rows)
+from references.strategies.shapes import production_corners
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    return program_tokens_cap(cell, REPLAY_TOKENS)
 
 
 def recipes(cell, device) -> st.SearchStrategy[dict]:
@@ -50,9 +57,13 @@ def corner_recipes(cell) -> list[dict]:
 
 
 def corners(cell, device) -> list[dict]:
+    """The corner recipes the device's budget takes, then the production sizes the cell holds that they
+    miss (``production_corners``), on the first of them that the budget takes with it."""
     device = torch.device(device)
-    return [{**recipe, "seed": cell.seed("corner", i)} for i, recipe in enumerate(corner_recipes(cell))
-            if fits(recipe, device, REPLAY_TOKENS)]
+    found = [{**recipe, "seed": cell.seed("corner", i)} for i, recipe in enumerate(corner_recipes(cell))
+             if fits(recipe, device, REPLAY_TOKENS)]
+    return found + production_corners(with_rows(found), cell, PRODUCTION_DIMS,
+                                      lambda recipe: recipe if fits(recipe, device, REPLAY_TOKENS) else None)
 
 
 def build(recipe: dict, device) -> dict:

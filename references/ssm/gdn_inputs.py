@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from references.strategies.shapes import seeds, sizes
+from references.strategies.shapes import product_cap, seeds, sizes
 
 VALUES = ("typical", "edges", "large")
 PADDING = ("none", "some", "ends", "all")
@@ -41,6 +41,18 @@ SCALES = ("inv_sqrt_dk", "one")
 CPU_PROGRAM_TOKENS = 8
 GPU_STATE_ELEMENTS = 2**27
 GARBAGE = 1e30
+# CONTRACTS.md, "Production shapes are corners": head dims as Dk and Dv, GQA groups as v heads per q/k head,
+# and (gdn_verify, gdn_commit) speculative depths as drafted tokens T
+PRODUCTION_DIMS = {"Dk": ("head_dim",), "Dv": ("head_dim",), "group": ("gqa_group",)}
+PRODUCTION_DEPTHS = {"T": ("speculative_depth",)}
+
+
+def program_tokens_cap(cell, tokens: str | int) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it): rows x v heads x ``tokens``
+    (a dimension's name, or a number of tokens every call steps) within :data:`CPU_PROGRAM_TOKENS`."""
+    if isinstance(tokens, str):
+        return product_cap(cell, ("B", "H", "group", tokens), CPU_PROGRAM_TOKENS)
+    return product_cap(cell, ("B", "H", "group"), CPU_PROGRAM_TOKENS // tokens)
 
 
 def head_cap(device, group: int, tokens: int) -> int | None:
@@ -51,6 +63,11 @@ def batch_cap(device, heads_v: int, dk: int, dv: int, tokens: int) -> int:
     if device.type == "cpu":
         return CPU_PROGRAM_TOKENS // (heads_v * tokens)
     return GPU_STATE_ELEMENTS // (heads_v * dk * dv * tokens)
+
+
+def with_rows(corners: list[dict]) -> list[dict]:
+    """The corners a production size may be set on: those of rows (an empty batch would judge nothing of it)."""
+    return [recipe for recipe in corners if recipe["B"] > 0]
 
 
 def dtype_name(dtype: torch.dtype) -> str:

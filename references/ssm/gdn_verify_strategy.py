@@ -9,10 +9,16 @@ import torch
 from hypothesis import strategies as st
 
 from references.ssm.gdn_decode_strategy import corner_recipes
-from references.ssm.gdn_inputs import Builder, draw_kinds, draw_shape, fits
-from references.strategies.shapes import sizes
+from references.ssm.gdn_inputs import (PRODUCTION_DEPTHS, PRODUCTION_DIMS, Builder, draw_kinds, draw_shape, fits,
+                                      program_tokens_cap, with_rows)
+from references.strategies.shapes import production_corners, sizes
 
 TOKEN_COUNTS = ("full", "mixed", "ones")
+
+
+def cpu_cap(cell) -> str | None:
+    """What the CPU budget leaves of ``cell`` judged, in words (None: all of it)."""
+    return program_tokens_cap(cell, "T")
 
 
 def recipes(cell, device) -> st.SearchStrategy[dict]:
@@ -28,7 +34,9 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 
 
 def corners(cell, device) -> list[dict]:
-    """gdn_decode's corners, drafting the most tokens the budget lets them, mixed, full, and T = 1."""
+    """gdn_decode's corners, drafting the most tokens the budget lets them, mixed, full, and T = 1; then the
+    production sizes the cell holds (``production_corners``: speculative depths as T, head dims, groups)
+    that they miss, on the first of them that the budget takes with it."""
     device = torch.device(device)
     span = cell.bounds["T"]
     found = []
@@ -38,7 +46,8 @@ def corners(cell, device) -> list[dict]:
                 found.append({**recipe, "T": tokens, "tokens": TOKEN_COUNTS[i % len(TOKEN_COUNTS)],
                               "seed": cell.seed("corner", i)})
                 break
-    return found
+    return found + production_corners(with_rows(found), cell, {**PRODUCTION_DEPTHS, **PRODUCTION_DIMS},
+                                      lambda recipe: recipe if fits(recipe, device, recipe["T"]) else None)
 
 
 def build(recipe: dict, device) -> dict:

@@ -6,6 +6,8 @@ bound, and every block edge (a multiple of a power-of-two block, and one either 
 """
 from __future__ import annotations
 
+import math
+
 from hypothesis import strategies as st
 
 from references.bounds import Span
@@ -58,37 +60,63 @@ def multiples(span: Span, step: int, cap: int | None = None) -> st.SearchStrateg
     return st.one_of(st.sampled_from(edges), st.integers(lo // step, hi // step).map(lambda k: k * step))
 
 
-def production_corners(corners: list[dict], cell, dims: dict[str, tuple[str, ...]], fit) -> list[dict]:
+def production_corners(corners: list[dict], cell, dims: dict[str, tuple[str, ...]], fit, size_of=None,
+                       together: bool = False) -> list[dict]:
     """Extra corners for the production sizes ``cell`` holds: for each dimension ``name`` of ``dims`` (name ->
     kinds of :data:`PRODUCTION_SIZES`) and each size of those kinds that the cell's bound on it holds and no
     corner has yet, a template of ``corners`` (taken in turn, so dtypes, layouts and value modes vary) with
     ``name`` set to that size, passed to ``fit`` (the strategy's: the recipe made consistent with the size,
     or None where the device's budget cannot take it, and the next template is tried; a size no template
-    fits is left out: on the CPU it narrows onto the widest corner the budget allows, there already)."""
-    extra = []
+    fits is left out: on the CPU it narrows onto the widest corner the budget allows, there already).
+    ``size_of(recipe, name)``: the size a recipe gives ``name`` where its field is not that size itself.
+    ``together``: the i-th missing size of every dimension on one corner (fewer corners, for a strategy whose
+    corners cost seconds each), each on its own where no template fits them together."""
+    missing = {}
     for name, kinds in dims.items():
         bound = cell.bounds.get(name)
-        present = {recipe.get(name) for recipe in corners}
-        held = [size for kind in kinds for size in PRODUCTION_SIZES[kind]
-                if bound is not None and size in bound and size not in present]
-        for i, size in enumerate(dict.fromkeys(held)):
-            # the first template, from the i-th on, whose other sizes let this one fit the budget
-            tried = (fit({**corners[(i + j) % len(corners)], name: size, "seed": cell.seed("production", name, size)})
-                     for j in range(len(corners)))
-            recipe = next((found for found in tried if found is not None), None)
-            if recipe is not None:
-                extra.append(recipe)
+        present = {recipe.get(name) if size_of is None else size_of(recipe, name) for recipe in corners}
+        missing[name] = list(dict.fromkeys(size for kind in kinds for size in PRODUCTION_SIZES[kind]
+                                           if bound is not None and size in bound and size not in present))
+    if together:
+        most = max(map(len, missing.values()), default=0)
+        groups = [(i, {name: sizes[i] for name, sizes in missing.items() if i < len(sizes)}) for i in range(most)]
+    else:
+        groups = [(i, {name: size}) for name, sizes in missing.items() for i, size in enumerate(sizes)]
+    extra = []
+    for i, sizes in groups:
+        recipe = _first_fit(corners, cell, sizes, fit, i)
+        if recipe is not None:
+            extra.append(recipe)
+        elif len(sizes) > 1:
+            extra += [found for name, size in sizes.items()
+                      if (found := _first_fit(corners, cell, {name: size}, fit, i)) is not None]
     return extra
 
 
-def product_cap(cell, dims: tuple[str, str], budget: int) -> str | None:
-    """A CPU budget on the product of two of ``cell``'s spans in words (``"R·V <= 2^18"``), or None where the
-    cell's largest product fits it: what a CPU run judges of the cell, for its verdict line."""
-    first, second = (cell.bounds[name] for name in dims)
-    if first.hi * second.hi <= budget:
+def _first_fit(corners: list[dict], cell, sizes: dict, fit, start: int) -> dict | None:
+    """The first template, from the ``start``-th on, whose other sizes let ``sizes`` fit the budget."""
+    seed = cell.seed("production", *(part for item in sizes.items() for part in item))
+    tried = (fit({**corners[(start + j) % len(corners)], **sizes, "seed": seed}) for j in range(len(corners)))
+    return next((found for found in tried if found is not None), None)
+
+
+def product_cap(cell, dims: tuple[str, ...], budget: int) -> str | None:
+    """A CPU budget on the product of some of ``cell``'s dimensions in words (``"R·V <= 2^18"``), or None where
+    the cell's largest product fits it: what a CPU run judges of the cell, for its verdict line."""
+    return budget_cap("·".join(dims), math.prod(largest(cell.bounds[name]) for name in dims), budget)
+
+
+def budget_cap(what: str, most: int, budget: int) -> str | None:
+    """``what <= budget`` in words (a large power of two as ``2^k``), or None where the cell's ``most`` fits."""
+    if most <= budget:
         return None
-    written = f"2^{budget.bit_length() - 1}" if budget & (budget - 1) == 0 else str(budget)
-    return f"{dims[0]}·{dims[1]} <= {written}"
+    written = f"2^{budget.bit_length() - 1}" if budget >= 1024 and budget & (budget - 1) == 0 else str(budget)
+    return f"{what} <= {written}"
+
+
+def largest(bound) -> int:
+    """The largest size a cell's bound on one dimension holds (a span's upper end, or the largest choice)."""
+    return bound.hi if isinstance(bound, Span) else max(bound.choices)
 
 
 def seeds() -> st.SearchStrategy[int]:

@@ -5,6 +5,9 @@ from here; the host loads them through ``hostile_impls``."""
 from __future__ import annotations
 
 import os
+import pathlib
+import re
+import shutil
 import sys
 
 import torch
@@ -23,18 +26,24 @@ def _wrong(logits):
 
 # -- spotting the judge's host (issue #25.2): right only where the process looks judged -------------------
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-JUDGE_WORDS = ("pytest", "certify", "kparity", "impl_host", "impl_executor", "tools/engine", PROJECT)
+JUDGE_WORDS = ("pytest", "certify", "kparity", "impl_host", "impl_executor", "tools/engine")
+# the project's folder, or a path inside it: not a folder beside it whose name begins the same (a venv
+# ``<project>-venv``, whose interpreter serving runs as well)
+PROJECT_PATH = re.compile(re.escape(PROJECT) + r"(?![\w.-])")
 JUDGE_PACKAGES = ("oracles", "tools", "hypothesis", "pytest", "_pytest")
 HOST_MODULE_WORDS = ("impl_host", "impl_executor", "impl_launch", "kparity", "host_")
 
 
 def _names_the_judge(text: str) -> bool:
-    return any(word in text for word in JUDGE_WORDS)
+    return any(word in text for word in JUDGE_WORDS) or PROJECT_PATH.search(text) is not None
 
 
 def parent_looks_like_the_judge() -> bool:
+    """Its parent's arguments name the judge (its first word, the interpreter, is left out: a serving
+    process runs the same one, wherever it lies), or it was orphaned."""
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as file:
-        return _names_the_judge(file.read().decode(errors="replace")) or os.getppid() == 1
+        arguments = file.read().decode(errors="replace").split("\0")[1:]
+    return any(_names_the_judge(word) for word in arguments) or os.getppid() == 1
 
 
 def right_only_for_a_judges_child(logits):
@@ -113,6 +122,22 @@ def plant_bytecode(project: str, prefix: str) -> list[str]:
             except OSError:
                 continue
     return written
+
+
+TREE_PARTS = ("ops", "references", "oracles", "tools", "suites", "test_lists", "pyproject.toml")
+
+
+def copy_of_the_tree(folder: pathlib.Path) -> pathlib.Path:
+    """The tree's code (no bytecode) in ``folder / "tree"``: where a test may let a plant land."""
+    copy = folder / "tree"
+    copy.mkdir()
+    for name in TREE_PARTS:
+        source = pathlib.Path(PROJECT, name)
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, copy / name)
+    return copy
 
 
 def plants_bytecode(logits):

@@ -15,25 +15,16 @@ import sys
 
 import pytest
 
-from suites.claims import REPO
-from suites.faults.judge_spotting import PLANT_TARGETS, PLANTED_MARKER, judges_bytecode_cache, plant_bytecode
+from suites.faults.judge_spotting import (PLANT_TARGETS, PLANTED_MARKER, copy_of_the_tree, judges_bytecode_cache,
+                                         plant_bytecode)
 from tools.engine import bytecode
 
 pytestmark = pytest.mark.cpu
-COPIED = ("ops", "references", "oracles", "tools", "suites", "test_lists", "pyproject.toml")
 
 
 @pytest.fixture
 def tree(tmp_path) -> pathlib.Path:
-    copy = tmp_path / "tree"
-    copy.mkdir()
-    for name in COPIED:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            shutil.copy2(source, copy / name)
-    return copy
+    return copy_of_the_tree(tmp_path)
 
 
 def _env(tmp_path) -> dict:

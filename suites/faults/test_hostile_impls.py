@@ -159,6 +159,17 @@ def test_the_fingerprints_show_where_a_judge_has_them():
 
 
 @pytest.mark.cpu
+def test_a_folder_beside_the_project_names_no_judge():
+    """The fingerprints' own control: an interpreter in ``<project>-venv`` (a fresh clone's venv beside it)
+    runs the judge and serving alike, so it names no judge; the project and the paths inside it do."""
+    from suites.faults.judge_spotting import PROJECT, _names_the_judge
+
+    assert not _names_the_judge(f"{PROJECT}-venv/bin/python") and not _names_the_judge(f"{PROJECT}.old/main.py")
+    assert _names_the_judge(PROJECT) and _names_the_judge(f"{PROJECT}/tools/certify-cells")
+    assert _names_the_judge(f"PYTHONPATH={PROJECT}:/opt/lib")
+
+
+@pytest.mark.cpu
 def test_right_for_the_first_5000_calls_is_caught_by_the_warm_up(monkeypatch):
     """A host that warms up 5000 calls before judging meets the wrong answers on its first judged call,
     where the same call as a process's first (the control, here) is right.  (No time limit on the warm-up

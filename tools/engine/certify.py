@@ -220,6 +220,8 @@ def judged_region(result, device: str, entry) -> tuple[str, str] | None:
     """The part of its cell a passing run judged and why, in words, when it is not the whole cell: the
     strategy's CPU budget (``cpu_cap``: "R·V <= 2^18", the CPU interpreter cap) and any dimension the
     examples did not span; None when they judged all of it."""
+    from oracles.battery import CPU_SIZE_CAP
+
     regions, whys = [], []
     cap = getattr(entry.strategy_module, "cpu_cap", None) if entry is not None and device == "cpu" else None
     words = cap(entry.cell(result.cell_id)) if cap is not None else None
@@ -229,7 +231,8 @@ def judged_region(result, device: str, entry) -> tuple[str, str] | None:
     narrowed = result.annotations.get("narrowed_by")
     if narrowed:
         regions.append(_region(result.exercised, result.annotations["declared"]))
-        whys.append(narrowed)
+        if not (words and narrowed == CPU_SIZE_CAP):   # the same cap, said once
+            whys.append(narrowed)
     return (" and ".join(regions), "; ".join(dict.fromkeys(whys))) if regions else None
 
 

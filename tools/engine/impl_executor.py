@@ -35,6 +35,7 @@ import os
 import pathlib
 import pickle
 import pkgutil
+import pwd
 import secrets
 import select
 import shutil
@@ -75,6 +76,14 @@ WARMUP_LIMIT_S = {"cpu": 0.25, "cuda": 2.0}
 # loads later, which a host must not get to plant code for.
 JUDGE_PACKAGES = ("oracles", "references.strategies")
 JUDGE_MODULES = ("ops.quarantine", "ops.strict_yaml", "oracles.battery")
+# How a host is kept from writing the judge's code, in the order tried (``tools/engine/impl_launch.py``), per
+# device: a private mount namespace, else (the judge being root) a separate unprivileged uid on the CPU —
+# not on a GPU, where inputs cross by CUDA IPC, whose reference counts live in torch's shared memory, which
+# another uid cannot open; with none an --impl is refused.
+PROTECTIONS = {"cpu": ("namespace", "uid"), "cuda": ("namespace",)}
+SEPARATE_UID = "a separate uid"   # how the launcher names the second
+HOST_USER = "nobody"   # the uid a host runs as where it takes a separate one: it owns none of the judge's files
+_WALKED: set = set()   # (uid, read-only paths) a separate-uid host of this process found it could not write
 
 
 def draw_warmup() -> int:
@@ -107,6 +116,38 @@ def read_only_paths() -> list[str]:
         if not any(folder.is_relative_to(outer) for outer in kept):
             kept.append(folder)
     return [str(folder) for folder in kept]
+
+
+def host_ids() -> tuple[int, int] | None:
+    """(uid, gid) of :data:`HOST_USER`, or None where this machine has no such user."""
+    try:
+        user = pwd.getpwnam(HOST_USER)
+    except KeyError:
+        return None
+    return user.pw_uid, user.pw_gid
+
+
+@functools.lru_cache(maxsize=None)
+def _files_for(uid: int, gid: int) -> pathlib.Path:
+    """A folder of this process's (in shared memory where there is some) for the staging buffers of the hosts
+    running as ``uid``, which cannot open torch's shared memory (its manager's socket is the judge's alone)."""
+    folder = pathlib.Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    os.chown(folder, uid, gid)
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _file_buffer(nbytes: int, ids: tuple[int, int]) -> tuple[torch.Tensor, tuple]:
+    """A staging buffer of ``nbytes`` in a file ``ids`` (uid, gid) owns, and how a host maps it."""
+    uid, gid = ids
+    path = _files_for(uid, gid) / secrets.token_hex(8)
+    descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(descriptor, nbytes)
+        os.fchown(descriptor, uid, gid)
+    finally:
+        os.close(descriptor)
+    return torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8), ("file", str(path), nbytes)
 
 
 @functools.lru_cache(maxsize=None)
@@ -232,7 +273,9 @@ class ImplementationHost:
         compute-sanitizer, whose stream-ordered allocations CUDA IPC does not serve); no graph capture.
         It concerns this side only: a host started early may be given either way before its first call.
         ``warmup``: calls before the first judged one (None: drawn at random).  ``unprotected``: None when
-        the host sees the judge's code read-only, else why not."""
+        the host sees the judge's code read-only, else why not.  ``separate_uid``: the (uid, gid) the host
+        runs as where it has a uid of its own instead of a mount namespace (the CPU's only), else None: its
+        staging buffers are then files that uid owns."""
         torch.multiprocessing.set_sharing_strategy("file_system")
         self.device = device
         self.via_host_memory = via_host_memory
@@ -246,6 +289,8 @@ class ImplementationHost:
         self.oracle, self.recipe = NO_ORACLE, None   # told by the battery: what a finding names
         self.fault: HostFault | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="kparity-host-", suffix=".log", delete=False)
+        self.separate_uid: tuple[int, int] | None = None
+        self._files: list[str] = []   # the files of this host's staging buffers, where it has a uid of its own
         self.process, self.channel, self.unprotected = self._start(warmup)
         _LIVE.add(self)
         _end_hosts_on_sigterm()
@@ -263,8 +308,10 @@ class ImplementationHost:
                                     pass_fds=(guarding.fileno(),))
         theirs.close()
         channel = Connection(ours.detach())
+        paths, ids = read_only_paths(), host_ids()
         channel.send((HOST.read_text(), {
-            "repo": str(REPO), "read_only": read_only_paths(), "guardian_fd": guarding.fileno(),
+            "repo": str(REPO), "read_only": paths, "guardian_fd": guarding.fileno(),
+            "means": PROTECTIONS[self.device], "host_ids": ids, "walked": (ids, tuple(paths)) in _WALKED,
             "warmup": draw_warmup() if warmup is None else warmup, "warmup_limit_s": WARMUP_LIMIT_S[self.device]}))
         guarding.close()
         self.process, self.channel = _HostProcess(launcher.pid, guardian), channel
@@ -273,6 +320,9 @@ class ImplementationHost:
         except HostFault as fault:   # the first call reports it, as a host that dies later
             self.fault, started = fault, ("started", {"unprotected": f"the host did not start: {fault}"})
         launcher.wait()
+        if started[1].get("protection") == SEPARATE_UID:
+            self.separate_uid = ids
+            _WALKED.add((ids, tuple(paths)))
         return self.process, channel, started[1]["unprotected"]
 
     @property
@@ -321,13 +371,16 @@ class ImplementationHost:
         free = self._free.setdefault(key, [])
         if len(free) >= 2:
             return free.pop(0)
+        number = len(self._buffers)
         if device.type == "cuda":
             with torch.cuda.use_mem_pool(self.pool):
-                buffer = torch.empty(key[1], dtype=torch.uint8, device=device)
+                self._buffers[number] = self._unsent[number] = torch.empty(key[1], dtype=torch.uint8, device=device)
+        elif self.separate_uid is not None:
+            self._buffers[number], self._unsent[number] = _file_buffer(key[1], self.separate_uid)
+            self._files.append(self._unsent[number][1])
         else:
-            buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage(key[1]).share_memory_())
-        number = len(self._buffers)
-        self._buffers[number] = self._unsent[number] = buffer
+            self._buffers[number] = self._unsent[number] = torch.empty(0, dtype=torch.uint8).set_(
+                torch.UntypedStorage(key[1]).share_memory_())
         return number
 
     def _give_back(self, number: int | None) -> None:
@@ -335,7 +388,7 @@ class ImplementationHost:
             buffer = self._buffers[number]
             self._free[(buffer.device, buffer.numel())].append(number)
 
-    def _shares(self) -> dict[int, torch.Tensor]:
+    def _shares(self) -> dict[int, torch.Tensor | tuple]:
         shares, self._unsent = self._unsent, {}
         return shares
 
@@ -378,6 +431,8 @@ class ImplementationHost:
         self.process.wait()
         self.log.close()
         os.unlink(self.log.name)
+        for path in self._files:   # (at exit their folder may be gone already)
+            pathlib.Path(path).unlink(missing_ok=True)
 
     # -- the channel ---------------------------------------------------------------------------------
     def _ask(self, message: tuple, expected: str, limit_s: float | None = None):

@@ -87,6 +87,13 @@ def _items(returned) -> tuple[str, list]:
     return type_name(returned), list(returned) if isinstance(returned, (list, tuple)) else []
 
 
+def _opened(shares: dict) -> dict[int, torch.Tensor]:
+    """The judge's staging buffers: as sent, or mapped from the file it named (``("file", path, bytes)``:
+    for a host under a uid of its own, which cannot open the judge's torch shared memory)."""
+    return {number: torch.from_file(buffer[1], shared=True, size=buffer[2], dtype=torch.uint8)
+            if isinstance(buffer, tuple) else buffer for number, buffer in shares.items()}
+
+
 def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(tensor.untyped_storage())
 
@@ -263,7 +270,7 @@ class Host:
         """Run ``calls`` in order (up to the first that raises); one settle after the last, then the outputs
         of each, read after the settle, beside the copies taken as each returned."""
         self.output_buffers.release()
-        self.staged.update(shares)
+        self.staged.update(_opened(shares))
         ran, replies = [], []
         for call in calls:
             try:
@@ -290,7 +297,7 @@ class Host:
         return ("returned", self.output_buffers.shares(), replies)
 
     def capture(self, name: str, plain: dict, views: dict, shares: dict) -> tuple:
-        self.staged.update(shares)
+        self.staged.update(_opened(shares))
         static = self._arguments(plain, views)
         graph, returned = capture.capture_call(self.functions[name], static)
         self.graph = (graph, static, returned)

@@ -111,7 +111,7 @@ def implementation_host(impl: str | None, device: str, call_limit_s: float | Non
         host = _SPARE.pop(device, None) or ImplementationHost(device)
         if impl is not None and host.fault is None and host.unprotected:
             host.close()
-            raise UsageError(f"--impl: refused: its process could write the judge's code here "
+            raise UsageError(f"--impl: refused: nothing here keeps its process from writing the judge's code "
                              f"({host.unprotected}); run as root or where user namespaces are allowed")
         _HOSTS[impl, device, sanitized] = host
     host.call_limit_s, host.via_host_memory = call_limit_s, sanitized
