@@ -148,7 +148,8 @@ def build(recipe: dict, device) -> dict:
             call[f"{name}_{suffix}"] = nd_view(tuple(tensor.shape), tensor.dtype, recipe["layout"], device)
             call[f"{name}_{suffix}"].copy_(tensor)
     call["kv_global_scale"] = global_scale
-    if recipe["values"] == "normal":   # the dense build's check, on the keys as they now decode
-        decoded = decode_cache(call["k_packed"], call["k_scales"], global_scale)
-        call["q"].copy_(dense.clear_of_cancellation(call["q"], decoded, call, recipe["sm_scale"], recipe["seed"]))
+    # the dense build's check again, on the keys as they now decode (every_code and midpoints replace them,
+    # large-score rows included)
+    decoded = decode_cache(call["k_packed"], call["k_scales"], global_scale)
+    call["q"].copy_(dense.clear_of_cancellation(call["q"], decoded, call, recipe["sm_scale"], recipe["seed"]))
     return call

@@ -18,8 +18,8 @@ What ``build`` plants:
 - NaN in every cache slot that no row attends: past ``seq_len`` in the last page, the pages that holes
   dropped, unselected and stale pages, spare pages.  A slot another row attends holds that row's data;
 - values (``VALUES``): ``normal``, or ``large_scores`` (scores of 100..300: an ``exp`` without max
-  subtraction overflows fp32) with tied key magnitudes; under ``normal``, a row whose lse would be
-  dwarfed by its scores' terms gets its query redrawn (``clear_of_cancellation``);
+  subtraction overflows fp32) with tied key magnitudes; a row whose lse would be dwarfed by its scores'
+  terms gets its query redrawn (``clear_of_cancellation``: never a large-score row, whose terms agree);
 - layouts (``ND_LAYOUTS``): plain tensors; caches and q interleaved with garbage halves (the K half
   of a fused ``[P, 2, S, Hkv, D]`` buffer); or caches and q with a padded last dim (rows not 16-byte
   aligned), beside a page table ``[:, :M]`` of a wider one with real page ids in its padding and
@@ -271,8 +271,8 @@ QUERY_REDRAWS = 16
 def clear_of_cancellation(query: torch.Tensor, keys: torch.Tensor, metadata: dict, sm_scale: float,
                           seed: int) -> torch.Tensor:
     """``query`` (bf16 ``[B, Hq, D]``) with each row whose heads' |lse| all fall below 1 / CANCELLATION_RATIO
-    of its largest ``sm_scale * sum_d |q_d k_d|`` redrawn (normal values, up to QUERY_REDRAWS times, from
-    a generator of its own: no other value of the recipe moves).  ``keys``: the cache's element values
+    of its largest ``sm_scale * sum_d |q_d k_d|`` redrawn from a normal distribution (up to QUERY_REDRAWS
+    times, from a generator of its own: no other value of the recipe moves).  ``keys``: the cache's element values
     ``[P, S, Hkv, D]`` (kv_scale or the NVFP4 decode applied); ``metadata``: the page table, lengths and
     selection."""
     batch, query_heads, head_dim = query.shape
@@ -320,10 +320,8 @@ def build(recipe: dict, device) -> dict:
     nan = torch.tensor(float("nan"), device=device)
     keys = torch.where(live[..., None, None], keys, nan).to(cache_dtype)
     values = torch.where(live[..., None, None], values, nan).to(cache_dtype)
-    query = query.to(torch.bfloat16)
-    if recipe["values"] == "normal":
-        query = clear_of_cancellation(query, keys.float() * recipe["kv_scale"], as_int32, recipe["sm_scale"],
-                                      recipe["seed"])
+    query = clear_of_cancellation(query.to(torch.bfloat16), keys.float() * recipe["kv_scale"], as_int32,
+                                  recipe["sm_scale"], recipe["seed"])
     return {**_laid_out(recipe["layout"], keys, values, query, as_int32, num_pages, generator),
             "sm_scale": (torch.tensor(recipe["sm_scale"], device=device) if recipe.get("sm_scale_tensor")
                          else recipe["sm_scale"]),
