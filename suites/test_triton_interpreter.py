@@ -7,6 +7,7 @@ canonical NaN, the six-decimal bf16 constants of Triton's builder, libdevice's e
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -262,29 +263,76 @@ def _libdevice_calls(x_ptr, rsqrt_ptr, exp_ptr, exp2_ptr, log_ptr, log2_ptr, sqr
 
 
 # libdevice's documented float32 bounds (CUDA C Programming Guide, "Mathematical functions"), in ULPs: what
-# a GPU may give; the interpreter takes each in float64 and rounds once (0.5)
-LIBDEVICE_ULPS = {"rsqrt": 2, "exp": 2, "exp2": 2, "log": 1, "log2": 1, "sqrt": 0.5, "tanh": 2}
+# a GPU may give; the interpreter takes each in float64 and rounds once (0.5).  sqrt's depends on the PTX
+# instruction the call lowers to (``PTX_SQRT_ULPS``), read from the kernel that ran.
+LIBDEVICE_ULPS = {"rsqrt": 2, "exp": 2, "exp2": 2, "log": 1, "log2": 1, "sqrt": None, "tanh": 2}
+# What each PTX square root guarantees (PTX ISA ``sqrt``; the Programming Guide's ``sqrtf``, which is
+# ``sqrt.rn`` under -prec-sqrt=true and ``sqrt.approx`` under -prec-sqrt=false): the IEEE-rounded one 0.5 ULP,
+# the approximate one 1 ULP on compute capability >= 5.2.  Triton 3.6 and 3.9 lower ``libdevice.sqrt`` and
+# ``tl.sqrt`` to ``sqrt.approx.ftz.f32`` for sm_90 (libdevice under Triton's FTZ and fast-sqrt reflections;
+# ``tl.sqrt_rn`` gives ``sqrt.rn.f32``): the H200 measured 0.89 ULP.
+PTX_SQRT_ULPS = {"sqrt.rn.f32": 0.5, "sqrt.rn.ftz.f32": 0.5, "sqrt.approx.f32": 1.0, "sqrt.approx.ftz.f32": 1.0}
+
+
+def sqrt_bound(ptx: str) -> float:
+    """The bound of the one square-root instruction ``ptx`` uses (an unknown or second one is an error)."""
+    used = set(re.findall(r"\bsqrt\.[a-z0-9.]+", ptx))
+    if len(used) != 1 or not used <= PTX_SQRT_ULPS.keys():
+        raise AssertionError(f"square-root instructions {sorted(used)}: expected one of {sorted(PTX_SQRT_ULPS)}")
+    return PTX_SQRT_ULPS[used.pop()]
 
 
 def test_libdevice_calls_return_the_functions_values():
     """The stub module ``triton.language.extra.libdevice`` (its functions returned None), a function of it
     bound at import (liger's ``rsqrt``) and the CUDA module itself (its builtins raised), on every positive
-    normal bf16, within libdevice's bounds."""
+    normal bf16, within libdevice's bounds (on the CPU: rounded once, 0.5 ULP)."""
     every = every_bf16().float()
     positive = every[(every > 2**-126) & every.isfinite()]
     x = torch.ones(1 << (positive.numel() - 1).bit_length(), device=DEVICE)   # tl.arange takes powers of 2
     x[:positive.numel()] = positive
     outs = {name: torch.empty_like(x) for name in LIBDEVICE_ULPS}
-    _libdevice_calls[(1,)](x, *outs.values(), N=x.numel())
+    compiled = _libdevice_calls[(1,)](x, *outs.values(), N=x.numel())
+    bounds = {**LIBDEVICE_ULPS, "sqrt": sqrt_bound(compiled.asm["ptx"]) if DEVICE.type == "cuda" else 0.5}
     wide = x.double()
     truth = {"rsqrt": wide.rsqrt(), "exp": wide.exp(), "exp2": wide.exp2(), "log": wide.log(),
              "log2": wide.log2(), "sqrt": wide.sqrt(), "tanh": wide.tanh()}
-    for name, bound in LIBDEVICE_ULPS.items():
+    for name, bound in bounds.items():
         want = truth[name]
         finite = want.float().isfinite() & (want.abs() >= 2**-126)
         ulp = torch.exp2(torch.floor(torch.log2(want[finite].abs())) - 23)
         error = ((outs[name].double()[finite] - want[finite]).abs() / ulp).max().item()
         assert error <= (0.5 if DEVICE.type == "cpu" else bound), f"libdevice.{name}: {error} ULP"
+
+
+SQRT_FOR_SM90 = textwrap.dedent('''
+    import triton, triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def root(x_ptr, out_ptr):
+        tl.store(out_ptr, libdevice.sqrt(tl.load(x_ptr)))
+
+    source = ASTSource(fn=root, signature={"x_ptr": "*fp32", "out_ptr": "*fp32"}, constexprs={})
+    print(triton.compile(source, target=GPUTarget("cuda", 90, 32)).asm["ptx"])
+''')
+
+
+@interpreted_only
+def test_libdevice_sqrt_for_sm90_lowers_to_the_approximate_square_root(tmp_path):
+    """What the GPU bound above rests on, checked without a GPU: Triton compiles ``libdevice.sqrt`` for sm_90
+    to ``sqrt.approx.ftz.f32`` (1 ULP); and ``sqrt_bound`` refuses PTX whose square root it does not know."""
+    script = tmp_path / "sqrt_for_sm90.py"
+    script.write_text(SQRT_FOR_SM90)
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "sqrt.approx.ftz.f32" in run.stdout and sqrt_bound(run.stdout) == 1.0
+    assert sqrt_bound("sqrt.rn.f32 %r2, %r1;") == 0.5
+    for unknown in ("mov.b32 %r2, %r1;", "sqrt.approx.f64 %fd2, %fd1;", "sqrt.rn.f32 %r2, %r1; sqrt.approx.f32 %r3, %r1;"):
+        with pytest.raises(AssertionError, match="square-root instructions"):
+            sqrt_bound(unknown)
 
 
 @triton.jit

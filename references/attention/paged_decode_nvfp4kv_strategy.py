@@ -31,6 +31,7 @@ from references.bounds import OneOf, stable_seed
 from references.formats.e2m1 import E2M1_MAX, E2M1_MIDPOINTS
 from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_global_scale, nvfp4_quantize
 from references.attention import paged_decode_strategy as dense
+from references.attention.paged_decode_nvfp4kv import decode_cache
 from references.strategies.layouts import nd_view
 
 CODES = ("quantized", "midpoints", "every_code")
@@ -147,4 +148,8 @@ def build(recipe: dict, device) -> dict:
             call[f"{name}_{suffix}"] = nd_view(tuple(tensor.shape), tensor.dtype, recipe["layout"], device)
             call[f"{name}_{suffix}"].copy_(tensor)
     call["kv_global_scale"] = global_scale
+    # the dense build's check again, on the keys as they now decode (every_code and midpoints replace them,
+    # large-score rows included)
+    decoded = decode_cache(call["k_packed"], call["k_scales"], global_scale)
+    call["q"].copy_(dense.clear_of_cancellation(call["q"], decoded, call, recipe["sm_scale"], recipe["seed"]))
     return call

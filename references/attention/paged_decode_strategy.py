@@ -18,7 +18,8 @@ What ``build`` plants:
 - NaN in every cache slot that no row attends: past ``seq_len`` in the last page, the pages that holes
   dropped, unselected and stale pages, spare pages.  A slot another row attends holds that row's data;
 - values (``VALUES``): ``normal``, or ``large_scores`` (scores of 100..300: an ``exp`` without max
-  subtraction overflows fp32) with tied key magnitudes;
+  subtraction overflows fp32) with tied key magnitudes; a row whose lse would be dwarfed by its scores'
+  terms gets its query redrawn (``clear_of_cancellation``: never a large-score row, whose terms agree);
 - layouts (``ND_LAYOUTS``): plain tensors; caches and q interleaved with garbage halves (the K half
   of a fused ``[P, 2, S, Hkv, D]`` buffer); or caches and q with a padded last dim (rows not 16-byte
   aligned), beside a page table ``[:, :M]`` of a wider one with real page ids in its padding and
@@ -30,7 +31,7 @@ import torch
 from hypothesis import strategies as st
 
 from references.attention.paged_decode import attended_tokens
-from references.bounds import Span
+from references.bounds import Span, stable_seed
 from references.strategies.layouts import ND_LAYOUTS, nd_view
 from references.strategies.shapes import production_corners, seeds, sizes
 
@@ -258,6 +259,42 @@ def _keys_and_query(recipe, pool_shape, cache_dtype, generator, device):
     return keys, query
 
 
+# A row's lse is measured in ULPs of its largest |lse| (CONTRACTS.md), but a score is an fp32 dot whose
+# rounding scales with its terms sum_d |q_d k_d|: where every head of a row has |lse| below 1/8 of the
+# row's largest term sum (one attended token scoring near 0, say), fp32 implementations reading the
+# contract literally (K scaled element by element, then the dot) are 20+ ULP off and the band is vacuous
+# (issue 24: 21 ULP on a one-token row, lse -0.83).  Such rows are not drawn: the query is redrawn.
+CANCELLATION_RATIO = 8
+QUERY_REDRAWS = 16
+
+
+def clear_of_cancellation(query: torch.Tensor, keys: torch.Tensor, metadata: dict, sm_scale: float,
+                          seed: int) -> torch.Tensor:
+    """``query`` (bf16 ``[B, Hq, D]``) with each row whose heads' |lse| all fall below 1 / CANCELLATION_RATIO
+    of its largest ``sm_scale * sum_d |q_d k_d|`` redrawn from a normal distribution (up to QUERY_REDRAWS
+    times, from a generator of its own: no other value of the recipe moves).  ``keys``: the cache's element values
+    ``[P, S, Hkv, D]`` (kv_scale or the NVFP4 decode applied); ``metadata``: the page table, lengths and
+    selection."""
+    batch, query_heads, head_dim = query.shape
+    _, page_size, kv_heads, _ = keys.shape
+    attended = attended_tokens(metadata["page_table"], metadata["seq_lens"], page_size, metadata["page_select"])
+    generator = torch.Generator(device=query.device).manual_seed(stable_seed(seed, "query clear of cancellation"))
+    query = query.clone()
+    for row in range(batch):
+        token = attended[row].nonzero()[:, 0]
+        if token.numel() == 0:
+            continue
+        k = keys[metadata["page_table"][row, token // page_size].long(), token % page_size].double()
+        for _ in range(QUERY_REDRAWS):
+            q = query[row].double().view(kv_heads, query_heads // kv_heads, head_dim)
+            lse = (torch.einsum("kgd,nkd->kgn", q, k) * sm_scale).logsumexp(dim=-1)
+            terms = torch.einsum("kgd,nkd->kgn", q.abs(), k.abs()) * sm_scale
+            if CANCELLATION_RATIO * lse.abs().max() >= terms.max():
+                break
+            query[row] = torch.randn(query_heads, head_dim, generator=generator, device=query.device).to(query.dtype)
+    return query
+
+
 def build(recipe: dict, device) -> dict:
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(recipe["seed"])
@@ -283,7 +320,9 @@ def build(recipe: dict, device) -> dict:
     nan = torch.tensor(float("nan"), device=device)
     keys = torch.where(live[..., None, None], keys, nan).to(cache_dtype)
     values = torch.where(live[..., None, None], values, nan).to(cache_dtype)
-    return {**_laid_out(recipe["layout"], keys, values, query.to(torch.bfloat16), as_int32, num_pages, generator),
+    query = clear_of_cancellation(query.to(torch.bfloat16), keys.float() * recipe["kv_scale"], as_int32,
+                                  recipe["sm_scale"], recipe["seed"])
+    return {**_laid_out(recipe["layout"], keys, values, query, as_int32, num_pages, generator),
             "sm_scale": (torch.tensor(recipe["sm_scale"], device=device) if recipe.get("sm_scale_tensor")
                          else recipe["sm_scale"]),
             "kv_scale": recipe["kv_scale"]}
