@@ -120,11 +120,16 @@ def _install_semantics(interpreter) -> None:
     floats = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64), *exact.values()}
     unsigned = {2: np.uint16, 1: np.uint8, 4: np.uint32, 8: np.uint64}
 
+    pointer = np.dtype(np.uint64)
+    kept: dict = dict(exact)   # scalar type -> its array dtype: Triton's table is rebuilt at every call
+
     def np_dtype(tt_dtype):
         scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
-        if not isinstance(scalar, tl.pointer_type) and scalar in exact:
-            return exact[scalar]
-        return original_np_dtype(tt_dtype)
+        if isinstance(scalar, tl.pointer_type):
+            return pointer
+        if scalar not in kept:
+            kept[scalar] = original_np_dtype(scalar)
+        return kept[scalar]
 
     def to_float32_odd(values: np.ndarray) -> np.ndarray:
         """float64 -> float32 rounded to odd: then rounding to any format of <= 22 bits is rounded once."""
@@ -279,7 +284,40 @@ def _install_semantics(interpreter) -> None:
         return original_dot(self, widened(a), widened(b), d, input_precision, max_num_imprecise_acc)
 
     builder_class.create_dot = create_dot
+    _patch_lang_once_per_launch(interpreter, tl)
     _patch_libdevice(interpreter)
+
+
+def _patch_lang_once_per_launch(interpreter, tl) -> None:
+    """Triton patches ``triton.language`` at each launch (undone when it ends) and again at every call of a
+    ``@triton.jit`` helper inside it (``InterpretedFunction.__call__``: ``inspect.getmembers`` over ``tl``,
+    ``tl.tensor``, ``tl.math``, ... each time; a fifth of an interpreted nvfp4_gemv's time, measured),
+    though the launch patched those modules already and the helper's patch is never undone (its scope is
+    dropped): a patched builtin is no builtin any more, so the repeat changes nothing.  Here a helper whose
+    language modules the running launch patched already is not patched again; one that sees another gets
+    Triton's own patch, as before."""
+    original_patch, original_launch = interpreter._patch_lang, interpreter.GridExecutor.__call__
+    launches: list[set[int]] = []   # per launch in progress: the language modules patched while it runs
+
+    def patch_lang(fn):
+        langs = {id(value) for value in fn.__globals__.values() if value is tl or value is tl.core}
+        if launches and langs and langs <= launches[-1]:
+            return interpreter._LangPatchScope()   # a helper called inside the launch: nothing left to patch
+        scope = original_patch(fn)
+        if launches:
+            launches[-1] |= langs
+        return scope
+
+    @functools.wraps(original_launch)
+    def launch(self, *args, **kwargs):
+        launches.append(set())
+        try:
+            return original_launch(self, *args, **kwargs)
+        finally:
+            launches.pop()
+
+    interpreter._patch_lang = patch_lang
+    interpreter.GridExecutor.__call__ = launch
 
 
 def _bf16_of_decimal(text: str) -> float:

@@ -13,7 +13,8 @@ import pytest
 
 from ops import certificates
 from ops.catalog import Arch, entries, kernels
-from suites.claims import REPO, certificate_findings, entry_findings
+from suites.claims import REPO, certificate_findings, collection, entry_findings
+from tools import check_test_lists
 
 pytestmark = pytest.mark.cpu
 # every kernel of every op, named by its module (greedy_argmax, rms_norm_gated, rms_norm_gated_cute)
@@ -76,23 +77,25 @@ def test_a_suite_missing_a_cell_is_a_finding(tmp_path, monkeypatch):
     assert any("does not drive cell empty_batch" in f for f in findings), findings
 
 
-def _check_lists(*paths):
-    return subprocess.run([sys.executable, "tools/check-test-lists", "--json", *map(str, paths)],
-                          capture_output=True, text=True, cwd=REPO)
+def _check_lists(monkeypatch, capsys, *paths) -> tuple[int, list[str]]:
+    """``tools/check-test-lists --json PATHS`` (its main, here) on the collection of suites/ it makes, made once
+    per process in a fresh interpreter (suites/claims.py: the entry checks above read the same one)."""
+    monkeypatch.setattr(check_test_lists, "collect_tests", collection)
+    status = check_test_lists.main(["--json", *map(str, paths)])
+    return status, json.loads(capsys.readouterr().out)["findings"]
 
 
-def test_test_lists_pass_check_test_lists():
-    run = _check_lists()
-    assert run.returncode == 0, json.loads(run.stdout)["findings"] if run.stdout else run.stderr
+def test_test_lists_pass_check_test_lists(monkeypatch, capsys):
+    status, findings = _check_lists(monkeypatch, capsys)
+    assert status == 0, findings
 
 
-def test_an_unlisted_test_and_a_stale_id_fail_check_test_lists(tmp_path):
+def test_an_unlisted_test_and_a_stale_id_fail_check_test_lists(tmp_path, monkeypatch, capsys):
     partial = tmp_path / "l0_partial.yml"
     partial.write_text("version: 0.0.1\nl0_partial:\n- condition:\n    terms: {stage: pre_merge, arch: cpu}\n"
                        "  tests:\n  - suites/test_claims.py\n  - suites/no_such_test.py\n  - suites/test_claims.py\n")
-    run = _check_lists(partial)
-    findings = json.loads(run.stdout)["findings"]
-    assert run.returncode == 1
+    status, findings = _check_lists(monkeypatch, capsys, partial)
+    assert status == 1
     assert any(f.startswith("unlisted: suites/oracles/") for f in findings)
     assert any(f.startswith("stale: l0_partial.yml:7") for f in findings)
     assert any(f.startswith("duplicate: l0_partial.yml:8") for f in findings)
@@ -101,7 +104,8 @@ def test_an_unlisted_test_and_a_stale_id_fail_check_test_lists(tmp_path):
 def test_a_malformed_list_names_its_line(tmp_path):
     bad = tmp_path / "l0_bad.yml"
     bad.write_text("version: 0.0.1\nl0_bad:\n- condition:\n    terms: {stage: pre_merge, arch: sm42}\n  tests: []\n")
-    run = _check_lists(bad)
+    run = subprocess.run([sys.executable, "tools/check-test-lists", "--json", str(bad)], capture_output=True, text=True,
+                         cwd=REPO)
     # a list that does not meet the schema is bad input: exit 2, one line naming file:line (not a finding)
     assert run.returncode == 2 and "l0_bad.yml:3" in run.stderr and "sm42" in run.stderr
 

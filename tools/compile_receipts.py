@@ -74,7 +74,8 @@ def recorded_launches(ops: list[str] | None = None, variants: bool = False) -> I
                 module.sm_count = lambda device: H200_SMS
             for case in entry.bench:
                 print(f"compile-receipts: {entry.name}: {case.label}", file=sys.stderr, flush=True)
-                inputs = case.make(torch.device("cpu"))
+                with _zeros_for_normals(torch):
+                    inputs = case.make(torch.device("cpu"))
                 calls = {"default": entry.kernel}
                 if variants and hasattr(module, "bench_variants"):
                     calls.update(module.bench_variants(**inputs))
@@ -90,6 +91,25 @@ def recorded_launches(ops: list[str] | None = None, variants: bool = False) -> I
                         jit.JITFunction.run = real_run
                 del inputs
                 yield recorded
+
+
+@contextlib.contextmanager
+def _zeros_for_normals(torch):
+    """``torch.randn`` as ``torch.zeros`` while a bench case makes its inputs: what Triton specialises a launch
+    on (shapes, strides, dtypes, alignment, integer arguments) and the plan its host code picks never read
+    the values of a float tensor, and drawing them was most of this tool's time (paged_decode's bench caches
+    alone are 12 GB of normal numbers).  Index tensors (``randint``, ``randperm``) are drawn as usual.  A plan
+    that did depend on them would differ from its receipt, which is a finding, never a pass."""
+    drawn = torch.randn
+
+    def zeros(*size, generator=None, **options):
+        return torch.zeros(*size, **options)
+
+    torch.randn = zeros
+    try:
+        yield
+    finally:
+        torch.randn = drawn
 
 
 class _TargetDriver:
