@@ -30,12 +30,17 @@ JUDGE_WORDS = ("pytest", "certify", "kparity", "impl_host", "impl_executor", "to
 # the project's folder, or a path inside it: not a folder beside it whose name begins the same (a venv
 # ``<project>-venv``, whose interpreter serving runs as well)
 PROJECT_PATH = re.compile(re.escape(PROJECT) + r"(?![\w.-])")
+BESIDE_THE_PROJECT = re.compile(re.escape(PROJECT) + r"[\w.-]+")
 JUDGE_PACKAGES = ("oracles", "tools", "hypothesis", "pytest", "_pytest")
 HOST_MODULE_WORDS = ("impl_host", "impl_executor", "impl_launch", "kparity", "host_")
 
 
 def _names_the_judge(text: str) -> bool:
-    return any(word in text for word in JUDGE_WORDS) or PROJECT_PATH.search(text) is not None
+    """The project's path, or a judge's word anywhere but in a folder beside the project (whose name may
+    hold one: CI's ``kparity-quickstart-venv``)."""
+    if PROJECT_PATH.search(text) is not None:
+        return True
+    return any(word in BESIDE_THE_PROJECT.sub("", text) for word in JUDGE_WORDS)
 
 
 def parent_looks_like_the_judge() -> bool:

@@ -15,6 +15,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 
 import pytest
@@ -53,6 +54,26 @@ def _system_interpreter() -> str | None:
     return None
 
 
+def _any_uid_may_enter(path: pathlib.Path) -> bool:
+    return all(os.stat(folder).st_mode & 0o005 == 0o005 for folder in (path, *path.parents))
+
+
+def _packages_any_uid_may_read(venv: pathlib.Path) -> None:
+    """``venv/lib``: this Python's, where any uid may enter it; else (CI's interpreter lies under /root,
+    which no other uid may enter) its site-packages hard-linked into ``venv`` (no file is copied: a
+    link shares the file's own modes; where links cannot be made, the test is skipped with the reason)."""
+    lib = pathlib.Path(sys.prefix, "lib").resolve()
+    if _any_uid_may_enter(lib):
+        (venv / "lib").symlink_to(lib)
+        return
+    for packages in sorted({pathlib.Path(sysconfig.get_paths()[kind]).resolve() for kind in ("purelib", "platlib")}):
+        try:
+            shutil.copytree(packages, venv / packages.relative_to(lib.parent), symlinks=True,
+                            copy_function=os.link)
+        except (OSError, shutil.Error) as error:
+            pytest.skip(f"{packages} lies where no other uid may enter, and cannot be hard-linked: {error}")
+
+
 @pytest.fixture(scope="module")
 def readable_judge():
     """(interpreter, tree): a venv of the system interpreter over this venv's packages, and a copy of the
@@ -70,7 +91,7 @@ def readable_judge():
         (venv / "pyvenv.cfg").write_text(f"home = {os.path.dirname(interpreter)}\n"
                                          f"include-system-site-packages = false\nversion = {version}\n")
         (venv / "bin" / "python").symlink_to(interpreter)
-        (venv / "lib").symlink_to(pathlib.Path(sys.prefix, "lib").resolve())
+        _packages_any_uid_may_read(venv)
         yield str(venv / "bin" / "python"), copy_of_the_tree(folder)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

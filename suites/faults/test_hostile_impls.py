@@ -161,12 +161,13 @@ def test_the_fingerprints_show_where_a_judge_has_them():
 @pytest.mark.cpu
 def test_a_folder_beside_the_project_names_no_judge():
     """The fingerprints' own control: an interpreter in ``<project>-venv`` (a fresh clone's venv beside it)
-    runs the judge and serving alike, so it names no judge; the project and the paths inside it do."""
+    runs the judge and serving alike, so it names no judge (whatever the project's folder is called); the
+    project, the paths inside it, and a judge's word after such a folder do."""
     from suites.faults.judge_spotting import PROJECT, _names_the_judge
 
     assert not _names_the_judge(f"{PROJECT}-venv/bin/python") and not _names_the_judge(f"{PROJECT}.old/main.py")
     assert _names_the_judge(PROJECT) and _names_the_judge(f"{PROJECT}/tools/certify-cells")
-    assert _names_the_judge(f"PYTHONPATH={PROJECT}:/opt/lib")
+    assert _names_the_judge(f"PYTHONPATH={PROJECT}:/opt/lib") and _names_the_judge(f"{PROJECT}-venv/bin/pytest")
 
 
 @pytest.mark.cpu
