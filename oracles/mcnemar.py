@@ -24,7 +24,8 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy.stats import binom, norm
+
+# scipy.stats is imported by the functions that use it: a tool's --help (tools/accuracy-gate) does without.
 
 # The power at which the gate states the smallest drop it could detect (the usual 80%, beta = 0.2,
 # the same as TensorRT-LLM's accuracy suite uses for its minimum detectable effect).
@@ -102,6 +103,7 @@ def exact_p_two_sided(table: PairedTable) -> float:
     The same value as ``statsmodels.stats.contingency_tables.mcnemar(table, exact=True)``; 1 when there
     are no discordant pairs.
     """
+    from scipy.stats import binom
     smaller = min(table.baseline_only, table.candidate_only)
     return min(1.0, 2.0 * float(binom.cdf(smaller, table.discordant, 0.5)))
 
@@ -113,6 +115,7 @@ def mid_p_two_sided(table: PairedTable) -> float:
     size is well under alpha when there are few discordant pairs); the mid-p is close to nominal size
     (Fagerland, Lydersen & Laake 2013, BMC Med. Res. Methodol. 13:91). Reported, not used to decide.
     """
+    from scipy.stats import binom
     smaller = min(table.baseline_only, table.candidate_only)
     cumulative = float(binom.cdf(smaller, table.discordant, 0.5))
     at_observed = float(binom.pmf(smaller, table.discordant, 0.5))
@@ -125,6 +128,7 @@ def exact_p_degradation(table: PairedTable) -> float:
     This is the p-value the gate decides on (``scipy.stats.binomtest(b, b + c, 0.5,
     alternative="greater")``); 1 when there are no discordant pairs.
     """
+    from scipy.stats import binom
     return float(binom.sf(table.baseline_only - 1, table.discordant, 0.5))
 
 
@@ -136,6 +140,7 @@ def difference_interval(table: PairedTable, confidence: float = 0.95) -> tuple[f
     (2014, Stat. Med. 33:2850) recommend it for its coverage close to nominal at every n, unlike plain
     Wald, which collapses to a zero-width interval when b = c = 0. Clipped to [-1, 1].
     """
+    from scipy.stats import norm
     _require_probability("confidence", confidence, "the confidence level")
     z = float(norm.ppf(0.5 + confidence / 2.0))
     adjusted_n = table.pairs + 2
@@ -154,6 +159,7 @@ def degradation_critical_counts(max_discordant: int, alpha: float) -> np.ndarray
     alpha = 0.05 that is every D < 5, since 0.5**4 > 0.05). Used by the power calculation and by the
     simulation, so both judge exactly as the gate does.
     """
+    from scipy.stats import binom
     _require_count("max_discordant", max_discordant)
     _require_probability("alpha", alpha, "the significance level")
     discordant = np.arange(max_discordant + 1)
@@ -172,6 +178,7 @@ def detection_power(pairs: int, background_discordance: float, drop: float, alph
     Binomial(D, P(baseline_only) / (background + drop)). Exact sum over D (restricted to where its
     probability is not negligible).
     """
+    from scipy.stats import binom
     _require_count("pairs", pairs)
     if not 0.0 <= background_discordance <= 1.0:
         raise ValueError(f"background_discordance: must be in [0, 1], got {background_discordance!r}")

@@ -10,6 +10,8 @@ from hypothesis import settings
 from ops import quarantine
 from ops.catalog import arch_of, kernels
 from oracles.battery import CellResult, Implementation, run_cell
+from tools import certify_cells
+from tools.cli import run_main
 from tools.engine.certify import describe
 
 
@@ -57,6 +59,16 @@ def certify_cell(entry, cell, impl: Implementation | None = None, **options) -> 
     options.setdefault("max_examples", settings.default.max_examples)
     options.setdefault("strategy", entry.strategy_module)
     return run_cell(entry, impl, cell, machine_device(), **options)
+
+
+def certify_cells_here(words, capsys) -> tuple[int, str, str]:
+    """``tools/certify-cells WORDS`` by its entry point's ``run_main``, in this process: (exit status, stdout,
+    stderr).  For the tests of what the tool prints and exits with; its own process would add an interpreter
+    start and the imports of torch, Triton and the catalog (the implementation still runs in its host)."""
+    with pytest.raises(SystemExit) as stopped:
+        run_main(certify_cells.main, list(words))
+    printed = capsys.readouterr()
+    return stopped.value.code, printed.out, printed.err
 
 
 def assert_certified(result: CellResult, impl: str | None = None) -> None:

@@ -29,10 +29,9 @@ import pathlib
 import sys
 
 import numpy as np
-from scipy.stats import norm
 
-from ops.catalog import stable_seed
 from oracles import mcnemar
+from references.bounds import stable_seed
 from tools import accuracy_gate
 
 PROG = "accuracy-simulation"
@@ -70,11 +69,13 @@ def mcnemar_rejects(tables: np.ndarray, critical: np.ndarray) -> np.ndarray:
 
 def unpaired_margin_points(pairs: int) -> float:
     """How far below the reference TensorRT-LLM's threshold sits, in accuracy points."""
+    from scipy.stats import norm  # here, not at the top: --help does without scipy
     return -norm.ppf(ALPHA) * math.sqrt(2 * UNPAIRED_SIGMA ** 2 / pairs)
 
 
 def unpaired_nominal_drop(pairs: int) -> float:
     """The minimum detectable effect the unpaired rule claims (TensorRT-LLM's theta), as a fraction."""
+    from scipy.stats import norm
     return (norm.ppf(TARGET_POWER) - norm.ppf(ALPHA)) * math.sqrt(2 * UNPAIRED_SIGMA ** 2 / pairs) / 100
 
 

@@ -15,15 +15,16 @@ import math
 import pathlib
 import time
 
-import hypothesis
-import torch
-from hypothesis import HealthCheck
-
-from ops.catalog import Parity, entries
-from oracles.band import DEFAULT_LIMIT, FLOOR_ULP, LEGITIMATE_FACTOR, band_reports
-from oracles.determinism import run_on_copy
-from oracles.tensors import as_outputs, clone_inputs
 from tools.cli import ArgumentParser, UsageError
+
+# torch, Hypothesis, the catalog and the oracles are imported by the functions that use them, after the
+# flags are read: --help and a bad flag do without them.
+
+
+def entries() -> dict:
+    """The catalog's ops (``ops.catalog.entries``)."""
+    from ops.catalog import entries as catalog_entries
+    return catalog_entries()
 
 
 def parse_args(argv):
@@ -35,6 +36,10 @@ def parse_args(argv):
     parser.add_argument("--cell", action="append", default=[], metavar="ID", help="only this cell (repeatable)")
     parser.add_argument("--out", metavar="PATH", help="write the table here (default: print it)")
     args = parser.parse_args(argv)
+    import torch
+
+    from ops.catalog import Parity
+
     if args.examples < 0:
         raise UsageError(f"--examples {args.examples}: expected a count >= 0")
     band_ops = {name: entry for name, entry in entries().items() if entry.parity is Parity.BAND}
@@ -50,6 +55,9 @@ def parse_args(argv):
 
 
 def drawn_recipes(strategy, cell, device, count: int) -> list[dict]:
+    import hypothesis
+    from hypothesis import HealthCheck
+
     drawn = []
 
     @hypothesis.settings(max_examples=count, database=None, derandomize=True, deadline=None,
@@ -65,6 +73,10 @@ def drawn_recipes(strategy, cell, device, count: int) -> list[dict]:
 
 def widths_of(entry, recipe: dict, device) -> list[tuple[float, float, str | None, bool]]:
     """Per judged output: (old band, new band, which implementation set E, vacuous)."""
+    from oracles.band import DEFAULT_LIMIT, FLOOR_ULP, LEGITIMATE_FACTOR, band_reports
+    from oracles.determinism import run_on_copy
+    from oracles.tensors import as_outputs, clone_inputs
+
     kwargs = entry.strategy_module.build(recipe, device)
     in_place = tuple(name for name in entry.in_place if kwargs[name] is not None)
     stock = run_on_copy(entry.stock, kwargs, in_place)

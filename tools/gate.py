@@ -39,6 +39,7 @@ its source's: ``tools/engine/bytecode.py``), in one line.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -162,10 +163,18 @@ def changed_files(base: Base) -> list[str]:
 
 def read_at(base: Base, path: pathlib.Path) -> bytes:
     """A file as it was at the base; FileNotFoundError when it did not exist there."""
-    run = git("show", f"{base.commit}:./{relative(path)}")
-    if run.returncode != 0:
+    found = _blob_at(base.commit, relative(path))
+    if found is None:
         raise FileNotFoundError(relative(path))
-    return run.stdout
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def _blob_at(commit: str, path: str) -> bytes | None:
+    """``git show COMMIT:./PATH`` once per file (the ops' digests share most of their modules), None where
+    the file did not exist."""
+    run = git("show", f"{commit}:./{path}")
+    return run.stdout if run.returncode == 0 else None
 
 
 def relative(path) -> str:

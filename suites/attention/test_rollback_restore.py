@@ -2,7 +2,6 @@
 against wrong restores, and ``tools/certify-cells --impl`` judging a module that provides both ops."""
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -17,7 +16,7 @@ from references.attention.rollback_save import rollback_save as reference_save
 from references.attention.rollback_restore_strategy import build, corners
 from suites.attention import rollback_restore_impls as impls
 from suites.attention import rollback_save_impls
-from suites.certification import arch_marks, assert_rejected, certify_cell, machine_device
+from suites.certification import arch_marks, assert_rejected, certify_cell, certify_cells_here, machine_device
 from suites.op_suite import OpSuite
 from tools.engine.worker import load_implementation
 
@@ -118,27 +117,26 @@ def test_impl_module_provides_both_ops_or_the_reference_stands_in(tmp_path, monk
     assert alone["rollback_save"] is op("rollback_save").reference
 
 
-def _certify(*words, env=None):
-    return subprocess.run([sys.executable, "tools/certify-cells", "--device", "cpu", "--cell", "head_slots",
-                           "--max-examples", "0", "--no-shrink", *words], capture_output=True, text=True, env=env)
+def _certify(capsys, *words) -> tuple[int, str, str]:
+    return certify_cells_here(["--device", "cpu", "--cell", "head_slots", "--max-examples", "0", "--no-shrink", *words],
+                              capsys)
 
 
 @pytest.mark.parametrize("op_name", ["rollback_restore", "rollback_save"])
-def test_cli_judges_a_module_of_both_ops(op_name):
-    run = _certify("--op", op_name, "--impl", IMPLS)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "PASSED" in run.stdout and "CERTIFIED" not in run.stdout and "wrote" not in run.stdout
+def test_cli_judges_a_module_of_both_ops(op_name, capsys):
+    status, out, err = _certify(capsys, "--op", op_name, "--impl", IMPLS)
+    assert status == 0, out + err
+    assert "PASSED" in out and "CERTIFIED" not in out and "wrote" not in out
 
 
-def test_cli_rejects_a_module_whose_save_is_wrong(tmp_path):
-    import os
-
+def test_cli_rejects_a_module_whose_save_is_wrong(tmp_path, monkeypatch, capsys):
     (tmp_path / "wrong_save_pair.py").write_text(
         "from suites.attention.rollback_save_impls import saves_the_next_slot as rollback_save\n"
         f"from {IMPLS} import rollback_restore\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    run = _certify("--op", "rollback_restore", "--impl", "wrong_save_pair", env=env)
-    assert run.returncode == 1 and "oracle:  stateful" in run.stdout, run.stdout + run.stderr
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))   # where the tool and its host look for an --impl module
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the tool puts it on this process's path
+    status, out, err = _certify(capsys, "--op", "rollback_restore", "--impl", "wrong_save_pair")
+    assert status == 1 and "oracle:  stateful" in out, out + err
 
 
 def test_bench_case_and_its_variants_keep_the_contract():

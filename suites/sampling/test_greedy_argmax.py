@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 
 import pytest
 
 from ops.sampling.greedy_argmax import ENTRY
-from suites.certification import arch_marks, assert_certified, certify_cell, judged
+from suites.certification import arch_marks, assert_certified, certify_cell, certify_cells_here, judged
 from suites.op_suite import OpSuite
 from suites.sampling import greedy_argmax_impls as impls
 
@@ -41,26 +40,27 @@ def test_large_batch_bug_hides_from_small_batches():
     assert_certified(certify_cell(ENTRY, ENTRY.cell("decode_mid_batch"), impl, max_examples=4), impl.label)
 
 
-def _certify(*words):
-    return subprocess.run([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu",
-                           *words], capture_output=True, text=True)
+def _certify(capsys, *words) -> tuple[int, str, str]:
+    return certify_cells_here(["--op", "greedy_argmax", "--device", "cpu", *words], capsys)
 
 
-def test_cli_rejects_a_wrong_impl_with_a_reproduction(tmp_path):
-    run = _certify("--impl", f"{IMPLS}:dropped_tail", "--cell", "decode_small_batch", "--no-shrink")
-    assert run.returncode == 1, run.stdout + run.stderr
-    reproduce = next(line for line in run.stdout.splitlines() if "reproduce:" in line)
+def test_cli_rejects_a_wrong_impl_with_a_reproduction(tmp_path, capsys):
+    status, out, err = _certify(capsys, "--impl", f"{IMPLS}:dropped_tail", "--cell", "decode_small_batch", "--no-shrink")
+    assert status == 1, out + err
+    reproduce = next(line for line in out.splitlines() if "reproduce:" in line)
     command = reproduce.split("reproduce:", 1)[1].strip()
-    # from another directory, without this session's PYTHONPATH: the line carries all it needs
+    # from another directory, without this session's PYTHONPATH, in a process of its own: the line carries all
+    # it needs
     environment = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     replayed = subprocess.run(command, shell=True, capture_output=True, text=True, cwd=tmp_path, env=environment)
     assert replayed.returncode == 1 and "oracle:  parity" in replayed.stdout, replayed.stdout + replayed.stderr
 
 
-def test_cli_accepts_a_correct_impl_and_writes_no_certificate(tmp_path):
-    run = _certify("--impl", f"{IMPLS}:correct_via_max", "--max-examples", "1", "--report", str(tmp_path / "r.json"))
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "wrote" not in run.stdout and (tmp_path / "r.json").exists()
+def test_cli_accepts_a_correct_impl_and_writes_no_certificate(tmp_path, capsys):
+    status, out, err = _certify(capsys, "--impl", f"{IMPLS}:correct_via_max", "--max-examples", "1",
+                                "--report", str(tmp_path / "r.json"))
+    assert status == 0, out + err
+    assert "wrote" not in out and (tmp_path / "r.json").exists()
 
 
 @pytest.mark.parametrize("words, reason", [
@@ -71,7 +71,7 @@ def test_cli_accepts_a_correct_impl_and_writes_no_certificate(tmp_path):
     (("--replay", "{not json"), "--replay"),
     (("--oracles", "numerics,bogus"), "--oracles: no oracle or group 'bogus'"),
 ])
-def test_cli_usage_errors_exit_2_in_one_line(words, reason):
-    run = _certify(*words)
-    assert run.returncode == 2 and reason in run.stderr, run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+def test_cli_usage_errors_exit_2_in_one_line(words, reason, capsys):
+    status, _, stderr = _certify(capsys, *words)
+    assert status == 2 and reason in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr

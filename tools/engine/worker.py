@@ -307,6 +307,8 @@ def main(argv=None) -> int:
     parser.add_argument("--connect", required=True, metavar="SOCKET", help="the parent's unix socket")
     parser.add_argument("--device", required=True, choices=("cpu", "cuda"))
     args = parser.parse_args(argv)
+    if sys.pycache_prefix:   # the tools' own bytecode cache, written as tools/certify-cells writes it
+        sys.dont_write_bytecode = False
     faulthandler.enable()  # a segfault prints the Python stack to stderr, which the parent quotes
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.connect(args.connect)
