@@ -26,6 +26,8 @@ import hypothesis
 import torch
 from hypothesis import HealthCheck
 
+from oracles.draws import draws_from_the_seed_alone
+
 DEFAULT_DEPTHS = (2, 4, 6, 10, 20, 50)
 NOT_ASKED = "not asked of the suites' controls (eager torch, mostly not capturable)"
 
@@ -55,6 +57,8 @@ def catch_depth(entry, impl, cell, max_depth: int, deadline: float, device: torc
     tried = 0
     if max_depth < 1:
         return None, "", 0
+
+    draws_from_the_seed_alone()
 
     @hypothesis.settings(max_examples=max_depth, deadline=None, database=None, phases=[hypothesis.Phase.generate],
                          suppress_health_check=list(HealthCheck), print_blob=False,

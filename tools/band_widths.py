@@ -58,6 +58,9 @@ def drawn_recipes(strategy, cell, device, count: int) -> list[dict]:
     import hypothesis
     from hypothesis import HealthCheck
 
+    from oracles.draws import draws_from_the_seed_alone
+
+    draws_from_the_seed_alone()
     drawn = []
 
     @hypothesis.settings(max_examples=count, database=None, derandomize=True, deadline=None,

@@ -2,6 +2,7 @@
 process group of its own, so nothing else would stop it outliving the judge."""
 from __future__ import annotations
 
+import os
 import pathlib
 import signal
 import subprocess
@@ -37,12 +38,16 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_to_certify_cells_leaves_no_worker_running(signum):
-    # the worker spins in a kernel that never returns: it says nothing more, so only its judge can end it
+def test_a_signal_to_certify_cells_leaves_no_worker_running(signum, tmp_path):
+    # the worker spins in a kernel that never returns: it says nothing more, so only its judge can end it.
+    # Its stderr goes to a file (a pipe nobody reads could fill and stop it); where it does not end, SIGABRT
+    # makes its faulthandler print every thread's stack there, and the failure quotes it.
+    errors = open(tmp_path / "stderr", "w+")
     run = subprocess.Popen([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu",
                             "--cell", "decode_mid_batch", "--cell-timeout", "600", "--max-examples", "0",
                             "--impl", "suites.faults.faulty_kernels:spins_on_mid_batches"],
-                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=errors, text=True,
+                           env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     try:
         deadline, workers = time.monotonic() + 120, []
         while not workers and time.monotonic() < deadline and run.poll() is None:
@@ -51,7 +56,13 @@ def test_a_signal_to_certify_cells_leaves_no_worker_running(signum):
         assert workers, "no worker started"
         time.sleep(5)  # into the spinning call
         run.send_signal(signum)
-        run.wait(timeout=60)
+        try:
+            run.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            run.send_signal(signal.SIGABRT)
+            run.wait(timeout=30)
+            errors.seek(0)
+            pytest.fail(f"certify-cells still ran 60 s after signal {signum}; its stacks:\n{errors.read()[-6000:]}")
         assert run.returncode != 0
         time.sleep(0.5)
         assert not [pid for pid in workers if _alive(pid)], f"workers {workers} outlived certify-cells"
@@ -59,3 +70,4 @@ def test_a_signal_to_certify_cells_leaves_no_worker_running(signum):
         if run.poll() is None:
             run.kill()
             run.wait()
+        errors.close()

@@ -134,6 +134,9 @@ def cell_recipes(entry, cell, device, max_examples: int, seed: int) -> list[dict
     import hypothesis
     from hypothesis import HealthCheck
 
+    from oracles.draws import draws_from_the_seed_alone
+
+    draws_from_the_seed_alone()
     strategy = entry.strategy_module
     drawn = []
     if max_examples > 0:
