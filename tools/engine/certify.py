@@ -29,8 +29,8 @@ from tools.engine.worker import CellTask, execute, hosted_implementation, implem
 # ops and torch are imported in the functions that use them: the command line's --help and usage errors
 # need neither.
 
-# cpu: twice the draws the last of the suites' wrong implementations needed (10: docs/draws.md)
-DEFAULT_MAX_EXAMPLES = {"cpu": 20, "cuda": 100}
+# cpu: twice the draws the last of the suites' wrong implementations needed (12: docs/draws.md)
+DEFAULT_MAX_EXAMPLES = {"cpu": 24, "cuda": 100}
 DEFAULT_CELL_TIMEOUT_S = 1800  # a hang is a cell that never ends; this only bounds how long CI waits for one
 
 
