@@ -59,10 +59,13 @@ def test_a_signal_to_certify_cells_leaves_no_worker_running(signum, tmp_path):
         try:
             run.wait(timeout=60)
         except subprocess.TimeoutExpired:
+            masks = [line for line in pathlib.Path(f"/proc/{run.pid}/status").read_text().splitlines()
+                     if line.startswith(("SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd"))]
             run.send_signal(signal.SIGABRT)
             run.wait(timeout=30)
             errors.seek(0)
-            pytest.fail(f"certify-cells still ran 60 s after signal {signum}; its stacks:\n{errors.read()[-6000:]}")
+            pytest.fail(f"certify-cells still ran 60 s after signal {signum} ({', '.join(masks)}); its stacks:\n"
+                        f"{errors.read()[-6000:]}")
         assert run.returncode != 0
         time.sleep(0.5)
         assert not [pid for pid in workers if _alive(pid)], f"workers {workers} outlived certify-cells"

@@ -247,7 +247,9 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
 def _terminate_raises():
     """SIGTERM ends this process as an exception does (exit 128 + 15), so that the ``finally`` that kills the
     workers' process groups runs: a worker runs in a session of its own, and would outlive its judge.
-    (SIGINT is a KeyboardInterrupt already.)"""
+    SIGINT's KeyboardInterrupt is installed again for the same reason, so that whatever a native library
+    loaded since start-up put in its place at the C level (which Python's own table would not show) cannot
+    keep a SIGINT from ending the run; an ignore inherited from the shell (a background job's) is kept."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -256,10 +258,15 @@ def _terminate_raises():
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, terminated)
+    interrupt = signal.getsignal(signal.SIGINT)
+    if interrupt is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if interrupt is not signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler if interrupt is None else interrupt)
 
 
 def _drain(worker: _Worker, finish, retire, on_note, sanitizer) -> None:
