@@ -46,7 +46,7 @@ def collect_tests() -> tuple[dict[str, set[str]], list[str]]:
 
     collector = _Collector()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:suites.plugins.arch_markers",
+        pytest.main(["--collect-only", "-q", "--assert=plain", "-p", "no:cacheprovider", "-p", "no:suites.plugins.arch_markers",
                      "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(REPO / "suites")],
                     plugins=[collector])
     return collector.tests, collector.errors
