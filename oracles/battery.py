@@ -35,12 +35,11 @@ from typing import Callable, Iterable, Mapping
 
 import hypothesis
 import torch
-from hypothesis import HealthCheck
 
 from oracles.band import BandReport
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import first_difference
-from oracles.draws import draws_from_the_seed_alone
+from oracles.draws import over_cell_draws
 from oracles.determinism import check_determinism, run_on_copies, run_on_copy
 from oracles.failures import NUMERICS, ORACLES, OracleFailure
 from oracles.selection import ORACLE_GROUPS
@@ -638,12 +637,8 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
     internal: list[JudgeError] = []
 
     def explore(judge_one: Callable[[dict], None], phases) -> None:
-        draws_from_the_seed_alone()
-        @hypothesis.settings(max_examples=max_examples, deadline=None, database=None, phases=phases,
-                             suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
-                             print_blob=False, verbosity=hypothesis.Verbosity.quiet)
-        @hypothesis.seed(cell.seed(seed))
-        @hypothesis.given(battery.strategy.recipes(cell, battery.device))
+        @over_cell_draws(battery.strategy, cell, battery.device, max_examples, seed, phases,
+                         report_multiple_bugs=False, print_blob=False, verbosity=hypothesis.Verbosity.quiet)
         def test(recipe):
             if internal:  # the judge failed: nothing more is judged, and Hypothesis must not shrink it
                 return

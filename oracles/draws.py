@@ -28,3 +28,39 @@ def _no_local_constants():
     from hypothesis.internal.conjecture import providers
 
     return providers.Constants()
+
+
+def over_cell_draws(strategy, cell, device, examples: int, seed: int, phases=None, **settings):
+    """Decorator: the function, given one recipe, runs on each of the cell's Hypothesis draws — the judge's
+    draws, made here once: the pool above pinned, the cell's own seed (``cell.seed(seed)``, ``seed`` the
+    run's salt), no database, no deadline, every health check off, and ``phases`` (default: generation
+    only, no shrinking).  ``settings`` adds Hypothesis settings that do not change what is drawn
+    (verbosity, reporting)."""
+    import hypothesis
+    from hypothesis import HealthCheck
+
+    draws_from_the_seed_alone()
+    phases = [hypothesis.Phase.generate] if phases is None else phases
+
+    def decorate(body):
+        drawn = hypothesis.seed(cell.seed(seed))(hypothesis.given(strategy.recipes(cell, device))(body))
+        return hypothesis.settings(max_examples=examples, deadline=None, database=None, phases=phases,
+                                   suppress_health_check=list(HealthCheck), **settings)(drawn)
+
+    return decorate
+
+
+def cell_draws(strategy, cell, device, examples: int, seed: int) -> list[dict]:
+    """The first ``examples`` recipes the cell's draws give (``over_cell_draws``)."""
+    import hypothesis
+
+    drawn: list[dict] = []
+    if examples <= 0:
+        return drawn
+
+    @over_cell_draws(strategy, cell, device, examples, seed, verbosity=hypothesis.Verbosity.quiet)
+    def collect(recipe):
+        drawn.append(recipe)
+
+    collect()
+    return drawn[:examples]

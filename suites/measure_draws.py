@@ -24,9 +24,8 @@ import time
 
 import hypothesis
 import torch
-from hypothesis import HealthCheck
 
-from oracles.draws import draws_from_the_seed_alone
+from oracles.draws import over_cell_draws
 
 DEFAULT_DEPTHS = (2, 4, 6, 10, 20, 50)
 NOT_ASKED = "not asked of the suites' controls (eager torch, mostly not capturable)"
@@ -58,13 +57,8 @@ def catch_depth(entry, impl, cell, max_depth: int, deadline: float, device: torc
     if max_depth < 1:
         return None, "", 0
 
-    draws_from_the_seed_alone()
-
-    @hypothesis.settings(max_examples=max_depth, deadline=None, database=None, phases=[hypothesis.Phase.generate],
-                         suppress_health_check=list(HealthCheck), print_blob=False,
-                         verbosity=hypothesis.Verbosity.quiet)
-    @hypothesis.seed(cell.seed(seed))
-    @hypothesis.given(battery.strategy.recipes(cell, device))
+    @over_cell_draws(battery.strategy, cell, device, max_depth, seed, print_blob=False,
+                     verbosity=hypothesis.Verbosity.quiet)
     def explore(recipe):
         nonlocal tried
         if time.monotonic() > deadline:

@@ -2,9 +2,9 @@
 error) and the new one (twice the largest error of the legitimate implementations: the stock op and the
 reference in each of its reduction orders), as a markdown table.
 
-For every band op's cell, the cell's corners and ``--examples`` drawn recipes (Hypothesis, derandomized:
-the same draws on every run) are built on ``--device``; per floating output, the widths' median, p99
-and max in ULP are tabulated before and after, with which legitimate implementation set E how often and
+For every band op's cell, the cell's corners and its first ``--examples`` drawn recipes (the draws
+``tools/certify-cells --seed`` judges: ``oracles.draws``) are built on ``--device``; per floating output,
+the widths' median, p99 and max in ULP are tabulated before and after, with which legitimate implementation set E how often and
 how many examples the new rule finds vacuous (beyond the op's limit).  The kernel is not run: a band is
 a property of the contract and the input.  Exit 1 when any example's band is vacuous.
 """
@@ -32,6 +32,7 @@ def parse_args(argv):
                             epilog="Example: tools/band-widths --device cpu --examples 20 --out docs/band-widths.md")
     parser.add_argument("--device", default="cpu", help="where inputs are built and judged (default cpu)")
     parser.add_argument("--examples", type=int, default=20, metavar="N", help="drawn recipes per cell (default 20)")
+    parser.add_argument("--seed", type=int, default=0, help="salt for the per-cell seeds, as certify-cells' (default 0)")
     parser.add_argument("--op", action="append", default=[], metavar="NAME", help="only this op (repeatable)")
     parser.add_argument("--cell", action="append", default=[], metavar="ID", help="only this cell (repeatable)")
     parser.add_argument("--out", metavar="PATH", help="write the table here (default: print it)")
@@ -52,26 +53,6 @@ def parse_args(argv):
     except RuntimeError as error:
         raise UsageError(f"--device {args.device!r}: {error}") from None
     return args
-
-
-def drawn_recipes(strategy, cell, device, count: int) -> list[dict]:
-    import hypothesis
-    from hypothesis import HealthCheck
-
-    from oracles.draws import draws_from_the_seed_alone
-
-    draws_from_the_seed_alone()
-    drawn = []
-
-    @hypothesis.settings(max_examples=count, database=None, derandomize=True, deadline=None,
-                         suppress_health_check=list(HealthCheck), phases=[hypothesis.Phase.generate])
-    @hypothesis.given(strategy.recipes(cell, device))
-    def collect(recipe):
-        drawn.append(recipe)
-
-    if count:
-        collect()
-    return drawn[:count]
 
 
 def widths_of(entry, recipe: dict, device) -> list[tuple[float, float, str | None, bool]]:
@@ -113,6 +94,8 @@ def table(rows: list[dict], device) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from oracles.draws import cell_draws
+
     rows = []
     for entry in args.entries:
         for cell in entry.cells:
@@ -120,7 +103,7 @@ def main(argv=None) -> int:
                 continue
             started = time.monotonic()
             recipes = entry.strategy_module.corners(cell, args.device)
-            recipes += drawn_recipes(entry.strategy_module, cell, args.device, args.examples)
+            recipes += cell_draws(entry.strategy_module, cell, args.device, args.examples, args.seed)
             per_output = collections.defaultdict(lambda: {"before": [], "after": [], "set_by": collections.Counter(),
                                                           "vacuous": 0})
             for recipe in recipes:

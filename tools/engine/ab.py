@@ -130,26 +130,11 @@ class CellAB:
 
 
 def cell_recipes(entry, cell, device, max_examples: int, seed: int) -> list[dict]:
-    """The cell's corners, then the draws the battery makes for it (same settings, same seed)."""
-    import hypothesis
-    from hypothesis import HealthCheck
+    """The cell's corners, then the draws the battery makes for it (``oracles.draws``: the battery's own)."""
+    from oracles.draws import cell_draws
 
-    from oracles.draws import draws_from_the_seed_alone
-
-    draws_from_the_seed_alone()
     strategy = entry.strategy_module
-    drawn = []
-    if max_examples > 0:
-        @hypothesis.settings(max_examples=max_examples, deadline=None, database=None,
-                             phases=[hypothesis.Phase.generate], suppress_health_check=list(HealthCheck),
-                             verbosity=hypothesis.Verbosity.quiet)
-        @hypothesis.seed(cell.seed(seed))
-        @hypothesis.given(strategy.recipes(cell, device))
-        def collect(recipe):
-            drawn.append(recipe)
-
-        collect()
-    return [*strategy.corners(cell, device), *drawn]
+    return [*strategy.corners(cell, device), *cell_draws(strategy, cell, device, max_examples, seed)]
 
 
 def _call(fn, inputs: dict, in_place: tuple[str, ...]):
