@@ -19,8 +19,9 @@ import pathlib
 import sys
 
 from tools.cli import ArgumentParser, UsageError, run_main
-from tools.engine.test_lists import ARCH_MARKERS, ListFormatError, all_list_paths, load_list, matches
 
+# the lists' loader reaches the ops package, which imports torch: it is imported by the functions that use
+# it, so --help and a bad flag need neither.
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -32,6 +33,8 @@ class _Collector:
         self.errors: list[str] = []
 
     def pytest_collection_modifyitems(self, session, config, items):
+        from tools.engine.test_lists import ARCH_MARKERS
+
         for item in items:
             self.tests[item.nodeid] = {m.name for m in item.iter_markers() if m.name in ARCH_MARKERS}
 
@@ -46,13 +49,16 @@ def collect_tests() -> tuple[dict[str, set[str]], list[str]]:
 
     collector = _Collector()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        pytest.main(["--collect-only", "-q", "--assert=plain", "-p", "no:cacheprovider", "-p", "no:suites.plugins.arch_markers",
-                     "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(REPO / "suites")],
+        pytest.main(["--collect-only", "-q", "--assert=plain", "-p", "no:cacheprovider",
+                     "-p", "no:suites.plugins.arch_markers", "--rootdir", str(REPO),
+                     "-c", str(REPO / "pyproject.toml"), str(REPO / "suites")],
                     plugins=[collector])
     return collector.tests, collector.errors
 
 
 def check(paths) -> list[str]:
+    from tools.engine.test_lists import ListFormatError, load_list, matches
+
     findings = []
     listed = []
     for path in paths:
@@ -93,6 +99,8 @@ def main(argv=None) -> int:
     parser.add_argument("lists", nargs="*", metavar="FILE", help="lists to check (default: test_lists/*.yml)")
     parser.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = parser.parse_args(argv)
+    from tools.engine.test_lists import all_list_paths
+
     paths = [pathlib.Path(p) for p in args.lists] or all_list_paths()
     missing = [str(p) for p in paths if not p.exists()]
     if missing:

@@ -7,6 +7,7 @@ import sys
 from typing import Callable
 
 
+PROJECT_PACKAGES = ("ops", "oracles", "references", "suites", "tools")
 INTERNAL_ERROR = 3   # the judge's own defect: "internal error: ..." and a reproduction
 
 
@@ -23,6 +24,12 @@ def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = N
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
+    except ModuleNotFoundError as error:
+        if (error.name or "").partition(".")[0] in PROJECT_PACKAGES:
+            raise   # a module of this project missing is its defect, not the environment's
+        print(f"error: {error}: this tool needs the project's dependencies in the Python that runs it "
+              f"(python -m pip install -c constraints-cpu.txt -e '.[test]')", file=sys.stderr)
+        code = 2
     sys.exit(code)
 
 

@@ -26,11 +26,10 @@ import pathlib
 import sys
 import tempfile
 
-import torch
-
-from ops.catalog import op
-from references.formats.nvfp4 import nvfp4_dequantize
 from tools import accuracy_gate
+
+# torch, the catalog and the reference are imported by the functions that use them: --help and a bad flag
+# need none of them.
 
 PROG = "nvfp4-ab"
 TASK = "digits"
@@ -50,6 +49,8 @@ NVFP4_RANGE = 448.0 * 6.0
 @contextlib.contextmanager
 def deterministic_cpu():
     """One thread and deterministic kernels while inside; the caller's settings restored after."""
+    import torch
+
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -62,6 +63,7 @@ def deterministic_cpu():
 
 def load_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(train images, train labels, test images, test labels, test image indices); pixels scaled to 0..1."""
+    import torch
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -73,6 +75,8 @@ def load_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor
 
 
 def train_mlp(images: torch.Tensor, labels: torch.Tensor) -> list[torch.nn.Linear]:
+    import torch
+
     torch.manual_seed(TRAIN_SEED)
     widths = (images.shape[1], *HIDDEN_WIDTHS, CLASSES)
     linears = [torch.nn.Linear(width_in, width_out) for width_in, width_out in zip(widths, widths[1:])]
@@ -88,11 +92,18 @@ def train_mlp(images: torch.Tensor, labels: torch.Tensor) -> list[torch.nn.Linea
 
 
 def bf16_weights(linears: list[torch.nn.Linear]) -> list[torch.Tensor]:
+    import torch
+
     return [linear.weight.detach().to(torch.bfloat16).float() for linear in linears]
 
 
 def nvfp4_weights(linears: list[torch.nn.Linear]) -> list[torch.Tensor]:
     """Each bf16 weight [N, K] quantized to NVFP4 through the catalog and dequantized back to fp32."""
+    import torch
+
+    from ops.catalog import op
+    from references.formats.nvfp4 import nvfp4_dequantize
+
     dequantized = []
     for linear in linears:
         weight = linear.weight.detach().to(torch.bfloat16)
@@ -107,6 +118,8 @@ def class_log_likelihoods(images: torch.Tensor, weights: list[torch.Tensor],
                           linears: list[torch.nn.Linear]) -> torch.Tensor:
     """Forward pass with bf16 activations and fp32 accumulation: every layer reads bf16 inputs, sums in
     fp32 against the given fp32 weight values (bf16 biases) and rounds its output to bf16 once."""
+    import torch
+
     activations = images.to(torch.bfloat16)
     for layer, (weight, linear) in enumerate(zip(weights, linears)):
         bias = linear.bias.detach().to(torch.bfloat16).float()
@@ -174,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"{PROG}: error: --out: cannot create {str(args.out)!r}: {error.strerror}", file=sys.stderr)
         return 2
+
+    import torch
 
     with deterministic_cpu():
         train_images, train_labels, test_images, test_labels, test_indices = load_split()
