@@ -4,9 +4,10 @@ reference in each of its reduction orders), as a markdown table.
 
 For every band op's cell, the cell's corners and its first ``--examples`` drawn recipes (the draws
 ``tools/certify-cells --seed`` judges: ``oracles.draws``) are built on ``--device``; per floating output,
-the widths' median, p99 and max in ULP are tabulated before and after, with which legitimate implementation set E how often and
-how many examples the new rule finds vacuous (beyond the op's limit).  The kernel is not run: a band is
-a property of the contract and the input.  Exit 1 when any example's band is vacuous.
+the widths' median, p99 and max in ULP are tabulated before and after, with which legitimate
+implementation set E how often and how many examples the new rule finds vacuous (beyond the op's
+limit).  The kernel is not run: a band is a property of the contract and the input.  Exit 1 when any
+example's band is vacuous.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def parse_args(argv):
                             epilog="Example: tools/band-widths --device cpu --examples 20 --out docs/band-widths.md")
     parser.add_argument("--device", default="cpu", help="where inputs are built and judged (default cpu)")
     parser.add_argument("--examples", type=int, default=20, metavar="N", help="drawn recipes per cell (default 20)")
-    parser.add_argument("--seed", type=int, default=0, help="salt for the per-cell seeds, as certify-cells' (default 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="salt for the per-cell seeds, as certify-cells' (default 0)")
     parser.add_argument("--op", action="append", default=[], metavar="NAME", help="only this op (repeatable)")
     parser.add_argument("--cell", action="append", default=[], metavar="ID", help="only this cell (repeatable)")
     parser.add_argument("--out", metavar="PATH", help="write the table here (default: print it)")
