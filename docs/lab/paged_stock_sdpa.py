@@ -2,9 +2,10 @@
 
 ``sparse_nvfp4_kv``'s recipe of docs/results/2026-12-02/certify_sm90_paged.log failed closed: o's band vacuous,
 the stock op 55.5 ULP from float64 truth (truth ~1e-9: zero and subnormal block scales) where the kernel was
-within 0.46 ULP and the CPU's stock op is within its band.  This runs the stock op on that recipe (or the
-one given as JSON) with each of SDPA's backends alone, and prints each one's error against the truth, with
-the magnitudes of the decoded V and of V rounded to bf16 (SDPA's operand).
+within 0.46 ULP.  On the CPU the same cell's seed 26 put the bf16-SDPA stock op 25.8 ULP off: rounding the
+decoded K to bf16 moves large scores.  The stock op now runs SDPA on the decoded float32 values.  This runs
+it on that recipe (or the one given as JSON) with each of SDPA's backends alone, and prints each one's
+error against the truth, with the magnitudes of the decoded V and of V rounded to bf16.
 
 Run from the repository root, on the GPU: ``python3 docs/lab/paged_stock_sdpa.py [RECIPE_JSON]``.
 """

@@ -17,19 +17,22 @@ invariance), serving the G query heads of the KV head at once; the sparse select
 resolved once per row (``selection_metadata``); splits merged in float64 by their log-sum-exp
 (``merge_splits``).  What is new is the tile's decode, in registers, and the scores' summation:
 
-- Exact fp16 operands: an E2M1 code's bits placed in an fp16 (``sign << 15 | (code & 7) << 9``) are
+- V as exact bf16 operands: an E2M1 code's bits placed in an fp16 (``sign << 15 | (code & 7) << 9``) are
   ``e2m1(code) * 2^-14`` (index 1 lands in fp16's subnormals as 0.5 * 2^-14); e4m3 -> fp16 is exact;
   their product ``e2m1 * scale * 2^-14`` is exact in fp16 (at most 6 significant bits, every value a
-  multiple of 2^-24 up to 6 * 448 * 2^-14).  So K and V reach the tensor cores with no rounding, q is
-  scaled per head into fp16's range by a power of two (``_query_in_fp16``), and every power of two
-  and the one per-tensor factor ``1 / kv_global_scale`` are applied to the scores and the partial
-  sums instead of to each element: that moves an element's value by at most its fp32
-  rounding (2^-24 relative) against the Dequant line, far inside the band.
-- Scores: one 16-wide dot per scale block (batched, ``[D/16, G, 16] x [D/16, 16, N]``), each an fp32
-  sum of 16 exact products; the blocks summed and scaled in float64 (``sm_scale`` arrives as an fp32
-  hi + lo pair) and the score rounded once.  One fp32 dot over D put lse 1.06 ULP from truth on a CPU
-  corner, against the 1-ULP band the stock op sets where it is exact (a power-of-two global scale:
-  decoded K exact in bf16).
+  multiple of 2^-24 up to 6 * 448 * 2^-14), and ``e2m1 * scale`` exact in bf16.  So V reaches the tensor
+  cores with no rounding, and the one per-tensor factor ``1 / kv_global_scale`` is applied to the partial
+  sums instead of to each element: that moves o by at most an fp32 rounding, far inside its bf16 band.
+  p multiplies V as bf16 hi + lo halves (``paged_decode``'s bf16 path: 16 bits over fp32's whole range).
+  One fp16 ``2^15 p`` lost every p under 2^-39: on the H200 a row whose heavy tokens have zero V
+  blocks came out 0 where its truth was 6.5e-13 (183 ULP of its row scale).
+- K as the Dequant line decodes it: the exact ``e2m1 * scale`` times ``1 / kv_global_scale``, rounded
+  once in fp32, element by element.  The scores: one 16-wide IEEE fp32 dot per scale block (batched,
+  ``[D/16, G, 16] x [D/16, 16, N]``, FMA rather than tensor cores), the blocks summed and scaled in
+  float64 (``sm_scale`` arrives as an fp32 hi + lo pair) and the score rounded once.  lse ~ max s
+  carries the scores' error in fp32 ULPs: ``1 / kv_global_scale`` folded into the scores instead of each
+  element, with 16-bit tensor-core dots, put it 1.2 ULP from truth on the H200 where every legitimate
+  fp32 order was within 0.16 (docs/ops/paged_decode_nvfp4kv.md).
 - The decode scale ``1 / kv_global_scale`` is computed on the device (IEEE ``div_rn``: no host sync,
   graph-capturable) from the ENCODE scale the caller passes.
 - Invalid memory is never loaded: codes and scales of a slot are read only for an attended token
@@ -49,8 +52,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ops.attention.paged_decode import (BENCH_SHAPE, PAGED_SHAPES, _dot_operand, _exp_float64_short,
-                                        _live_positions, _query_in_fp16, decode_entry, host_sm_scale_limit,
+from ops.attention.paged_decode import (BENCH_SHAPE, PAGED_SHAPES, _add_p_times_v, _dot_operand,
+                                        _exp_float64_short, _live_positions, decode_entry, host_sm_scale_limit,
                                         merge_splits, selection_metadata, split_partials)
 from ops.catalog import BenchCase, Cell, OneOf, Span
 from ops.triton_backend import interpreting
@@ -131,7 +134,6 @@ def _decode_splits_nvfp4(
     CROSS_PAGES: tl.constexpr,
 ):
     E2M1_UNIT: tl.constexpr = 16384.0   # e2m1(code) per unit of the code's bits placed in an fp16 (2^-14)
-    P_SCALE: tl.constexpr = 32768.0     # p <= 1 multiplies V as fp16 2^15 p
     pid = tl.program_id(0)
     split = pid % splits
     kv_head = (pid // splits) % kv_heads
@@ -148,12 +150,10 @@ def _decode_splits_nvfp4(
 
     q_rows = q_ptr + row.to(tl.int64) * q_stride_b + (kv_head * group + offs_g) * q_stride_h
     q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
-    q, q_unscale = _query_in_fp16(q)
-    # [D/16, G, 16]: one dot per 16-element block of the head (see the scores below)
-    q = tl.permute(tl.reshape(q.to(OPERAND), (GROUP_PAD, D // 16, 16)), (1, 0, 2))
+    # [D/16, G, 16]: one dot per 16-element block of the head (see the scores below); bf16 -> fp32 is exact
+    q = tl.permute(tl.reshape(q.to(tl.float32), (GROUP_PAD, D // 16, 16)), (1, 0, 2))
     decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
     sm_scale = tl.cast(sm_scale_hi, tl.float64) + tl.cast(sm_scale_lo, tl.float64)   # the float64 given, to 2^-48
-    qk_scale = (q_unscale.to(tl.float64) * (sm_scale * (decode_scale.to(tl.float64) * E2M1_UNIT)))[:, None]
     table_row = table_ptr + row.to(tl.int64) * table_stride_b
     selected_row = row.to(tl.int64) * entries
     kc_tile = kc_ptr + kv_head * kc_stride_h
@@ -182,12 +182,14 @@ def _decode_splits_nvfp4(
         k = _nvfp4_tile(kc_tile + (physical * kc_stride_p + slot * kc_stride_s)[:, None], kc_stride_d,
                         ks_tile + (physical * ks_stride_p + slot * ks_stride_s)[:, None], ks_stride_d, valid,
                         BLOCK_N, D)
-        # Each block's 16 products are exact and their fp32 sum nearly so (a block's elements share one
-        # scale); the blocks are summed and scaled in float64 and the score rounded once.  One fp32 dot
-        # over D rounded a score by up to a ULP, which the lse band (1 ULP when the stock op is exact,
-        # e.g. a power-of-two global scale) could not absorb.
-        k = tl.permute(tl.reshape(k.to(OPERAND), (BLOCK_N, D // 16, 16)), (1, 2, 0))
-        finite_scores = (tl.sum(tl.dot(q, k).to(tl.float64), axis=0) * qk_scale).to(tl.float32)
+        # K exactly as the Dequant line decodes it (e2m1 * scale exact, then times 1 / kv_global_scale
+        # rounded once in fp32), each block's 16-term dot in IEEE fp32 (the scale folded into the scores,
+        # with 16-bit tensor-core dots, put lse 1.2 ULP off on the H200 where every legitimate fp32 order
+        # was within 0.16), the blocks summed and scaled in float64 and the score rounded once.
+        k = (k.to(tl.float32) * E2M1_UNIT) * decode_scale
+        k = tl.permute(tl.reshape(k, (BLOCK_N, D // 16, 16)), (1, 2, 0))
+        finite_scores = (tl.sum(tl.dot(q, k, input_precision="ieee").to(tl.float64), axis=0) * sm_scale
+                         ).to(tl.float32)
         scores = tl.where(valid[None, :], finite_scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
@@ -200,20 +202,19 @@ def _decode_splits_nvfp4(
         p_exact = _exp_float64_short(finite_scores, m_base[:, None])
         p_exact = tl.where(valid[None, :] & computed[:, None], p_exact, 0.0)
         l = l + tl.sum(p_exact, axis=1)
-        p_scaled = (p_exact.to(tl.float32) * P_SCALE).to(tl.float16)
-
         v = _nvfp4_tile(vc_tile + (physical * vc_stride_p + slot * vc_stride_s)[:, None], vc_stride_d,
                         vs_tile + (physical * vs_stride_p + slot * vs_stride_s)[:, None], vs_stride_d, valid,
                         BLOCK_N, D)
-        acc = tl.dot(p_scaled.to(OPERAND), v.to(OPERAND), acc)
+        v = (v.to(tl.float32) * E2M1_UNIT).to(tl.bfloat16)   # e2m1 * scale: exact
+        acc = _add_p_times_v(acc, p_exact.to(tl.float32), v.to(OPERAND), tl.bfloat16, OPERAND, True)
         m = m_new
 
     part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
     written = block_and(in_group, start < limit)
     tl.store(part_m_ptr + part, m, mask=written)
     tl.store(part_l_ptr + part, l, mask=written)
-    # acc holds the sum of 2^15 p * e2m1 * scale * 2^-14: one fp32 multiply gives p times the decoded V
-    acc = acc * (decode_scale * (E2M1_UNIT / P_SCALE))
+    # acc holds the sum of p * e2m1 * scale: one fp32 multiply gives p times the decoded V
+    acc = acc * decode_scale
     tl.store(part_acc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=written[:, None])
 
 
@@ -248,7 +249,7 @@ def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_glo
         *_float64_as_fp32_pair(float(sm_scale)),
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=block_n, SPLIT_TOKENS=split_tokens, PAGE_SIZE=page_size,
-        SPARSE=sparse, OPERAND=_dot_operand(tl.float16), REAL_ROWS=triton.next_power_of_2(group),
+        SPARSE=sparse, OPERAND=_dot_operand(tl.bfloat16), REAL_ROWS=triton.next_power_of_2(group),
         CROSS_PAGES=plan.cross_pages and block_n > page_size,
         num_warps=plan.num_warps, num_stages=plan.num_stages,
     )

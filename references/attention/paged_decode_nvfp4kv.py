@@ -131,11 +131,18 @@ BAND_LIMIT = dense_contract.BAND_LIMIT   # the same lse, from the same fp32 scor
 
 def stock(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
           page_select=None):
-    """Decode the caches by the Dequant line, then ``paged_decode``'s stock gather + masked bf16 SDPA."""
+    """Decode the caches by the Dequant line, then ``paged_decode``'s stock gather + masked SDPA on the
+    decoded float32 values.
+
+    Not bf16 SDPA: a decoded element (E2M1 x e4m3 x 1 / kv_global_scale) is in general not a bf16
+    number, and rounding K to bf16 moves large scores by up to 2^-9 of their size.  On the
+    ``sparse_nvfp4_kv`` cell's large-score rows that put o 25.8 ULP from the truth on the CPU and 55.5
+    on the H200 (docs/results/2026-12-02/certify_sm90_paged.log), where float32 SDPA is at 0.35: a
+    different input, not a reduction order, and a band that judged nothing."""
     validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale, page_select)
     k, v = decode_cache(k_packed, k_scales, kv_global_scale), decode_cache(v_packed, v_scales, kv_global_scale)
     return dense_contract.stock_attention(q, k, v, page_table, seq_lens, dense_contract.scale_value(sm_scale), 1.0,
-                                          page_select)
+                                          page_select, operand_dtype=torch.float32)
 
 
 # -- refused inputs (each row cites the clause of the contract's Refuse line it enforces) -----------

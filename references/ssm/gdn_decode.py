@@ -38,6 +38,7 @@ import numbers
 
 import torch
 
+from oracles.band import BandLimit
 from oracles.in_place import check_in_place_step
 from oracles.tensors import clone_inputs
 from references import orders
@@ -237,6 +238,10 @@ def gdn_decode_in_order(q, k, v, g, beta, state, slots, scale, qk_l2norm=False, 
 
 
 LEGITIMATE_ORDERS = orders.legitimate_orders(gdn_decode_in_order)
+# under qk_l2norm the new state is k / |k| times u: |k| an fp32 sum of Dk <= 128 squares, which the sequential
+# order rounds by up to 5 ULP of the state's row on the H200 (a zero state, Dk = 128): a band of 10
+BAND_LIMIT = BandLimit(16.0, "the state carries k's l2 norm, an fp32 sum of Dk <= 128 squares "
+                             "(5 ULP measured for the sequential order on the H200)")
 
 
 # -- stateful property ------------------------------------------------------------------------------

@@ -30,9 +30,10 @@ def _decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1
 def decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, *,
                 subtract_max=True, whole_last_page=False, holes_are_pages=False, duplicates_once=True,
                 head_of=lambda h, group, kv_heads: h // group, lse_log_base=math.e, split_tokens=None,
-                score_dtype=torch.float32):
+                score_dtype=torch.float32, score_piece=None):
     """``_decode_fp32`` on validated arguments, for caches of any float dtype (``paged_decode_nvfp4kv``'s
-    implementations pass their decoded caches); ``score_dtype`` sums q . k (rounded to fp32 after)."""
+    implementations pass their decoded caches); ``score_dtype`` sums q . k (rounded to fp32 after), split-K
+    over D into pieces of ``score_piece`` added in order when given."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     pages_per_row = page_table.shape[1]
@@ -60,7 +61,11 @@ def decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, p
         slot = token % page_size
         k = k_cache[physical, slot].float()[:, kv_head] * kv_scale           # [n, Hq, D]
         v = v_cache[physical, slot].float()[:, kv_head] * kv_scale
-        scores = (torch.einsum("hd,nhd->hn", q[row].to(score_dtype), k.to(score_dtype)) * sm_scale).float()
+        pieces = range(0, head_dim, score_piece or head_dim)
+        width = score_piece or head_dim
+        dots = [torch.einsum("hd,nhd->hn", q[row, :, d:d + width].to(score_dtype), k[..., d:d + width].to(score_dtype))
+                for d in pieces]
+        scores = (sum(dots[1:], dots[0]) * sm_scale).float()
         tops, totals, sums = [], [], []
         for split in torch.arange(token.numel(), device=q.device).split(split_tokens or token.numel()):
             part = scores[:, split]
@@ -91,6 +96,17 @@ def split_kv_fixed(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
     return decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select,
                        split_tokens=SPLIT_KV_TOKENS)
+
+
+SPLIT_D_WIDTH = 24   # split-K over D in pieces no reference order uses (not a divisor of any head dim)
+
+
+def split_d_fixed(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    """Correct: the scores' dot split-K over D, pieces of 24 added in order — a tensor-core kernel's
+    accumulation of k-steps, in pieces of its own; inside the band the legitimate orders set."""
+    validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select,
+                       score_piece=SPLIT_D_WIDTH)
 
 
 def lse_three_ulp_off(*args, **kwargs):

@@ -39,15 +39,16 @@ test_battery_accepts_another_correct_implementation = SUITE.accepts_test()
 
 def test_band_holds_split_kv_and_rejects_three_ulp_off():
     """On ``dense_bf16_kv``'s corners (the cell quarantined on the H200 for its lse), parity alone:
-    split-KV merged by (max, lse), a legitimate order that rounds unlike one pass, passes every one; an
-    lse 3 ULP off, where the legitimate orders agree within about one, fails the first corner it meets
-    with attended tokens."""
+    split-KV merged by (max, lse) and the scores split-K over D in pieces of 24, legitimate orders that
+    round unlike one pass, pass every one; an lse 3 ULP off, where the legitimate orders agree within
+    about one, fails the first corner it meets with attended tokens."""
     cell, device = ENTRY.cell("dense_bf16_kv"), machine_device()
-    split_kv, three_off = (Battery(ENTRY, SUITE.judge(name), device, ENTRY.strategy_module)
-                           for name in ("split_kv_fixed", "lse_three_ulp_off"))
+    split_kv, split_d, three_off = (Battery(ENTRY, SUITE.judge(name), device, ENTRY.strategy_module)
+                                    for name in ("split_kv_fixed", "split_d_fixed", "lse_three_ulp_off"))
     caught = None
     for recipe in ENTRY.strategy_module.corners(cell, device):
         assert split_kv.judge(recipe, ["parity"]) == {}, recipe
+        assert split_d.judge(recipe, ["parity"]) == {}, recipe
         caught = caught or three_off.judge(recipe, ["parity"]).get("parity")
     assert caught and "output 1: error" in caught.message and "exceeds the band" in caught.message, caught
 

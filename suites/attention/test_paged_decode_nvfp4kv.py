@@ -152,6 +152,20 @@ def test_kernel_answers_a_nonzero_encode_scale_within_an_fp32_rounding():
     assert torch.allclose(o.double(), truth, rtol=2.0 ** -8, atol=0)
 
 
+def test_kernel_keeps_the_weight_of_tokens_far_below_the_row_max():
+    """A row whose heavy token (score 48) has zero V: o is carried by a token of weight e^-48, under the
+    2^-39 where one fp16 ``2^15 p`` is 0.  The kernel gives the truth rounded to bf16, not 0 (the H200 found
+    such a row 183 ULP off, docs/ops/paged_decode_nvfp4kv.md)."""
+    call = _one_token([(5 * i) % 256 for i in range(32)], [0x38] * 4, seq_len=2)
+    k_scales, v_scales = call["k_scales"].view(torch.uint8), call["v_scales"].view(torch.uint8)
+    call["k_packed"][0, 1], k_scales[0, 1] = 0x77, 0x38     # every element 6 * 1.0: score 0.125 * 64 * 6
+    call["v_packed"][0, 1], v_scales[0, 1] = 0, 0
+    o, _ = kernel.paged_decode_nvfp4kv(**call)
+    truth, _ = contract.truth(**call)
+    assert truth.abs().max().item() > 0
+    assert torch.allclose(o.double(), truth, rtol=2.0 ** -8, atol=0), (o.double() - truth).abs().max().item()
+
+
 # -- the kernel's plans --------------------------------------------------------------------------------
 def _variant_call(page_size, selected):
     """Two rows (one with a hole in its table, one a third as long), 4 heads over 2 KV heads, D = 64."""

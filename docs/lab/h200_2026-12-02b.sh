@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The second 2026-12-02 H200 lease (issues #24-#27), phases in the order given, one or more a device call
+# (results under $OUT, each step under a time limit, written as it goes):
+#   stock           docs/lab/paged_stock_sdpa.py: the NVFP4-KV stock op on the sparse_nvfp4_kv recipe, SDPA backend by backend
+#   certify:TAG:OP,OP   certify-cells on sm90 for those ops at EXAMPLES draws a cell (default 14, the measured
+#                   depth) with an empty quarantine ledger (a quarantined cell that certifies loses its entry);
+#                   the certificates, the sections' reports and the run's come back in certificates_TAG.tar
+#   bench:OP        tools/bench --op OP (graph-replayed rows with the copy bandwidth of the same run)
+#   tests           the GPU tests of the judge and the defences (canary, interpreter, hostile host, layouts, paged)
+#   canary          docs/lab/canary_cost.py on cuda (issue 25.3)
+set -uo pipefail
+if [[ "${1:-}" == "--help" || "${1:-}" == "-h" || $# -eq 0 ]]; then sed -n '2,10p' "$0" | cut -c3-; exit 0; fi
+out=${OUT:?set OUT to the folder that comes back}
+export PYTHONUNBUFFERED=1
+printf 'version: 1\nquarantine: []\n' > /tmp/no_quarantine.yml
+for phase in "$@"; do
+    start=$(date +%s)
+    case "$phase" in
+    stock)
+        timeout 90 python3 docs/lab/paged_stock_sdpa.py > "$out/paged_stock_sdpa_h200.log" 2>&1
+        echo "stock: exit $?"; tail -6 "$out/paged_stock_sdpa_h200.log"
+        ;;
+    certify:*)
+        IFS=: read -r _ tag names <<< "$phase"
+        ops=(); for op in ${names//,/ }; do ops+=(--op "$op"); done
+        timeout "${CERTIFY_LIMIT_S:-480}" tools/certify-cells --device cuda --backend triton --cell-timeout 200 \
+            --max-examples "${EXAMPLES:-14}" "${ops[@]}" --quarantine /tmp/no_quarantine.yml \
+            --report "certify_sm90_$tag.json" > "$out/certify_sm90_$tag.log" 2>&1
+        echo "certify $tag: exit $?"
+        grep -E "^[a-z_0-9]+/[a-z_0-9]+: |^summary|wrote" "$out/certify_sm90_$tag.log" | cut -c1-220
+        tar cf "$out/certificates_$tag.tar" ops/*/*.cert.json $(ls ops/*/*.sm90.report.json "certify_sm90_$tag.json" 2>/dev/null)
+        ;;
+    bench:*)
+        op=${phase#bench:}
+        timeout "${BENCH_LIMIT_S:-120}" tools/bench --op "$op" --out "$out/bench_$op.md" > "$out/bench_$op.log" 2>&1
+        echo "bench $op: exit $?"; tail -8 "$out/bench_$op.log"
+        ;;
+    tests)
+        timeout "${TESTS_LIMIT_S:-200}" python3 -m pytest -m sm90 -q -p no:cacheprovider -rfEs --tb=short \
+            suites/attention/test_paged_decode_nvfp4kv.py suites/attention/test_paged_decode_on_gpu.py \
+            suites/test_legal_layouts.py suites/test_canary_on_gpu.py suites/test_triton_interpreter.py \
+            suites/faults/test_hostile_impls.py > "$out/pytest_h200.log" 2>&1
+        echo "tests: exit $?"; grep -E "FAILED|ERROR|passed|failed" "$out/pytest_h200.log" | tail -15
+        ;;
+    canary)
+        PYTHONPATH=. timeout "${CANARY_LIMIT_S:-240}" python3 docs/lab/canary_cost.py --device cuda \
+            --out "$out/canary_cost_h200.json" > "$out/canary_cost_h200.log" 2>&1
+        echo "canary: exit $?"; tail -8 "$out/canary_cost_h200.log"
+        ;;
+    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|tests|canary)" >&2; exit 2 ;;
+    esac
+    echo "  ($phase: $(( $(date +%s) - start )) s)"
+done
