@@ -366,9 +366,10 @@ def stock(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, pag
 def stock_attention(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select,
                     operand_dtype=torch.bfloat16):
     """``stock`` on arguments already validated, for caches of any float dtype, SDPA's operands in
-    ``operand_dtype`` (q upcast exactly, o rounded to bf16): bf16 for this contract's caches, whose
-    values are bf16 numbers; float32 for caches whose values are not (the NVFP4-KV contract's decoded
-    float32 caches)."""
+    ``operand_dtype`` (q upcast exactly, o rounded to bf16): bf16 for this contract's caches, as a
+    PyTorch user passes a bf16 or e4m3 cache (exact at ``kv_scale`` 1; another scale rounds each
+    ``float(k) * kv_scale`` to bf16, SDPA's operand); float32 for the NVFP4-KV contract's decoded float32
+    caches, whose values are in general not bf16 numbers."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     logical, counted = _pages_read(page_table, page_select)

@@ -17,8 +17,9 @@ What the builder plants, and why:
   refuses them (its own limit), and a judged implementation must answer right or refuse clearly;
 - value kinds: ``typical``; ``edges`` (g in {0, -0.0, -1e-7, -80, -1e4, -inf}, beta 0 or 1, one-hot
   q/k and every third q/k vector zero, zero v on a row's first token (with beta <= 1/2 there:
-  ``Builder.tokens``), fresh zero states); ``large`` (states ~1e3, v ~1e3, raw q/k up to 1e4 under in-kernel L2 norm).  Without ``qk_l2norm`` q and k arrive unit-norm, as the
-  model sends them: the delta rule is only contractive for ``beta * |k|^2 <= 2``.
+  ``Builder.tokens``), fresh zero states); ``large`` (states ~1e3, v ~1e3, raw q/k up to 1e4 under
+  in-kernel L2 norm).  Without ``qk_l2norm`` q and k arrive unit-norm, as the model sends them: the delta
+  rule is only contractive for ``beta * |k|^2 <= 2``.
 """
 from __future__ import annotations
 

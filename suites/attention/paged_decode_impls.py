@@ -61,10 +61,9 @@ def decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, p
         slot = token % page_size
         k = k_cache[physical, slot].float()[:, kv_head] * kv_scale           # [n, Hq, D]
         v = v_cache[physical, slot].float()[:, kv_head] * kv_scale
-        pieces = range(0, head_dim, score_piece or head_dim)
         width = score_piece or head_dim
         dots = [torch.einsum("hd,nhd->hn", q[row, :, d:d + width].to(score_dtype), k[..., d:d + width].to(score_dtype))
-                for d in pieces]
+                for d in range(0, head_dim, width)]
         scores = (sum(dots[1:], dots[0]) * sm_scale).float()
         tops, totals, sums = [], [], []
         for split in torch.arange(token.numel(), device=q.device).split(split_tokens or token.numel()):

@@ -10,6 +10,8 @@ import torch
 
 from ops.attention import paged_decode_nvfp4kv as kernel
 from ops.attention.paged_decode_nvfp4kv import ENTRY
+from oracles.band import output_error
+from references.attention import paged_decode as dense_contract
 from references.attention import paged_decode_nvfp4kv as contract
 from references.formats.nvfp4 import nvfp4_dequantize
 from suites.attention import paged_decode_nvfp4kv_impls as impls
@@ -164,6 +166,32 @@ def test_kernel_keeps_the_weight_of_tokens_far_below_the_row_max():
     truth, _ = contract.truth(**call)
     assert truth.abs().max().item() > 0
     assert torch.allclose(o.double(), truth, rtol=2.0 ** -8, atol=0), (o.double() - truth).abs().max().item()
+
+
+def test_stock_op_keeps_the_decoded_keys_where_bf16_operands_move_large_scores():
+    """Two tokens of large, close scores (109.7 and 109.8) whose decoded keys (6 / 448, 6.5 / 448) are not
+    bf16 numbers: the stock op, SDPA on the decoded float32 caches, is within an output ULP of the truth;
+    the same SDPA on bf16 operands (the stock op before 2026-12-02b) moves the scores and is 20+ off."""
+    device = machine_device()
+    k_packed = torch.zeros(1, 16, 1, 32, dtype=torch.uint8, device=device)
+    k_scales = torch.zeros(1, 16, 1, 4, dtype=torch.uint8, device=device)
+    v_packed, v_scales = k_packed.clone(), k_scales.clone()
+    k_packed[0, 0], k_scales[0, 0] = 0x77, 0x38        # token 0: every element 6 * 1.0
+    k_packed[0, 1], k_scales[0, 1] = 0x66, 0x3D        # token 1: 4 * 1.625 = 6.5, but for six zeros
+    k_packed[0, 1, 0, :3] = 0
+    v_packed[0, 0], v_packed[0, 1], v_scales[0, :2] = 0x22, 0xAA, 0x38     # V +1 and -1
+    call = {"q": torch.full((1, 1, 64), 1024.0, dtype=torch.bfloat16, device=device),
+            "k_packed": k_packed, "k_scales": k_scales.view(torch.float8_e4m3fn),
+            "v_packed": v_packed, "v_scales": v_scales.view(torch.float8_e4m3fn),
+            "kv_global_scale": torch.tensor([448.0], device=device),
+            "page_table": torch.zeros(1, 1, dtype=torch.int32, device=device),
+            "seq_lens": torch.tensor([2], dtype=torch.int32, device=device), "sm_scale": 0.125}
+    truth, _ = contract.truth(**call)
+    o, _ = contract.stock(**call)
+    assert output_error(o, truth).error_ulp <= 1.0
+    k, v = (contract.decode_cache(call[f"{x}_packed"], call[f"{x}_scales"], call["kv_global_scale"]) for x in "kv")
+    o_bf16, _ = dense_contract.stock_attention(call["q"], k, v, call["page_table"], call["seq_lens"], 0.125, 1.0, None)
+    assert output_error(o_bf16, truth).error_ulp > 8.0
 
 
 # -- the kernel's plans --------------------------------------------------------------------------------
