@@ -7,6 +7,10 @@
 #                   the certificates, the sections' reports and the run's come back in certificates_TAG.tar
 #   bench:OP        tools/bench --op OP (graph-replayed rows with the copy bandwidth of the same run)
 #   tests           the GPU tests of the judge and the defences (canary, interpreter, hostile host, layouts, paged)
+#   pytest:TAG:FILE,FILE  those GPU test files alone (-m sm90), under TESTS_LIMIT_S, log pytest_h200_TAG.log
+#   layouts         every op judged through suites.legal_layouts (the kernel's outputs in a legal layout drawn
+#                   afresh each call, issue 24.2) at LAYOUT_EXAMPLES draws a cell (default 3), each op under
+#                   LAYOUT_OP_LIMIT_S (default 60); one log, layouts_h200.log
 #   canary          docs/lab/canary_cost.py on cuda (issue 25.3)
 set -uo pipefail
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" || $# -eq 0 ]]; then sed -n '2,10p' "$0" | cut -c3-; exit 0; fi
@@ -42,12 +46,26 @@ for phase in "$@"; do
             suites/faults/test_hostile_impls.py > "$out/pytest_h200.log" 2>&1
         echo "tests: exit $?"; grep -E "FAILED|ERROR|passed|failed" "$out/pytest_h200.log" | tail -15
         ;;
+    pytest:*)
+        IFS=: read -r _ tag names <<< "$phase"
+        timeout "${TESTS_LIMIT_S:-200}" python3 -m pytest -m sm90 -q -p no:cacheprovider -rfEs --tb=short \
+            ${names//,/ } > "$out/pytest_h200_$tag.log" 2>&1
+        echo "pytest $tag: exit $?"; grep -E "FAILED|ERROR|passed|failed" "$out/pytest_h200_$tag.log" | tail -15
+        ;;
+    layouts)
+        for op in $(python3 -c "from ops.catalog import entries; print(*sorted(entries()))"); do
+            echo "== $op" >> "$out/layouts_h200.log"
+            timeout "${LAYOUT_OP_LIMIT_S:-60}" tools/certify-cells --device cuda --op "$op" \
+                --impl suites.legal_layouts --max-examples "${LAYOUT_EXAMPLES:-3}" >> "$out/layouts_h200.log" 2>&1
+            echo "layouts $op: exit $?" | tee -a "$out/layouts_h200.log"
+        done
+        ;;
     canary)
         PYTHONPATH=. timeout "${CANARY_LIMIT_S:-240}" python3 docs/lab/canary_cost.py --device cuda \
             --out "$out/canary_cost_h200.json" > "$out/canary_cost_h200.log" 2>&1
         echo "canary: exit $?"; tail -8 "$out/canary_cost_h200.log"
         ;;
-    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|tests|canary)" >&2; exit 2 ;;
+    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|tests|pytest:TAG:FILES|layouts|canary)" >&2; exit 2 ;;
     esac
     echo "  ($phase: $(( $(date +%s) - start )) s)"
 done
