@@ -50,13 +50,13 @@ def certify_both(tmp_path, monkeypatch, arch) -> None:
     monkeypatch.setattr(catalog, "_REGISTRY", {**catalog._registry(), **catalog.group_kernels([ENTRY, HONEST])})
     monkeypatch.setattr(certificates, "certificate_path", lambda entry: tmp_path / f"{entry.name}.cert.json")
     monkeypatch.setenv(canary.CANARY_DIR_ENV, str(tmp_path / "canary"))
+    monkeypatch.setenv(canary.BUDGET_ENV, "1")   # every sampled call checked (the budget's tests set theirs)
     monkeypatch.delenv(canary.REQUIRE_CERTIFIED_ENV, raising=False)
     certificates.forget_cached()
     for entry in (ENTRY, HONEST):
         write_routable(entry, arch, {CELL: {}})
     CALLS_MADE[0] = JUDGED_CALLS
-    canary.COUNTS.clear()
-    canary.MISMATCHES.clear()
+    canary.reset()
 
 
 @pytest.fixture
@@ -159,6 +159,47 @@ def test_a_malformed_rate_is_an_error_naming_the_variable(text):
         canary.parse_rates(text)
 
 
+@pytest.mark.parametrize("text", ["1/0", "2", "-1/200", "half a percent", "1/200/2", ""])
+def test_a_malformed_budget_is_an_error_naming_the_variable(text):
+    with pytest.raises(ValueError, match="KPARITY_CANARY_BUDGET"):
+        canary.parse_budget(text)
+
+
+# -- the budget: what checks may cost a serving process ------------------------------------------------
+def test_an_op_past_its_share_of_the_budget_is_not_checked_and_the_others_keep_theirs(monkeypatch):
+    """1/200 of the wall time since the first sample, shared by the ops sampled so far: after a check of 1 s,
+    its op waits 200 s alone, or 400 s beside a second op; the second op's first sample is checked at once."""
+    now = [0.0]
+    monkeypatch.setattr(canary, "_clock", lambda: now[0])
+    monkeypatch.setenv(canary.BUDGET_ENV, "1/200")
+    canary.reset()
+    assert canary.within_budget("paged_decode")          # the first sample of an op is always checked
+    canary._SPENT["paged_decode"] += 1.0                  # its check took 1 s
+    now[0] = 100.0
+    assert not canary.within_budget("paged_decode")      # share 0.5 s
+    now[0] = 200.0
+    assert canary.within_budget("paged_decode")          # share 1 s
+    assert canary.within_budget("greedy_argmax")         # a second op: its first sample
+    assert not canary.within_budget("paged_decode")      # share now 0.5 s each
+    now[0] = 400.0
+    assert canary.within_budget("paged_decode") and canary.within_budget("greedy_argmax")
+    monkeypatch.setenv(canary.BUDGET_ENV, "1")
+    canary._SPENT["paged_decode"] += 1e9
+    assert canary.within_budget("paged_decode")          # 1: no bound
+    canary.reset()
+
+
+def test_a_sampled_call_past_the_budget_is_counted_and_served(certified, monkeypatch):
+    """Through certified dispatch at every call sampled: each check costs far more than 1/200 of the time
+    between calls, so after the first check the next ones are skipped, counted, and served as usual."""
+    monkeypatch.setenv(canary.CANARY_ENV, "1/1")
+    monkeypatch.setenv(canary.BUDGET_ENV, "1/200")
+    canary.reset()
+    answers = [HONEST(logits := _logits()).equal(torch.argmax(logits, dim=-1)) for _ in range(3)]
+    assert answers == [True] * 3
+    assert canary.COUNTS == {("honest_argmax", "checked"): 1, ("honest_argmax", "skipped: over budget"): 2}
+
+
 # -- a band op: judged within its band around the float64 truth ----------------------------------------
 NORM = catalog.kernels("rms_norm_gated")[-1]  # the Triton kernel's entry: the one the CPU runs
 
@@ -182,10 +223,10 @@ def test_a_band_op_is_checked_against_its_band(tmp_path, monkeypatch, entry, mis
     monkeypatch.setattr(certificates, "certificate_path", lambda e: tmp_path / f"{e.name}.cert.json")
     monkeypatch.setenv(canary.CANARY_DIR_ENV, str(tmp_path / "canary"))
     monkeypatch.setenv(canary.CANARY_ENV, "1/1")
+    monkeypatch.setenv(canary.BUDGET_ENV, "1")
     certificates.forget_cached()
     write_routable(entry, Arch.CPU_INTERP, {"plain_rms_norm": {}})
-    canary.COUNTS.clear()
-    canary.MISMATCHES.clear()
+    canary.reset()
     x = torch.randn(2, 256).to(torch.bfloat16)
     entry(x=x, z=None, weight=torch.ones(256, dtype=torch.bfloat16), eps=1e-6, group_size=256)
     certificates.forget_cached()

@@ -4,13 +4,15 @@ A decode step is modelled as certified dispatch calls in a decoder's order: per 
 FP8 GEMVs and a paged decode attention; then one greedy argmax.  Each op's inputs are built by its strategy
 from one of its cells' corners: the largest below ``--max-bytes`` (a decode-sized call).  Routing is forced
 (the canary is measured, not the certificates: every call runs the kernel, as a certified one would), and
-the same steps are timed with ``KPARITY_CANARY`` at 0, 1/1000, 1/100 and 1/10; each step ends in a device
-synchronise, and the deferred checks are drained before the next setting.
+the same steps are timed with ``KPARITY_CANARY`` at 0, 1/1000, 1/100 and 1/10, under the budget
+``KPARITY_CANARY_BUDGET`` (``--budget``, default the canary's); each step ends in a device synchronise, and
+the deferred checks are drained and the budget's clock restarted (``canary.reset``) before each setting.
 
     PYTHONPATH=. python docs/lab/canary_cost.py --device cuda --out $OUT/canary_cost.json   # ~3 min on an H200
 
-Prints one line per setting (median and mean step time, overhead against 0, checks run and skipped) and the
-overhead at 1/1000 projected from 1/100; writes them as JSON with ``--out``.
+Prints one line per setting (median and mean step time, overhead against 0, checks run, skipped over the
+budget, skipped for a full queue) and the overhead at 1/1000 projected from 1/100; writes them as JSON with
+``--out``.
 """
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--layers", type=int, default=32)
     parser.add_argument("--steps", type=int, default=200, help="timed steps per setting")
+    parser.add_argument("--budget", default=canary.DEFAULT_BUDGET, help="KPARITY_CANARY_BUDGET (1: no bound)")
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
     parser.add_argument("--out")
     args = parser.parse_args(argv)
@@ -70,14 +73,15 @@ def main(argv=None) -> int:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    os.environ[canary.BUDGET_ENV] = args.budget
     results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-               "calls_per_step": len(calls), "layers": args.layers, "settings": {}}
+               "calls_per_step": len(calls), "layers": args.layers, "budget": args.budget, "settings": {}}
     for rate in RATES:
         os.environ[canary.CANARY_ENV] = rate
         for _ in range(5):
             step()  # warm-up: compilation, the worker's stream
         canary.drain()
-        canary.COUNTS.clear()
+        canary.reset()
         times = []
         for _ in range(args.steps):
             start = time.perf_counter()
@@ -85,17 +89,22 @@ def main(argv=None) -> int:
             times.append(time.perf_counter() - start)
         canary.drain()
         checked = sum(n for (_, what), n in canary.COUNTS.items() if what == "checked")
-        skipped = sum(n for (_, what), n in canary.COUNTS.items() if what.startswith("skipped"))
+        over_budget = sum(n for (_, what), n in canary.COUNTS.items() if what == "skipped: over budget")
+        queue_full = sum(n for (_, what), n in canary.COUNTS.items() if what == "skipped: checks pending")
         mismatches = sum(n for (_, what), n in canary.COUNTS.items() if what == "mismatch")
+        checked_per_op = {name: n for (name, what), n in canary.COUNTS.items() if what == "checked"}
         results["settings"][rate] = {"median_step_ms": 1e3 * statistics.median(times),
                                      "mean_step_ms": 1e3 * statistics.fmean(times),
-                                     "checked": checked, "skipped": skipped, "mismatches": mismatches}
+                                     "checked": checked, "checked_per_op": checked_per_op,
+                                     "skipped_over_budget": over_budget, "skipped_queue_full": queue_full,
+                                     "mismatches": mismatches}
     base = results["settings"]["0"]["mean_step_ms"]
     for rate, found in results["settings"].items():
         found["overhead_percent"] = 100 * (found["mean_step_ms"] - base) / base
         print(f"KPARITY_CANARY={rate}: step {found['median_step_ms']:.3f} ms median, {found['mean_step_ms']:.3f} ms "
-              f"mean, overhead {found['overhead_percent']:+.2f}% ({found['checked']} checked, {found['skipped']} "
-              f"skipped, {found['mismatches']} mismatches)")
+              f"mean, overhead {found['overhead_percent']:+.2f}% ({found['checked']} checked "
+              f"{found['checked_per_op']}, {found['skipped_over_budget']} over the budget, "
+              f"{found['skipped_queue_full']} for a full queue, {found['mismatches']} mismatches)")
     # 1/1000 samples about one call in 30 steps here: its own figure is mostly noise, so it is also projected,
     # linearly, from 1/100 (1/10 fills the worker's queue: its skipped checks cost only their copies)
     hundredth = results["settings"]["1/100"]["overhead_percent"]

@@ -6,14 +6,15 @@
 #                   depth) with an empty quarantine ledger (a quarantined cell that certifies loses its entry);
 #                   the certificates, the sections' reports and the run's come back in certificates_TAG.tar
 #   bench:OP        tools/bench --op OP (graph-replayed rows with the copy bandwidth of the same run)
+#   variants:OP     tools/bench --op OP --variants (every launch plan of bench_variants, same table)
 #   tests           the GPU tests of the judge and the defences (canary, interpreter, hostile host, layouts, paged)
 #   pytest:TAG:FILE,FILE  those GPU test files alone (-m sm90), under TESTS_LIMIT_S, log pytest_h200_TAG.log
 #   layouts         every op judged through suites.legal_layouts (the kernel's outputs in a legal layout drawn
 #                   afresh each call, issue 24.2) at LAYOUT_EXAMPLES draws a cell (default 3), each op under
 #                   LAYOUT_OP_LIMIT_S (default 60); one log, layouts_h200.log
-#   canary          docs/lab/canary_cost.py on cuda (issue 25.3)
+#   canary          docs/lab/canary_cost.py on cuda (issue 25.3), CANARY_STEPS timed steps a setting (default 200)
 set -uo pipefail
-if [[ "${1:-}" == "--help" || "${1:-}" == "-h" || $# -eq 0 ]]; then sed -n '2,10p' "$0" | cut -c3-; exit 0; fi
+if [[ "${1:-}" == "--help" || "${1:-}" == "-h" || $# -eq 0 ]]; then sed -n '2,/^set /p' "$0" | grep '^#' | cut -c3-; exit 0; fi
 out=${OUT:?set OUT to the folder that comes back}
 export PYTHONUNBUFFERED=1
 printf 'version: 1\nquarantine: []\n' > /tmp/no_quarantine.yml
@@ -39,6 +40,12 @@ for phase in "$@"; do
         timeout "${BENCH_LIMIT_S:-120}" tools/bench --op "$op" --out "$out/bench_$op.md" > "$out/bench_$op.log" 2>&1
         echo "bench $op: exit $?"; tail -8 "$out/bench_$op.log"
         ;;
+    variants:*)
+        op=${phase#variants:}
+        timeout "${BENCH_LIMIT_S:-120}" tools/bench --op "$op" --variants --out "$out/bench_${op}_variants.md" \
+            > "$out/bench_${op}_variants.log" 2>&1
+        echo "variants $op: exit $?"; tail -14 "$out/bench_${op}_variants.log"
+        ;;
     tests)
         timeout "${TESTS_LIMIT_S:-200}" python3 -m pytest -m sm90 -q -p no:cacheprovider -rfEs --tb=short \
             suites/attention/test_paged_decode_nvfp4kv.py suites/attention/test_paged_decode_on_gpu.py \
@@ -62,10 +69,10 @@ for phase in "$@"; do
         ;;
     canary)
         PYTHONPATH=. timeout "${CANARY_LIMIT_S:-240}" python3 docs/lab/canary_cost.py --device cuda \
-            --out "$out/canary_cost_h200.json" > "$out/canary_cost_h200.log" 2>&1
+            --steps "${CANARY_STEPS:-200}" --out "$out/canary_cost_h200.json" > "$out/canary_cost_h200.log" 2>&1
         echo "canary: exit $?"; tail -8 "$out/canary_cost_h200.log"
         ;;
-    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|tests|pytest:TAG:FILES|layouts|canary)" >&2; exit 2 ;;
+    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|tests|pytest:TAG:FILES|layouts|canary)" >&2; exit 2 ;;
     esac
     echo "  ($phase: $(( $(date +%s) - start )) s)"
 done

@@ -27,12 +27,15 @@ resolved once per row (``selection_metadata``); splits merged in float64 by thei
   One fp16 ``2^15 p`` lost every p under 2^-39: on the H200 a row whose heavy tokens have zero V
   blocks came out 0 where its truth was 6.5e-13 (183 ULP of its row scale).
 - K as the Dequant line decodes it: the exact ``e2m1 * scale`` times ``1 / kv_global_scale``, rounded
-  once in fp32, element by element.  The scores: one 16-wide IEEE fp32 dot per scale block (batched,
-  ``[D/16, G, 16] x [D/16, 16, N]``, FMA rather than tensor cores), the blocks summed and scaled in
-  float64 (``sm_scale`` arrives as an fp32 hi + lo pair) and the score rounded once.  lse ~ max s
-  carries the scores' error in fp32 ULPs: ``1 / kv_global_scale`` folded into the scores instead of each
-  element, with 16-bit tensor-core dots, put it 1.2 ULP from truth on the H200 where every legitimate
-  fp32 order was within 0.16 (docs/ops/paged_decode_nvfp4kv.md).
+  once in fp32, element by element.  lse ~ max s carries the scores' error in fp32 ULPs:
+  ``1 / kv_global_scale`` folded into the scores instead of each element put it 1.2 ULP from truth on
+  the H200 where every legitimate fp32 order was within 0.16 (docs/ops/paged_decode_nvfp4kv.md).  The
+  scores stay on the tensor cores all the same: a decoded fp32 element (24 significant bits) is exactly
+  ``k_hi + k_mid + k_lo`` in bf16, and q is bf16, so ``q . k`` is three bf16 dots whose products are
+  exact, accumulated in fp32 (a reduction order of the same values).  The parts are taken from ``K * 2^e``
+  (``2^e`` brings the decode scale to [1, 2): exact, and the lowest part never falls in bf16's
+  subnormals), the dots scaled back in float64 with ``sm_scale`` (an fp32 hi + lo pair) and rounded once.
+  The IEEE fp32 FMA dots this replaced cost 16 times the bf16 kernel's time.
 - The decode scale ``1 / kv_global_scale`` is computed on the device (IEEE ``div_rn``: no host sync,
   graph-capturable) from the ENCODE scale the caller passes.
 - Invalid memory is never loaded: codes and scales of a slot are read only for an attended token
@@ -85,11 +88,10 @@ def launch_plan(head_dim: int) -> LaunchPlan:
         # CPU strategy's rows (<= 256 positions) span two splits, through the rescale and the merge.
         # Tiles cross pages: pages of 16 would otherwise take four times the tiles.
         return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1, cross_pages=True)
-    # Not yet swept on the H200 (bench_variants lists the candidates).  Starting point: the e4m3 plan of
-    # paged_decode (splits of 2048, 3 stages, the group's own rows), with 32-token tiles: the per-block
-    # score dots ([D/16, 16 rows, N] fp32, summed in float64) take the registers.  ptxas sm_90a, Triton
-    # 3.6, compiled on the CPU: D=128, G=4, dense, 4 warps: 168 registers, no spills at 32 tokens; 255 and
-    # 24 bytes of spills at 64.  D=256, G=16, sparse, 8 warps: 240, no spills (255 and 52 bytes at 64).
+    # Not yet swept with the three-part score dots (bench_variants lists the candidates).  The e4m3 plan
+    # of paged_decode (splits of 2048, 3 stages, the group's own rows), with 32-token tiles: a tile's K is
+    # decoded to fp32 and split in registers.  ptxas sm_90a, Triton 3.6, compiled on the CPU: D=128, G=4,
+    # 4 warps: 128 registers, no spills (docs/receipts/ hold Triton 3.9's counts).
     return LaunchPlan(block_n=32, split_tokens=2048, num_warps=8 if head_dim == 256 else 4, num_stages=3)
 
 # -- kernels --------------------------------------------------------------------------------------
@@ -149,11 +151,16 @@ def _decode_splits_nvfp4(
     end = tl.minimum(start + SPLIT_TOKENS, limit)
 
     q_rows = q_ptr + row.to(tl.int64) * q_stride_b + (kv_head * group + offs_g) * q_stride_h
-    q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
-    # [D/16, G, 16]: one dot per 16-element block of the head (see the scores below); bf16 -> fp32 is exact
-    q = tl.permute(tl.reshape(q.to(tl.float32), (GROUP_PAD, D // 16, 16)), (1, 0, 2))
+    q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0).to(OPERAND)
     decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
+    # K's parts are taken from K * 2^e, e the power of two that brings decode_scale to [1, 2): exact (K is
+    # rounded before), and it keeps the lowest part out of bf16's subnormals whatever the global scale
+    scale_exponent = (decode_scale.to(tl.int32, bitcast=True) >> 23) & 0xFF   # biased; 0 when subnormal
+    unit_exponent = tl.maximum(127 - scale_exponent, -126)
+    k_unit = ((unit_exponent + 127) << 23).to(tl.float32, bitcast=True)
+    inverse_unit = ((1023 - unit_exponent).to(tl.int64) << 52).to(tl.float64, bitcast=True)
     sm_scale = tl.cast(sm_scale_hi, tl.float64) + tl.cast(sm_scale_lo, tl.float64)   # the float64 given, to 2^-48
+    score_scale = sm_scale * inverse_unit   # exact: a power of two
     table_row = table_ptr + row.to(tl.int64) * table_stride_b
     selected_row = row.to(tl.int64) * entries
     kc_tile = kc_ptr + kv_head * kc_stride_h
@@ -183,13 +190,19 @@ def _decode_splits_nvfp4(
                         ks_tile + (physical * ks_stride_p + slot * ks_stride_s)[:, None], ks_stride_d, valid,
                         BLOCK_N, D)
         # K exactly as the Dequant line decodes it (e2m1 * scale exact, then times 1 / kv_global_scale
-        # rounded once in fp32), each block's 16-term dot in IEEE fp32 (the scale folded into the scores,
-        # with 16-bit tensor-core dots, put lse 1.2 ULP off on the H200 where every legitimate fp32 order
-        # was within 0.16), the blocks summed and scaled in float64 and the score rounded once.
-        k = (k.to(tl.float32) * E2M1_UNIT) * decode_scale
-        k = tl.permute(tl.reshape(k, (BLOCK_N, D // 16, 16)), (1, 2, 0))
-        finite_scores = (tl.sum(tl.dot(q, k, input_precision="ieee").to(tl.float64), axis=0) * sm_scale
-                         ).to(tl.float32)
+        # rounded once in fp32: folding that scale into the scores instead put lse 1.2 ULP off on the
+        # H200 where every legitimate fp32 order was within 0.16), then split exactly into three bf16
+        # parts (24 significant bits), each dot with q on the tensor cores exact in its products and
+        # accumulated in fp32, the smallest part first; scaled in float64, the score rounded once.
+        k = ((k.to(tl.float32) * E2M1_UNIT) * decode_scale) * k_unit
+        k_hi = k.to(tl.bfloat16, fp_downcast_rounding="rtne")
+        rest = k - k_hi.to(tl.float32)
+        k_mid = rest.to(tl.bfloat16, fp_downcast_rounding="rtne")
+        k_lo = (rest - k_mid.to(tl.float32)).to(tl.bfloat16, fp_downcast_rounding="rtne")
+        unit_scores = tl.dot(q, tl.trans(k_lo.to(OPERAND)))
+        unit_scores = tl.dot(q, tl.trans(k_mid.to(OPERAND)), unit_scores)
+        unit_scores = tl.dot(q, tl.trans(k_hi.to(OPERAND)), unit_scores)
+        finite_scores = (unit_scores.to(tl.float64) * score_scale).to(tl.float32)
         scores = tl.where(valid[None, :], finite_scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         m_base = tl.where(m_new == float("-inf"), 0.0, m_new)   # a group with nothing valid yet
