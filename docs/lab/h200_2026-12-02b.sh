@@ -7,6 +7,8 @@
 #                   the certificates, the sections' reports and the run's come back in certificates_TAG.tar
 #   bench:OP        tools/bench --op OP (graph-replayed rows with the copy bandwidth of the same run)
 #   variants:OP     tools/bench --op OP --variants (every launch plan of bench_variants, same table)
+#   ncu:OP:KERNEL[:VARIANT]  ncu (full set, clocks free) on one call of OP's first bench case (the kernel, or
+#                   a bench_variants plan), kernels matching KERNEL; ncu_OP.txt
 #   tests           the GPU tests of the judge and the defences (canary, interpreter, hostile host, layouts, paged)
 #   pytest:TAG:FILE,FILE  those GPU test files alone (-m sm90), under TESTS_LIMIT_S, log pytest_h200_TAG.log
 #   layouts         every op judged through suites.legal_layouts (the kernel's outputs in a legal layout drawn
@@ -46,6 +48,13 @@ for phase in "$@"; do
             > "$out/bench_${op}_variants.log" 2>&1
         echo "variants $op: exit $?"; tail -14 "$out/bench_${op}_variants.log"
         ;;
+    ncu:*)
+        IFS=: read -r _ op kernel variant <<< "$phase"
+        timeout "${NCU_LIMIT_S:-150}" ncu --clock-control none -k "regex:$kernel" --launch-skip 2 --launch-count 1 \
+            --set full env PYTHONPATH=. python3 docs/lab/ncu_bench_case.py --op "$op" ${variant:+--variant "$variant"} \
+            > "$out/ncu_${op}${variant:+_${variant// /_}}.txt" 2>&1
+        echo "ncu $op $variant: exit $?"; grep -E "Duration|Memory Throughput|Compute \(SM\)|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|Issue Slots|L1/TEX Hit|Executed Ipc" "$out/ncu_${op}${variant:+_${variant// /_}}.txt" | head -30
+        ;;
     tests)
         timeout "${TESTS_LIMIT_S:-200}" python3 -m pytest -m sm90 -q -p no:cacheprovider -rfEs --tb=short \
             suites/attention/test_paged_decode_nvfp4kv.py suites/attention/test_paged_decode_on_gpu.py \
@@ -72,7 +81,7 @@ for phase in "$@"; do
             --steps "${CANARY_STEPS:-200}" --out "$out/canary_cost_h200.json" > "$out/canary_cost_h200.log" 2>&1
         echo "canary: exit $?"; tail -8 "$out/canary_cost_h200.log"
         ;;
-    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|tests|pytest:TAG:FILES|layouts|canary)" >&2; exit 2 ;;
+    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|ncu:OP:KERNEL|tests|pytest:TAG:FILES|layouts|canary)" >&2; exit 2 ;;
     esac
     echo "  ($phase: $(( $(date +%s) - start )) s)"
 done
