@@ -96,23 +96,38 @@ def launch_plan(head_dim: int) -> LaunchPlan:
 
 # -- kernels --------------------------------------------------------------------------------------
 @triton.jit
-def _nvfp4_tile(packed_rows, packed_stride, scale_rows, scale_stride, valid, BLOCK_N: tl.constexpr,
-                D: tl.constexpr):
-    """A ``[BLOCK_N, D]`` tile of ``e2m1(code) * scale * 2^-14`` in fp16, exactly; 0 where not ``valid``.
+def _e2m1_fp16(codes):
+    """E2M1 codes (int16, 0..15) as fp16 ``e2m1(code) * 2^-14``, exactly: the code's bits placed in an fp16."""
+    return (((codes & 0x8) << 12) | ((codes & 0x7) << 9)).to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def _nvfp4_halves(packed_rows, packed_stride, scale_rows, scale_stride, valid, D: tl.constexpr):
+    """Two ``[BLOCK_N, D/2]`` tiles of ``e2m1(code) * scale * 2^-14`` in fp16, exactly: the even elements (the
+    low nibbles) and the odd ones (the high nibbles); 0 where not ``valid``.
 
     ``packed_rows``: ``[BLOCK_N, 1]`` addresses of each slot's packed bytes, ``packed_stride`` apart;
-    ``scale_rows``, ``scale_stride``: of its scales.
-    Each element reads its own byte and takes its nibble (element 2j the low one): the two nibbles joined
-    with ``tl.join(...).reshape`` fed the per-block score dot elements in the wrong order on sm_90 (Triton
-    3.6; correct under the interpreter), 158 to 743 ULP off (docs/ops/paged_decode_nvfp4kv.md).  The byte
-    is read twice, from L1.  Masked slots load code 0 and scale 0: nothing of theirs is read."""
-    offs = tl.arange(0, D)
-    packed = tl.load(packed_rows + (offs // 2)[None, :] * packed_stride, mask=valid[:, None], other=0).to(tl.int16)
-    codes = tl.where((offs % 2 == 0)[None, :], packed & 0xF, packed >> 4)
-    e2m1 = (((codes & 0x8) << 12) | ((codes & 0x7) << 9)).to(tl.float16, bitcast=True)
-    scales = tl.load(scale_rows + (offs // 16)[None, :] * scale_stride, mask=valid[:, None],
+    ``scale_rows``, ``scale_stride``: of its scales.  The bytes are read once, whole rows (vector loads);
+    the two halves are never joined back into one tile: ``tl.join(...).reshape`` fed the score dots
+    elements in the wrong order on sm_90 (Triton 3.6; correct under the interpreter), 158 to 743 ULP off,
+    and reading each element's own byte instead made the L1 loads the bound (docs/ops/
+    paged_decode_nvfp4kv.md).  Elements 2j and 2j + 1 share block j // 8's scale.  Masked slots load code 0
+    and scale 0: nothing of theirs is read."""
+    offs = tl.arange(0, D // 2)
+    packed = tl.load(packed_rows + offs[None, :] * packed_stride, mask=valid[:, None], other=0).to(tl.int16)
+    scales = tl.load(scale_rows + (offs // 8)[None, :] * scale_stride, mask=valid[:, None],
                      other=0.0).to(tl.float16)
-    return e2m1 * scales
+    return _e2m1_fp16(packed & 0xF) * scales, _e2m1_fp16(packed >> 4) * scales
+
+
+@triton.jit
+def _split_in_bf16(k, k_unit):
+    """The three bf16 parts of ``k * k_unit`` (fp32, 24 significant bits), exactly, largest first."""
+    k = k * k_unit
+    k_hi = k.to(tl.bfloat16, fp_downcast_rounding="rtne")
+    rest = k - k_hi.to(tl.float32)
+    k_mid = rest.to(tl.bfloat16, fp_downcast_rounding="rtne")
+    return k_hi, k_mid, (rest - k_mid.to(tl.float32)).to(tl.bfloat16, fp_downcast_rounding="rtne")
 
 
 # Sizes and metadata strides are not specialized: one compiled kernel per head dim, page size, group's
@@ -141,7 +156,7 @@ def _decode_splits_nvfp4(
     kv_head = (pid // splits) % kv_heads
     row = pid // (splits * kv_heads)
     offs_g = tl.arange(0, GROUP_PAD)
-    offs_d = tl.arange(0, D)
+    offs_h = tl.arange(0, D // 2)   # the head's even elements are 2 * offs_h, its odd ones 2 * offs_h + 1
     offs_n = tl.arange(0, BLOCK_N)
     in_group = offs_g < group
     computed = offs_g < REAL_ROWS   # padding rows past the group's power of two: p = 0, no exp
@@ -151,7 +166,9 @@ def _decode_splits_nvfp4(
     end = tl.minimum(start + SPLIT_TOKENS, limit)
 
     q_rows = q_ptr + row.to(tl.int64) * q_stride_b + (kv_head * group + offs_g) * q_stride_h
-    q = tl.load(q_rows[:, None] + offs_d[None, :] * q_stride_d, mask=in_group[:, None], other=0.0).to(OPERAND)
+    q_even = tl.load(q_rows[:, None] + (2 * offs_h)[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
+    q_odd = tl.load(q_rows[:, None] + (2 * offs_h + 1)[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
+    q_even, q_odd = q_even.to(OPERAND), q_odd.to(OPERAND)
     decode_scale = tl.math.div_rn(1.0, tl.load(global_scale_ptr))
     # K's parts are taken from K * 2^e, e the power of two that brings decode_scale to [1, 2): exact (K is
     # rounded before), and it keeps the lowest part out of bf16's subnormals whatever the global scale
@@ -170,7 +187,8 @@ def _decode_splits_nvfp4(
 
     m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l = tl.zeros([GROUP_PAD], tl.float64)
-    acc = tl.zeros([GROUP_PAD, D], tl.float32)
+    acc_even = tl.zeros([GROUP_PAD, D // 2], tl.float32)
+    acc_odd = tl.zeros([GROUP_PAD, D // 2], tl.float32)
     for position in range(start, end, BLOCK_N):
         within = position + offs_n < end
         if CROSS_PAGES:   # each slot its own page entry
@@ -186,22 +204,22 @@ def _decode_splits_nvfp4(
             valid = block_and(within, (physical >= 0) & (physical < num_pages))
         physical = physical.to(tl.int64)
 
-        k = _nvfp4_tile(kc_tile + (physical * kc_stride_p + slot * kc_stride_s)[:, None], kc_stride_d,
-                        ks_tile + (physical * ks_stride_p + slot * ks_stride_s)[:, None], ks_stride_d, valid,
-                        BLOCK_N, D)
+        k_even, k_odd = _nvfp4_halves(kc_tile + (physical * kc_stride_p + slot * kc_stride_s)[:, None], kc_stride_d,
+                                      ks_tile + (physical * ks_stride_p + slot * ks_stride_s)[:, None], ks_stride_d,
+                                      valid, D)
         # K exactly as the Dequant line decodes it (e2m1 * scale exact, then times 1 / kv_global_scale
         # rounded once in fp32: folding that scale into the scores instead put lse 1.2 ULP off on the
         # H200 where every legitimate fp32 order was within 0.16), then split exactly into three bf16
         # parts (24 significant bits), each dot with q on the tensor cores exact in its products and
-        # accumulated in fp32, the smallest part first; scaled in float64, the score rounded once.
-        k = ((k.to(tl.float32) * E2M1_UNIT) * decode_scale) * k_unit
-        k_hi = k.to(tl.bfloat16, fp_downcast_rounding="rtne")
-        rest = k - k_hi.to(tl.float32)
-        k_mid = rest.to(tl.bfloat16, fp_downcast_rounding="rtne")
-        k_lo = (rest - k_mid.to(tl.float32)).to(tl.bfloat16, fp_downcast_rounding="rtne")
-        unit_scores = tl.dot(q, tl.trans(k_lo.to(OPERAND)))
-        unit_scores = tl.dot(q, tl.trans(k_mid.to(OPERAND)), unit_scores)
-        unit_scores = tl.dot(q, tl.trans(k_hi.to(OPERAND)), unit_scores)
+        # accumulated in fp32, the smallest parts first; scaled in float64, the score rounded once.
+        even_hi, even_mid, even_lo = _split_in_bf16((k_even.to(tl.float32) * E2M1_UNIT) * decode_scale, k_unit)
+        odd_hi, odd_mid, odd_lo = _split_in_bf16((k_odd.to(tl.float32) * E2M1_UNIT) * decode_scale, k_unit)
+        unit_scores = tl.dot(q_even, tl.trans(even_lo.to(OPERAND)))
+        unit_scores = tl.dot(q_odd, tl.trans(odd_lo.to(OPERAND)), unit_scores)
+        unit_scores = tl.dot(q_even, tl.trans(even_mid.to(OPERAND)), unit_scores)
+        unit_scores = tl.dot(q_odd, tl.trans(odd_mid.to(OPERAND)), unit_scores)
+        unit_scores = tl.dot(q_even, tl.trans(even_hi.to(OPERAND)), unit_scores)
+        unit_scores = tl.dot(q_odd, tl.trans(odd_hi.to(OPERAND)), unit_scores)
         finite_scores = (unit_scores.to(tl.float64) * score_scale).to(tl.float32)
         scores = tl.where(valid[None, :], finite_scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
@@ -211,15 +229,19 @@ def _decode_splits_nvfp4(
         if tl.sum((m_new != m).to(tl.int32), axis=0) != 0:
             alpha = tl.exp((m - m_base).to(tl.float64))
             l = l * alpha
-            acc = acc * alpha.to(tl.float32)[:, None]
+            acc_even = acc_even * alpha.to(tl.float32)[:, None]
+            acc_odd = acc_odd * alpha.to(tl.float32)[:, None]
         p_exact = _exp_float64_short(finite_scores, m_base[:, None])
         p_exact = tl.where(valid[None, :] & computed[:, None], p_exact, 0.0)
         l = l + tl.sum(p_exact, axis=1)
-        v = _nvfp4_tile(vc_tile + (physical * vc_stride_p + slot * vc_stride_s)[:, None], vc_stride_d,
-                        vs_tile + (physical * vs_stride_p + slot * vs_stride_s)[:, None], vs_stride_d, valid,
-                        BLOCK_N, D)
-        v = (v.to(tl.float32) * E2M1_UNIT).to(tl.bfloat16)   # e2m1 * scale: exact
-        acc = _add_p_times_v(acc, p_exact.to(tl.float32), v.to(OPERAND), tl.bfloat16, OPERAND, True)
+        v_even, v_odd = _nvfp4_halves(vc_tile + (physical * vc_stride_p + slot * vc_stride_s)[:, None], vc_stride_d,
+                                      vs_tile + (physical * vs_stride_p + slot * vs_stride_s)[:, None], vs_stride_d,
+                                      valid, D)
+        p = p_exact.to(tl.float32)
+        v_even = (v_even.to(tl.float32) * E2M1_UNIT).to(tl.bfloat16)   # e2m1 * scale: exact
+        v_odd = (v_odd.to(tl.float32) * E2M1_UNIT).to(tl.bfloat16)
+        acc_even = _add_p_times_v(acc_even, p, v_even.to(OPERAND), tl.bfloat16, OPERAND, True)
+        acc_odd = _add_p_times_v(acc_odd, p, v_odd.to(OPERAND), tl.bfloat16, OPERAND, True)
         m = m_new
 
     part = ((row.to(tl.int64) * kv_heads + kv_head) * splits + split) * group + offs_g
@@ -227,8 +249,9 @@ def _decode_splits_nvfp4(
     tl.store(part_m_ptr + part, m, mask=written)
     tl.store(part_l_ptr + part, l, mask=written)
     # acc holds the sum of p * e2m1 * scale: one fp32 multiply gives p times the decoded V
-    acc = acc * decode_scale
-    tl.store(part_acc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=written[:, None])
+    acc_rows = part_acc_ptr + part[:, None] * D
+    tl.store(acc_rows + (2 * offs_h)[None, :], acc_even * decode_scale, mask=written[:, None])
+    tl.store(acc_rows + (2 * offs_h + 1)[None, :], acc_odd * decode_scale, mask=written[:, None])
 
 
 # -- host wrapper ---------------------------------------------------------------------------------
