@@ -12,7 +12,9 @@ generator whose state the kernel could read in the same process and predict.
 ``KPARITY_CANARY_BUDGET`` bounds what the checks may cost: a fraction of the wall time since the canary
 first sampled a call (default ``1/200``; ``1`` for no bound), shared equally by the ops sampled so far, each
 op's share spent by the time its checks took (the worker's, its side stream synchronised: device work
-included).  A sampled call of an op past its share is not checked (counted ``skipped: over budget``), so
+included), and at most one check of an op at a time: the H200 admitted a burst of queued checks before
+the first one's time was known.  A sampled call of an op past its share, or with a check of its own still
+running, is not checked (counted ``skipped: over budget``), so
 an op whose check costs a hundred of its calls (paged decode's float64 truth and fp32 stock op) is checked
 less often than its rate says, and the others keep theirs.  An op's first sampled call is always checked.
 The H200 measured +17.8% of a decode step at 1/1000 without the bound (docs/results/2026-12-02b/).
@@ -85,6 +87,7 @@ _PENDING: list[CanaryMismatch] = []  # found by the worker, raised by the servin
 _LOCK = threading.Lock()
 _SPENT: dict[str, float] = {}   # op name -> seconds its checks took; an op is in it once sampled
 _STARTED: list[float] = []      # _clock() when the canary first sampled a call
+_IN_FLIGHT: set[str] = set()    # ops with a check queued or running on a worker
 _clock = time.perf_counter
 
 
@@ -95,6 +98,7 @@ def reset() -> None:
         MISMATCHES.clear()
         _SPENT.clear()
         _STARTED.clear()
+        _IN_FLIGHT.clear()
 
 
 def _fraction(text: str, where: str, variable: str = CANARY_ENV,
@@ -123,7 +127,9 @@ def within_budget(op_name: str) -> bool:
         if not _STARTED:
             _STARTED.append(now)
         _SPENT.setdefault(op_name, 0.0)
-        return budget == 1 or _SPENT[op_name] <= float(budget) * (now - _STARTED[0]) / len(_SPENT)
+        if budget == 1:
+            return True
+        return op_name not in _IN_FLIGHT and _SPENT[op_name] <= float(budget) * (now - _STARTED[0]) / len(_SPENT)
 
 
 @functools.lru_cache(maxsize=8)
@@ -193,9 +199,13 @@ def after(check: Check, result, bound: dict) -> None:
     for value in (*check.inputs.values(), *check.actual):
         if isinstance(value, torch.Tensor):
             value.record_stream(worker.stream)  # the clones are freed by the worker, after its stream used them
+    with _LOCK:
+        _IN_FLIGHT.add(check.entry.name)
     try:
         worker.checks.put_nowait(check)
     except queue.Full:
+        with _LOCK:
+            _IN_FLIGHT.discard(check.entry.name)
         _count(check.entry.name, "skipped: checks pending")
 
 
@@ -214,6 +224,7 @@ def timed_judge(check: Check, stream=None) -> None:
     finally:
         with _LOCK:
             _SPENT[check.entry.name] = _SPENT.get(check.entry.name, 0.0) + _clock() - start
+            _IN_FLIGHT.discard(check.entry.name)
 
 
 def judge(check: Check) -> None:

@@ -183,9 +183,11 @@ def test_an_op_past_its_share_of_the_budget_is_not_checked_and_the_others_keep_t
     assert not canary.within_budget("paged_decode")      # share now 0.5 s each
     now[0] = 400.0
     assert canary.within_budget("paged_decode") and canary.within_budget("greedy_argmax")
+    canary._IN_FLIGHT.add("greedy_argmax")               # a check of its own still queued or running
+    assert not canary.within_budget("greedy_argmax")
     monkeypatch.setenv(canary.BUDGET_ENV, "1")
     canary._SPENT["paged_decode"] += 1e9
-    assert canary.within_budget("paged_decode")          # 1: no bound
+    assert canary.within_budget("paged_decode") and canary.within_budget("greedy_argmax")   # 1: no bound
     canary.reset()
 
 
