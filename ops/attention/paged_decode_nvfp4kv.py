@@ -35,7 +35,9 @@ resolved once per row (``selection_metadata``); splits merged in float64 by thei
   exact, accumulated in fp32 (a reduction order of the same values).  The parts are taken from ``K * 2^e``
   (``2^e`` brings the decode scale to [1, 2): exact, and the lowest part never falls in bf16's
   subnormals), the dots scaled back in float64 with ``sm_scale`` (an fp32 hi + lo pair) and rounded once.
-  The IEEE fp32 FMA dots this replaced cost 16 times the bf16 kernel's time.
+- A tile is decoded as two half tiles, the even elements (low nibbles) and the odd ones (high nibbles),
+  from one vector read of each slot's bytes, and never joined: q, the score dots and the V accumulator
+  are split the same way, and o's columns interleaved at the store (``_nvfp4_halves``).
 - The decode scale ``1 / kv_global_scale`` is computed on the device (IEEE ``div_rn``: no host sync,
   graph-capturable) from the ENCODE scale the caller passes.
 - Invalid memory is never loaded: codes and scales of a slot are read only for an attended token
@@ -88,10 +90,10 @@ def launch_plan(head_dim: int) -> LaunchPlan:
         # CPU strategy's rows (<= 256 positions) span two splits, through the rescale and the merge.
         # Tiles cross pages: pages of 16 would otherwise take four times the tiles.
         return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1, cross_pages=True)
-    # Not yet swept with the three-part score dots (bench_variants lists the candidates).  The e4m3 plan
-    # of paged_decode (splits of 2048, 3 stages, the group's own rows), with 32-token tiles: a tile's K is
-    # decoded to fp32 and split in registers.  ptxas sm_90a, Triton 3.6, compiled on the CPU: D=128, G=4,
-    # 4 warps: 128 registers, no spills (docs/receipts/ hold Triton 3.9's counts).
+    # The e4m3 plan of paged_decode (splits of 2048, 3 stages, the group's own rows), with 32-token tiles:
+    # a tile's K is decoded to fp32 and split in registers.  ptxas sm_90a, Triton 3.6, compiled on the
+    # CPU: D=128, G=4, 4 warps: 96 registers, no spills (docs/receipts/ hold Triton 3.9's counts).  The
+    # H200 sweep of bench_variants: docs/ops/paged_decode_nvfp4kv.md.
     return LaunchPlan(block_n=32, split_tokens=2048, num_warps=8 if head_dim == 256 else 4, num_stages=3)
 
 # -- kernels --------------------------------------------------------------------------------------
