@@ -57,8 +57,11 @@ def test_a_sanitized_cell_says_why_graph_parity_is_not_run():
     saying why, and the unsanitized run (the one that writes certificates) judges graphs."""
     from tools.engine.worker import CellTask, execute
 
-    sanitized = execute(CellTask("greedy_argmax", "decode_small_batch", "cpu", sanitizer="memcheck"))
-    plain = execute(CellTask("greedy_argmax", "decode_small_batch", "cpu"))
-    assert sanitized.status == plain.status == "certified", (sanitized.failure, plain.failure)
+    # one small recipe: the oracle is skipped (or not) per run, not per draw; the cell's corners took 50 s
+    # of CI's interpreter for nothing more
+    recipe = {"R": 3, "V": 100, "dtype": "float32", "layout": "contiguous", "values": "tail_max", "seed": 5}
+    sanitized = execute(CellTask("greedy_argmax", "decode_small_batch", "cpu", sanitizer="memcheck", replay=recipe))
+    plain = execute(CellTask("greedy_argmax", "decode_small_batch", "cpu", replay=recipe))
+    assert sanitized.status == plain.status == "passed", (sanitized.failure, plain.failure)
     assert "compute-sanitizer --tool memcheck" in sanitized.oracles_skipped["graph_parity"]
     assert "compute-sanitizer" not in plain.oracles_skipped["graph_parity"]
