@@ -111,9 +111,6 @@ def _on_gpu(args, kwargs) -> bool:
     return any(isinstance(v, torch.Tensor) and v.is_cuda for v in (*args, *kwargs.values()))
 
 
-LIMITS_REFUSAL = "beyond this kernel's limits"   # references.validation.require_within_limits' words
-
-
 @functools.cache
 def _entry(name: str):
     from ops.catalog import kernels   # on a GPU only: the CPU judges the reference, without the interpreter
@@ -122,20 +119,18 @@ def _entry(name: str):
 
 
 def _on_the_kernel(name: str, args, kwargs):
-    """The catalog kernel's answer; where it refuses its own limits (before it writes anything), its read-only
-    inputs made contiguous — what a caller of a kernel with narrower limits does.  The contract-legal layouts
-    this module returns come back as inputs through the stateful properties (gdn_verify's checkpoints into
-    gdn_commit, which reads each checkpoint as one contiguous block); the arguments the op writes stay as
-    they are, and a refusal of the contract's is the kernel's own."""
+    """The catalog kernel's answer, its read-only inputs made contiguous where its own limits refuse them as
+    given — what a caller of a kernel with narrower limits does.  The contract-legal layouts this module
+    returns come back as inputs through the stateful properties (gdn_verify's checkpoints into gdn_commit,
+    which reads each checkpoint as one contiguous block); the arguments the op writes stay as they are.
+    The contract's refusals come first, as in certified dispatch (the limits assume valid arguments)."""
     entry = _entry(name)
-    try:
-        return entry.kernel(*args, **kwargs)
-    except ValueError as refusal:
-        if LIMITS_REFUSAL not in str(refusal):
-            raise
     arguments = entry.bind(*args, **kwargs)
-    return entry.kernel(**{argument: value.contiguous() if isinstance(value, torch.Tensor) and argument not in entry.in_place
-                           else value for argument, value in arguments.items()})
+    entry.validate(**arguments)
+    if entry.beyond_limits(arguments) is not None:
+        arguments = {argument: value.contiguous() if isinstance(value, torch.Tensor) and argument not in entry.in_place
+                     else value for argument, value in arguments.items()}
+    return entry.kernel(**arguments)
 
 
 def _through_legal_layouts(name: str):
