@@ -33,7 +33,17 @@ def first_difference(actual: torch.Tensor, expected: torch.Tensor) -> str | None
         return None
     where = tuple(int(i) for i in differs.nonzero()[0])
     return (f"{int(differs.sum())} of {actual.numel()} elements differ; first at {where}: "
-            f"got {actual[where].item()!r}, expected {expected[where].item()!r}")
+            f"got {_element(actual, where)}, expected {_element(expected, where)}")
+
+
+def _element(tensor: torch.Tensor, where: tuple) -> str:
+    """An element's value, and for a float its bit pattern too: NaNs of two payloads, or of two signs, print
+    alike ("nan"), and so would any two values whose difference is only in the bits a repr rounds away."""
+    value = tensor[where].item()
+    if not tensor.dtype.is_floating_point:
+        return repr(value)
+    bits = int(bit_pattern(tensor[where].reshape(1))[0]) & ((1 << (8 * tensor.element_size())) - 1)
+    return f"{value!r} (bits 0x{bits:0{2 * tensor.element_size()}x})"
 
 
 def check_bitwise(actual, expected, what: str, oracle: str = "parity") -> None:

@@ -75,6 +75,24 @@ def test_a_band_finding_names_the_worst_element_its_truth_the_kernels_and_the_st
     assert ": truth " in worst and ", kernel " in worst and ", stock " in worst and " ULP; 1 ULP of the row" in worst
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_bitwise_finding_gives_the_bits_of_values_that_print_alike(dtype):
+    """NaNs of two signs (or payloads) print as "nan" both; -0.0 and a NaN's payload are bits a repr may hide:
+    the finding says the bit patterns of float elements.  Integers need none."""
+    from oracles.bitwise import first_difference
+
+    nan = torch.tensor([1.0, float("nan"), 0.0], dtype=dtype)
+    integers = {4: torch.int32, 2: torch.int16}[nan.element_size()]
+    width, sign = 2 * nan.element_size(), 1 << (8 * nan.element_size() - 1)
+    flipped = nan.view(integers).clone()
+    flipped[1:] ^= torch.tensor(-sign, dtype=integers)   # the NaN's and the zero's sign bits; 1.0 stays
+    flipped = flipped.view(dtype)
+    bits = int(nan.view(integers)[1]) & (2 * sign - 1)
+    text = first_difference(nan, flipped)
+    assert f"got nan (bits 0x{bits:0{width}x}), expected nan (bits 0x{bits ^ sign:0{width}x})" in text, text
+    assert first_difference(torch.tensor([3]), torch.tensor([4])).endswith("got 3, expected 4")
+
+
 def test_the_size_ladder_goes_smallest_first_through_block_edges():
     ladder = _size_ladder(1, 513)
     assert ladder[:4] == [1, 2, 3, 4] and ladder == sorted(set(ladder)) and max(ladder) < 513

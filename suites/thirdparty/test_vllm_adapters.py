@@ -153,7 +153,7 @@ def test_vllms_gated_delta_rule_reloads_a_negative_zero_state_as_positive_zero()
     assert _failures("gdn_decode", gdn, "fp32_state", SIGNED_ZERO_STATE, ("parity",)) == {}
     found = _failures("gdn_decode", gdn, "fp32_state", SIGNED_ZERO_STATE, ("stateful",))
     # a decode step loads its state as 0 + h (-0.0 becomes +0.0); verify carries -0.0 from one token to the next
-    assert "got 0.0, expected -0.0" in found["stateful"].message
+    assert "got 0.0 (bits 0x00000000), expected -0.0 (bits 0x80000000)" in found["stateful"].message
 
 
 def test_vllms_verify_keeps_its_running_state_in_fp32_where_the_contract_rounds_it():
