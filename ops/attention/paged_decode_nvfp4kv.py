@@ -36,7 +36,7 @@ resolved once per row (``selection_metadata``); splits merged in float64 by thei
   (``2^e`` brings the decode scale to [1, 2): exact, and the lowest part never falls in bf16's
   subnormals), the dots scaled back in float64 with ``sm_scale`` (an fp32 hi + lo pair) and rounded once.
 - A tile is decoded as two half tiles, the even elements (low nibbles) and the odd ones (high nibbles),
-  from one vector read of each slot's bytes, and never joined: q, the score dots and the V accumulator
+  from one vector read of each slot's bytes and one of its D/16 scales, and never joined: q, the score dots and the V accumulator
   are split the same way, and o's columns interleaved at the store (``_nvfp4_halves``).
 - The decode scale ``1 / kv_global_scale`` is computed on the device (IEEE ``div_rn``: no host sync,
   graph-capturable) from the ENCODE scale the caller passes.
@@ -83,6 +83,13 @@ class LaunchPlan:
     def tile(self, page_size: int) -> int:
         return self.block_n if self.cross_pages else min(self.block_n, page_size)
 
+    def warps(self, block_n: int, head_dim: int) -> int:
+        """``num_warps``, capped where a half tile would give a thread fewer than 8 elements: the scales'
+        ``tl.gather`` then has no warp-local layout, and Triton 3.6 aborts compiling it for sm_90a
+        (``OptimizeThreadLocality.cpp: isWarpLocal``: D = 64 in pages of 16 at 4 warps, D = 128 in pages
+        of 16 at 8)."""
+        return max(1, min(self.num_warps, block_n * (head_dim // 2) // (8 * 32)))
+
 
 def launch_plan(head_dim: int) -> LaunchPlan:
     if interpreting():
@@ -92,7 +99,7 @@ def launch_plan(head_dim: int) -> LaunchPlan:
         return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1, cross_pages=True)
     # The e4m3 plan of paged_decode (splits of 2048, 3 stages, the group's own rows), with 32-token tiles:
     # a tile's K is decoded to fp32 and split in registers.  ptxas sm_90a, Triton 3.6, compiled on the
-    # CPU: D=128, G=4, 4 warps: 96 registers, no spills (docs/receipts/ hold Triton 3.9's counts).  The
+    # CPU: D=128, G=4, 4 warps: 127 registers, no spills (docs/receipts/ hold Triton 3.9's counts).  The
     # H200 sweep of bench_variants: docs/ops/paged_decode_nvfp4kv.md.
     return LaunchPlan(block_n=32, split_tokens=2048, num_warps=8 if head_dim == 256 else 4, num_stages=3)
 
@@ -104,7 +111,8 @@ def _e2m1_fp16(codes):
 
 
 @triton.jit
-def _nvfp4_halves(packed_rows, packed_stride, scale_rows, scale_stride, valid, D: tl.constexpr):
+def _nvfp4_halves(packed_rows, packed_stride, scale_rows, scale_stride, valid, BLOCK_N: tl.constexpr,
+                  D: tl.constexpr):
     """Two ``[BLOCK_N, D/2]`` tiles of ``e2m1(code) * scale * 2^-14`` in fp16, exactly: the even elements (the
     low nibbles) and the odd ones (the high nibbles); 0 where not ``valid``.
 
@@ -113,12 +121,14 @@ def _nvfp4_halves(packed_rows, packed_stride, scale_rows, scale_stride, valid, D
     the two halves are never joined back into one tile: ``tl.join(...).reshape`` fed the score dots
     elements in the wrong order on sm_90 (Triton 3.6; correct under the interpreter), 158 to 743 ULP off,
     and reading each element's own byte instead made the L1 loads the bound (docs/ops/
-    paged_decode_nvfp4kv.md).  Elements 2j and 2j + 1 share block j // 8's scale.  Masked slots load code 0
-    and scale 0: nothing of theirs is read."""
+    paged_decode_nvfp4kv.md).  Elements 2j and 2j + 1 share block j // 8's scale: each slot's D/16 scales
+    are read once and gathered in registers (``tl.gather``), not read again per element.  Masked slots load
+    code 0 and scale 0: nothing of theirs is read."""
     offs = tl.arange(0, D // 2)
     packed = tl.load(packed_rows + offs[None, :] * packed_stride, mask=valid[:, None], other=0).to(tl.int16)
-    scales = tl.load(scale_rows + (offs // 8)[None, :] * scale_stride, mask=valid[:, None],
+    blocks = tl.load(scale_rows + tl.arange(0, D // 16)[None, :] * scale_stride, mask=valid[:, None],
                      other=0.0).to(tl.float16)
+    scales = tl.gather(blocks, tl.broadcast_to((offs // 8)[None, :], (BLOCK_N, D // 2)), axis=1)
     return _e2m1_fp16(packed & 0xF) * scales, _e2m1_fp16(packed >> 4) * scales
 
 
@@ -208,7 +218,7 @@ def _decode_splits_nvfp4(
 
         k_even, k_odd = _nvfp4_halves(kc_tile + (physical * kc_stride_p + slot * kc_stride_s)[:, None], kc_stride_d,
                                       ks_tile + (physical * ks_stride_p + slot * ks_stride_s)[:, None], ks_stride_d,
-                                      valid, D)
+                                      valid, BLOCK_N, D)
         # K exactly as the Dequant line decodes it (e2m1 * scale exact, then times 1 / kv_global_scale
         # rounded once in fp32: folding that scale into the scores instead put lse 1.2 ULP off on the
         # H200 where every legitimate fp32 order was within 0.16), then split exactly into three bf16
@@ -238,7 +248,7 @@ def _decode_splits_nvfp4(
         l = l + tl.sum(p_exact, axis=1)
         v_even, v_odd = _nvfp4_halves(vc_tile + (physical * vc_stride_p + slot * vc_stride_s)[:, None], vc_stride_d,
                                       vs_tile + (physical * vs_stride_p + slot * vs_stride_s)[:, None], vs_stride_d,
-                                      valid, D)
+                                      valid, BLOCK_N, D)
         p = p_exact.to(tl.float32)
         v_even = (v_even.to(tl.float32) * E2M1_UNIT).to(tl.bfloat16)   # e2m1 * scale: exact
         v_odd = (v_odd.to(tl.float32) * E2M1_UNIT).to(tl.bfloat16)
@@ -289,7 +299,7 @@ def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_glo
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=block_n, SPLIT_TOKENS=split_tokens, PAGE_SIZE=page_size,
         SPARSE=sparse, OPERAND=_dot_operand(tl.bfloat16), REAL_ROWS=triton.next_power_of_2(group),
         CROSS_PAGES=plan.cross_pages and block_n > page_size,
-        num_warps=plan.num_warps, num_stages=plan.num_stages,
+        num_warps=plan.warps(block_n, head_dim), num_stages=plan.num_stages,
     )
     # the decode scale is already in the partials: o is merged with a factor of 1
     merge_splits((part_m, part_l, part_acc), splits, kv_heads, group, seq_lens, pages_per_row, page_size, entries, 1.0,

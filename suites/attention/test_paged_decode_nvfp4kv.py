@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pathlib
 
 import pytest
 import torch
@@ -244,6 +245,43 @@ def test_bench_variants_keep_the_contract(page_size, selected):
             assert torch.equal(lse, expected[1]), label
         else:
             check_band((o, lse), stock, truth, f"variant {label}")
+
+
+_COMPILE_SMALLEST_TILES = """
+import sys
+from tools.compile_receipts import prepare_environment
+prepare_environment()
+import torch
+import triton.runtime.jit as jit
+from ops.attention import paged_decode_nvfp4kv as kernel
+from tools.compile_receipts import Launch, compile_launch
+head_dim, page_size = int(sys.argv[1]), int(sys.argv[2])
+q = torch.zeros(1, 4, head_dim, dtype=torch.bfloat16)
+codes = torch.zeros(2, page_size, 1, head_dim // 2, dtype=torch.uint8)
+scales = torch.zeros(2, page_size, 1, head_dim // 16).to(torch.float8_e4m3fn)
+launches, run = [], jit.JITFunction.run
+jit.JITFunction.run = lambda self, *args, grid, warmup, **kwargs: launches.append(Launch(self, args, kwargs, ""))
+kernel.run_plan(kernel.launch_plan(head_dim), q, codes, scales, codes, scales, torch.tensor([448.0]),
+                torch.arange(2, dtype=torch.int32).view(1, 2), torch.tensor([2 * page_size], dtype=torch.int32),
+                head_dim ** -0.5)
+jit.JITFunction.run = run
+label, receipt = compile_launch(next(l for l in launches if "nvfp4" in l.kernel.fn.__name__), "sm_90a")
+print(label)
+"""
+
+
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_smallest_tiles_compile_for_sm90a(head_dim):
+    """Pages of 16 give the smallest half tiles: at D = 64 with 4 warps (and D = 128 with 8) Triton 3.6 aborted
+    compiling the scales' ``tl.gather`` for sm_90a (no warp-local layout), and only the H200 saw it.  The plan
+    caps its warps there (``LaunchPlan.warps``); this compiles the capped plans on the CPU, for the GPU."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _COMPILE_SMALLEST_TILES, str(head_dim), "16"], capture_output=True,
+                         text=True, cwd=pathlib.Path(kernel.__file__).resolve().parents[2], timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert f" warps={2 if head_dim == 64 else 8} " in run.stdout   # D = 64 capped from 4; D = 256 keeps its 8
 
 
 # -- the strategy reaches the NVFP4 hard cases ----------------------------------------------------------
