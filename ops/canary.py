@@ -6,8 +6,10 @@ calls); a real call cannot be told apart from a checked one, so a kernel right o
 where it misbehaves.
 
 ``KPARITY_CANARY`` sets the fraction: ``1/1000`` (the default), ``0`` (off), or per op before a default,
-``greedy_argmax=1/10,1/1000``.  Each routed call is sampled from ``os.urandom``: not every Nth call, nor a
-generator whose state the kernel could read in the same process and predict.
+``greedy_argmax=1/10,1/1000``.  Each routed call is sampled from ``os.urandom``'s bits (read 4 KiB at a
+time): not every Nth call, nor a seeded generator.  (A kernel in the serving process could read those bits,
+or patch this module, as it could anything of its process: the canary catches a kernel that behaves only
+when it recognises a judge, whose calls look like any other; not one written against the canary itself.)
 
 ``KPARITY_CANARY_BUDGET`` bounds what the checks may cost: a fraction of the wall time since the canary
 first sampled a call (default ``1/200``; ``1`` for no bound), shared equally by the ops sampled so far, each
@@ -49,6 +51,7 @@ import logging
 import os
 import pathlib
 import queue
+import struct
 import sys
 import tempfile
 import threading
@@ -152,11 +155,37 @@ def rate(op_name: str) -> fractions.Fraction:
     return per_op.get(op_name, default)
 
 
+def threshold(fraction: fractions.Fraction) -> int:
+    """``fraction * 2^64`` rounded up: a draw of 64 random bits falls below it with probability ``fraction``
+    (1 is every draw, 0 none)."""
+    return -(-(fraction.numerator << 64) // fraction.denominator)
+
+
+@functools.lru_cache(maxsize=64)
+def _op_threshold(text: str, op_name: str) -> int:
+    # every routed call asks: the rate's Fractions cost about 1.3 us a call on the CPU, an int compare nothing
+    default, per_op = parse_rates(text)
+    return threshold(per_op.get(op_name, default))
+
+
+_DRAWS = iter(())  # 64-bit draws from os.urandom, read 4 KiB at a time: one syscall a draw cost 0.6 us
+
+
+def _below(limit: int) -> bool:
+    global _DRAWS
+    if limit <= 0:
+        return False
+    try:
+        (draw,) = next(_DRAWS)   # next() on one iterator is atomic under the GIL: serving threads may share it
+    except StopIteration:
+        _DRAWS = struct.iter_unpack("<Q", os.urandom(4096))
+        (draw,) = next(_DRAWS)
+    return draw < limit
+
+
 def sampled(fraction: fractions.Fraction) -> bool:
     """One unpredictable draw: True with probability ``fraction``."""
-    if fraction == 0 or fraction == 1:
-        return fraction == 1
-    return int.from_bytes(os.urandom(8), "little") * fraction.denominator < fraction.numerator << 64
+    return _below(threshold(fraction))
 
 
 @dataclasses.dataclass
@@ -174,7 +203,7 @@ class Check:
 
 def before(entry, bound: dict, cell_id: str) -> Check | None:
     """A Check of this call when it is sampled (its inputs cloned now, before the kernel runs), else None."""
-    if not sampled(rate(entry.name)):
+    if not _below(_op_threshold(os.environ.get(CANARY_ENV, DEFAULT_RATE), entry.name)):
         return None
     if not within_budget(entry.name):
         _count(entry.name, "skipped: over budget")

@@ -141,6 +141,9 @@ def test_sampling_is_unpredictable_not_every_nth_call(monkeypatch):
     gaps = {b - a for a, b in zip(hits, hits[1:])}
     assert len(gaps) > 3 and 180 < len(hits) < 420
     assert canary.sampled(fractions.Fraction(1)) and not canary.sampled(fractions.Fraction(0))
+    # a 64-bit draw below the threshold samples: exactly the fraction of the 2^64 draws, rounded up
+    assert [canary.threshold(fractions.Fraction(n, d)) for n, d in ((0, 1), (1, 2), (1, 1), (1, 3))] == [
+        0, 1 << 63, 1 << 64, (1 << 64) // 3 + 1]
 
 
 @pytest.mark.parametrize("text, default, per_op", [
