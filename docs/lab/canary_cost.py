@@ -18,9 +18,15 @@ first compiles the reference's and the truth's kernels: the 2026-12-02c run with
 
     PYTHONPATH=. python docs/lab/canary_cost.py --device cuda --out $OUT/canary_cost.json   # ~2 min on an H200
 
+The wall-time interval is as wide as the steps' noise (+-4% on the H200 on 2026-12-03), so the parts are
+measured apart too: the canary's time in the serving thread beyond rate 0's (every call's sampling decision;
+a sampled call's clones and queueing) and its checks' time on the worker (``canary._SPENT``), as fractions
+of the wall time at 0; their sum bounds the cost from above (it counts the checks as if none of their time
+overlapped the steps).
+
 Prints one line per setting (mean step time, overhead against 0 with its interval, checks run, skipped over
-the budget, skipped for a full queue, mismatches) and the sampling decision's own cost per call; writes them
-as JSON with ``--out``.
+the budget, skipped for a full queue, mismatches, the parts and their bound) and the sampling decision's own
+cost per call; writes them as JSON with ``--out``.
 """
 from __future__ import annotations
 
@@ -91,25 +97,49 @@ def main(argv=None) -> int:
         entry(**kwargs)
         canary.drain()
     canary.reset()
-    os.environ[canary.BUDGET_ENV] = args.budget
+    os.environ[canary.BUDGET_ENV], os.environ[canary.CANARY_ENV] = args.budget, "0"
+    # the canary's own time in the serving thread (the sampling decision of every call; a sampled call's
+    # clones and queueing), and its checks' on the worker (canary._SPENT): the parts of its cost, measured
+    # apart from the steps' noise
+    in_serving_thread = [0.0]
+
+    def timed(function):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                in_serving_thread[0] += time.perf_counter() - start
+        return call
+
+    decide_alone = canary.before
+    canary.before, canary.after = timed(canary.before), timed(canary.after)
     results = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                "calls_per_step": len(calls), "layers": args.layers, "budget": args.budget, "block_steps": args.block,
                "settings": {}}
     rounds = max(2, args.steps // args.block)
     block_ms = {rate: [] for rate in RATES}
     counts = {rate: collections.Counter() for rate in RATES}
+    serving_s = dict.fromkeys(RATES, 0.0)
+    worker_s = dict.fromkeys(RATES, 0.0)
     for _ in range(5):
         step()
     for _ in range(rounds):
         for rate in RATES:
             os.environ[canary.CANARY_ENV] = rate
             before = collections.Counter(canary.COUNTS)
+            serving_before, worker_before = in_serving_thread[0], sum(canary._SPENT.values())
             start = time.perf_counter()
             for _ in range(args.block):
                 step()
             canary.drain()
             block_ms[rate].append(1e3 * (time.perf_counter() - start) / args.block)
             counts[rate] += collections.Counter(canary.COUNTS) - before
+            checks = sum(canary._SPENT.values()) - worker_before
+            worker_s[rate] += checks
+            # off CUDA the checks run inside after(), in the serving thread: counted once, as the worker's
+            serving_s[rate] += in_serving_thread[0] - serving_before - (checks if device.type != "cuda" else 0.0)
+    wall_at_0 = 1e-3 * args.block * sum(block_ms["0"])
     for rate in RATES:
         found = counts[rate]
         ratios = [100 * (mine / base - 1) for mine, base in zip(block_ms[rate], block_ms["0"])]
@@ -121,16 +151,23 @@ def main(argv=None) -> int:
             "checked_per_op": {name: n for (name, what), n in found.items() if what == "checked"},
             "skipped_over_budget": sum(n for (_, what), n in found.items() if what == "skipped: over budget"),
             "skipped_queue_full": sum(n for (_, what), n in found.items() if what == "skipped: checks pending"),
-            "mismatches": sum(n for (_, what), n in found.items() if what == "mismatch")}
+            "mismatches": sum(n for (_, what), n in found.items() if what == "mismatch"),
+            # an upper bound: the serving thread's canary time beyond rate 0's, plus the checks' whole time on the
+            # worker as if none of it overlapped the steps
+            "serving_thread_extra_percent": 100 * (serving_s[rate] - serving_s["0"]) / wall_at_0,
+            "worker_percent": 100 * worker_s[rate] / wall_at_0}
         found = results["settings"][rate]
+        found["bound_percent"] = found["serving_thread_extra_percent"] + found["worker_percent"]
         print(f"KPARITY_CANARY={rate}: step {found['mean_step_ms']:.3f} ms mean over {rounds} blocks of {args.block}, "
               f"overhead {found['overhead_percent']:+.2f}% +- {half_width:.2f}% ({found['checked']} checked "
               f"{found['checked_per_op']}, {found['skipped_over_budget']} over the budget, "
-              f"{found['skipped_queue_full']} for a full queue, {found['mismatches']} mismatches)")
+              f"{found['skipped_queue_full']} for a full queue, {found['mismatches']} mismatches); its parts: "
+              f"serving thread {found['serving_thread_extra_percent']:+.3f}%, checks on the worker "
+              f"{found['worker_percent']:.3f}%, bound {found['bound_percent']:.3f}%")
     # the sampling decision alone, per routed call: what every call pays at a rate other than 0
     draws = 200_000
     for rate in ("0", "1/1000"):
-        decide = functools.partial(canary.before, calls[0][0], {}, "")
+        decide = functools.partial(decide_alone, calls[0][0], {}, "")
         os.environ[canary.CANARY_ENV], os.environ[canary.BUDGET_ENV] = rate, "0"
         start = time.perf_counter()
         for _ in range(draws):

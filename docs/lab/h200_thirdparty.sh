@@ -3,17 +3,17 @@
 # with its glue timed apart. One phase a device call (each ends inside the tool's 10 minutes); the queue, its
 # carries and minutes: docs/thirdparty/h200-queue.md. Results go into $OUT/thirdparty.tar AS EACH STEP ENDS
 # (a call cut short still brings back every step it finished) with a one-line summary a step in $OUT/queue.log.
-#   judge GROUP...     certify-cells --impl per adapter of the groups: vllm native wheels fla-gdn flashinfer
+#   judge GROUP...     certify-cells --impl per adapter of the groups: vllm native norms wheels fla-gdn flashinfer
 #   bench GROUP...     tools/bench per op of the groups, our kernels, the stock op and the adapters side by side
 #   flashinfer-setup   install the carried FlashInfer, build its decode kernels (JIT, nvcc), run the probes
-# EXAMPLES draws a cell (default 6, the sm90 policy); LIMIT_SCALE multiplies every step's time limit.
+# EXAMPLES draws a cell (default 14, the sm90 policy); LIMIT_SCALE multiplies every step's time limit.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" || $# -eq 0 ]]; then sed -n '2,9p' "$0" | cut -c3-; exit 0; fi
 phase=$1; shift
 out=${OUT:?set OUT to the folder that comes back}
 export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=$PWD/.flashinfer-jit MAX_JOBS=16
-examples=${EXAMPLES:-6}
+examples=${EXAMPLES:-14}
 tp=suites.thirdparty
 mkdir -p "$out/steps"
 
@@ -58,10 +58,12 @@ judge)
             judge torch_native 240 --op greedy_argmax --op strict_accept --op rollback_save --op rollback_restore \
                 --impl $tp.torch_native
             judge torch_scaled_mm 90 --op fp8_gemv --impl $tp.torch_scaled_mm:fp8_gemv ;;
-        wheels)  # fla-core, liger-kernel, torchao, sglang: .whl/adapters
+        norms)  # fla-core's and liger-kernel's RMSNorm: .whl/adapters
             wheels adapters || { record "wheels adapters" "not installed"; continue; }
             judge fla_rmsnorm 150 --op rms_norm_gated --impl $tp.fla_rmsnorm:rms_norm_gated
-            judge liger_rmsnorm 60 --op rms_norm_gated --cell plain_rms_norm --impl $tp.liger_rmsnorm:rms_norm_gated
+            judge liger_rmsnorm 60 --op rms_norm_gated --cell plain_rms_norm --impl $tp.liger_rmsnorm:rms_norm_gated ;;
+        wheels)  # torchao, sglang: .whl/adapters
+            wheels adapters || { record "wheels adapters" "not installed"; continue; }
             judge torchao_nvfp4 60 --op nvfp4_quantize --impl $tp.torchao_nvfp4:nvfp4_quantize
             judge sglang_decode 200 --op paged_decode --impl $tp.sglang_decode:paged_decode ;;
         fla-gdn)  # fla-core: .whl/adapters
@@ -70,7 +72,7 @@ judge)
         flashinfer)  # after flashinfer-setup (its kernels built)
             wheels flashinfer || { record "wheels flashinfer" "not installed"; continue; }
             judge flashinfer_decode 300 --op paged_decode --impl $tp.flashinfer_decode:paged_decode ;;
-        *) record "judge $group" "unknown group (vllm native wheels fla-gdn flashinfer)" ;;
+        *) record "judge $group" "unknown group (vllm native norms wheels fla-gdn flashinfer)" ;;
         esac
     done ;;
 bench)
