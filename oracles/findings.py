@@ -101,7 +101,10 @@ def band_detail(actual, stock, truth, inputs: Mapping, explain: Explain | None =
             continue
         true = true.to(torch.float64)
         value = out.to(torch.float64)
-        miss = torch.where(true.isfinite(), (value - true).abs(), (value != true).to(torch.float64) * torch.inf)
+        # non-finite truth matched exactly, as the band does (output_error): NaN by any NaN, +-inf by itself
+        matched = torch.where(true.isnan(), value.isnan(), value == true)
+        miss = torch.where(true.isfinite(), (value - true).abs(),
+                           torch.where(matched, torch.zeros_like(true), torch.full_like(true, torch.inf)))
         miss = torch.where(true.isfinite() & value.isnan(), torch.full_like(miss, torch.inf), miss)
         ulp = row_ulp(true, out.dtype).expand_as(true) if true.dim() else row_ulp(true, out.dtype)
         error = miss / ulp

@@ -75,6 +75,22 @@ def test_a_band_finding_names_the_worst_element_its_truth_the_kernels_and_the_st
     assert ": truth " in worst and ", kernel " in worst and ", stock " in worst and " ULP; 1 ULP of the row" in worst
 
 
+def test_a_band_findings_worst_element_is_a_real_miss_not_a_matched_nan():
+    """NaN truth answered NaN, and +-inf by the same infinity, are matches (the band's rule): the worst element
+    shown is the finite one that missed; the 2026-12-03 H200 run of liger's RMSNorm showed a matched NaN as
+    the worst, at inf ULP."""
+    from oracles.findings import band_detail
+
+    nan, inf = float("nan"), float("inf")
+    truth = torch.tensor([[nan, 1.0, -inf, 2.0]], dtype=torch.float64)
+    out = torch.tensor([[nan, 1.0, -inf, 2.5]], dtype=torch.bfloat16)
+    worst = band_detail((out,), None, (truth,), {}).splitlines()[0]
+    assert worst.startswith("output 0: worst at (0, 3): truth 2.0, kernel 2.5"), worst
+    assert "inf ULP" not in worst
+    missed = band_detail((torch.tensor([[0.0, 1.0, -inf, 2.0]], dtype=torch.bfloat16),), None, (truth,), {})
+    assert missed.startswith("output 0: worst at (0, 0): truth nan, kernel 0.0") and "inf ULP" in missed
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_bitwise_finding_gives_the_bits_of_values_that_print_alike(dtype):
     """NaNs of two signs (or payloads) print as "nan" both; -0.0 and a NaN's payload are bits a repr may hide:
