@@ -19,7 +19,10 @@ the first one's time was known.  A sampled call of an op past its share, or with
 running, is not checked (counted ``skipped: over budget``), so
 an op whose check costs a hundred of its calls (paged decode's float64 truth and fp32 stock op) is checked
 less often than its rate says, and the others keep theirs.  An op's first sampled call is always checked.
-The H200 measured +17.8% of a decode step at 1/1000 without the bound (docs/results/2026-12-02b/).
+The H200 measured +17.8% of a decode step at 1/1000 without the bound (docs/results/2026-12-02b/); with it,
+at 1/1000, the canary's own time in the serving thread is 0.31% of a 193-call decode step and its checks are
+held to the budget's 0.5% once each op's first check is paid: at most 0.81% (docs/results/2026-12-03/
+canary_cost_h200_parts.log; the step times' own noise, +-4%, hides either figure).
 
 What a sampled call costs, and where:
 
