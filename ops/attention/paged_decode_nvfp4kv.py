@@ -34,7 +34,9 @@ resolved once per row (``selection_metadata``); splits merged in float64 by thei
   ``k_hi + k_mid + k_lo`` in bf16, and q is bf16, so ``q . k`` is three bf16 dots whose products are
   exact, accumulated in fp32 (a reduction order of the same values).  The parts are taken from ``K * 2^e``
   (``2^e`` brings the decode scale to [1, 2): exact, and the lowest part never falls in bf16's
-  subnormals), the dots scaled back in float64 with ``sm_scale`` (an fp32 hi + lo pair) and rounded once.
+  subnormals), the dots scaled back in float64 with ``sm_scale`` and rounded once.  ``sm_scale`` reaches
+  the kernel as an fp32 hi + lo pair (48 bits) when it is a number, or as a pointer when it is a tensor on
+  q's device, read in the kernel: no host sync, graph-capturable, so no limit of its own.
 - A tile is decoded as two half tiles, the even elements (low nibbles) and the odd ones (high nibbles),
   from one vector read of each slot's bytes and one of its D/16 scales, and never joined: q, the score dots and the V accumulator
   are split the same way, and o's columns interleaved at the store (``_nvfp4_halves``).
@@ -58,7 +60,7 @@ import triton
 import triton.language as tl
 
 from ops.attention.paged_decode import (BENCH_SHAPE, PAGED_SHAPES, _add_p_times_v, _dot_operand,
-                                        _exp_float64_short, _live_positions, decode_entry, host_sm_scale_limit,
+                                        _exp_float64_short, _live_positions, decode_entry,
                                         merge_splits, selection_metadata, split_partials)
 from ops.catalog import BenchCase, Cell, OneOf, Span
 from ops.triton_backend import interpreting
@@ -66,7 +68,6 @@ from ops.triton_masks import block_and
 from references.attention import paged_decode_nvfp4kv as contract
 from references.attention.paged_decode import attended_tokens
 from references.formats.nvfp4 import NVFP4_BLOCK
-from references.validation import require_within_limits
 
 
 
@@ -156,11 +157,11 @@ def _decode_splits_nvfp4(
     table_ptr, table_stride_b, table_stride_m, pages_per_row,
     seq_lens_ptr, seq_lens_stride,
     selected_pages_ptr, selected_live_slots_ptr, entries,
-    sm_scale_hi, sm_scale_lo,
+    sm_scale_hi, sm_scale_lo, sm_scale_ptr,
     part_m_ptr, part_l_ptr, part_acc_ptr, splits,
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
     PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, OPERAND: tl.constexpr, REAL_ROWS: tl.constexpr,
-    CROSS_PAGES: tl.constexpr,
+    CROSS_PAGES: tl.constexpr, SCALE_IN_TENSOR: tl.constexpr,
 ):
     E2M1_UNIT: tl.constexpr = 16384.0   # e2m1(code) per unit of the code's bits placed in an fp16 (2^-14)
     pid = tl.program_id(0)
@@ -188,7 +189,10 @@ def _decode_splits_nvfp4(
     unit_exponent = tl.maximum(127 - scale_exponent, -126)
     k_unit = ((unit_exponent + 127) << 23).to(tl.float32, bitcast=True)
     inverse_unit = ((1023 - unit_exponent).to(tl.int64) << 52).to(tl.float64, bitcast=True)
-    sm_scale = tl.cast(sm_scale_hi, tl.float64) + tl.cast(sm_scale_lo, tl.float64)   # the float64 given, to 2^-48
+    if SCALE_IN_TENSOR:   # a one-element tensor on this device, read here: no host sync, graph-capturable
+        sm_scale = tl.load(sm_scale_ptr).to(tl.float64)
+    else:
+        sm_scale = tl.cast(sm_scale_hi, tl.float64) + tl.cast(sm_scale_lo, tl.float64)   # the float64 given, to 2^-48
     score_scale = sm_scale * inverse_unit   # exact: a power of two
     table_row = table_ptr + row.to(tl.int64) * table_stride_b
     selected_row = row.to(tl.int64) * entries
@@ -294,11 +298,12 @@ def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_glo
         page_table, *page_table.stride(), pages_per_row,
         seq_lens, seq_lens.stride(0),
         selected_pages, selected_live_slots, entries,
-        *_float64_as_fp32_pair(float(sm_scale)),
+        *_scale_arguments(sm_scale, q.device),
         part_m, part_l, part_acc, splits,
         D=head_dim, GROUP_PAD=group_pad, BLOCK_N=block_n, SPLIT_TOKENS=split_tokens, PAGE_SIZE=page_size,
         SPARSE=sparse, OPERAND=_dot_operand(tl.bfloat16), REAL_ROWS=triton.next_power_of_2(group),
         CROSS_PAGES=plan.cross_pages and block_n > page_size,
+        SCALE_IN_TENSOR=isinstance(sm_scale, torch.Tensor) and sm_scale.device == q.device,
         num_warps=plan.warps(block_n, head_dim), num_stages=plan.num_stages,
     )
     # the decode scale is already in the partials: o is merged with a factor of 1
@@ -307,24 +312,21 @@ def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_glo
     return o, lse
 
 
-def _float64_as_fp32_pair(value: float) -> tuple[float, float]:
-    """``value`` as ``hi + lo``, both fp32 (Triton's float arguments): 48 bits of it reach the kernel."""
+def _scale_arguments(sm_scale, device: torch.device) -> tuple:
+    """``(hi, lo, pointer)`` of ``sm_scale``: a tensor on ``device`` goes as its pointer, read by the kernel; a
+    number, or a tensor elsewhere (on the host: read without a device sync), as ``hi + lo``, both fp32
+    (Triton's float arguments): 48 bits of it reach the kernel."""
+    if isinstance(sm_scale, torch.Tensor) and sm_scale.device == device:
+        return 0.0, 0.0, sm_scale.reshape(1)
+    value = float(sm_scale)
     hi = float(torch.tensor(value, dtype=torch.float32))
-    return hi, float(torch.tensor(value - hi, dtype=torch.float32))
-
-
-def kernel_limits(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
-                  page_select=None) -> str | None:
-    """This kernel's own limit: a host ``sm_scale`` (a launch argument; reading a tensor would sync)."""
-    return host_sm_scale_limit(sm_scale)
+    return hi, float(torch.tensor(value - hi, dtype=torch.float32)), None
 
 
 def paged_decode_nvfp4kv(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
                          sm_scale, page_select=None):
     contract.validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
                       page_select)
-    require_within_limits(kernel_limits(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table,
-                                        seq_lens, sm_scale, page_select))
     return run_plan(launch_plan(q.shape[2]), q, k_packed, k_scales, v_packed, v_scales, kv_global_scale,
                     page_table, seq_lens, sm_scale, page_select)
 
@@ -419,7 +421,6 @@ ENTRY = decode_entry(
     kernel=paged_decode_nvfp4kv,
     params_of=params_of,
     cells=CELLS,
-    limits=kernel_limits,
     bench=(
         BenchCase(f"NVFP4 KV, {BENCH_SHAPE}", _bench_call(), bytes_moved,
                   "<= 0.4x paged_decode's bf16 KV time at this shape (it reads 0.28x the bytes)"),

@@ -22,8 +22,8 @@ Decisions where the contract is silent:
 
 - Pages of 0 slots (``S = 0``) are not refused (the Refuse line does not name them): no token lives
   anywhere, every row is empty.  ``Hkv = 0`` is refused under "Hq not a multiple of Hkv".
-- ``sm_scale`` is a Python number as in ``paged_decode`` (a tensor would need a sync to use): a
-  tensor or a string is a wrong type (the conventions' ``TypeError``).
+- ``sm_scale`` as in ``paged_decode``: a Python number or a one-element floating tensor (the contract
+  does not type it); a string is a wrong type (the conventions' ``TypeError``).
 
 Stock op: what a PyTorch user runs today — decode the whole cache with the Dequant line
 (``nvfp4_dequantize``, float32), then ``paged_decode``'s stock path: gather, mask, bf16

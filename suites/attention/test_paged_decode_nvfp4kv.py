@@ -247,6 +247,23 @@ def test_bench_variants_keep_the_contract(page_size, selected):
             check_band((o, lse), stock, truth, f"variant {label}")
 
 
+@pytest.mark.parametrize("scale_dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_kernel_serves_a_tensor_sm_scale_on_its_device_as_the_number(scale_dtype):
+    """A one-element ``sm_scale`` tensor on q's device is read by the kernel (no host sync, no limit of its
+    own): the answer is the number's, bit for bit, 0-d or 1-d.  In float64 the number is one fp32 does not
+    hold (28 significant bits), which the host number's hi + lo pair carries exactly too (48 bits)."""
+    call = _variant_call(16, None)
+    device = call["q"].device
+    scale = 0.125 + 2.0 ** -30 if scale_dtype == torch.float64 else 0.125
+    expected = kernel.paged_decode_nvfp4kv(**{**call, "sm_scale": scale})
+    for shape in ((), (1,)):
+        tensor = torch.full(shape, scale, dtype=scale_dtype, device=device)
+        o, lse = kernel.paged_decode_nvfp4kv(**{**call, "sm_scale": tensor})
+        assert torch.equal(o.view(torch.int16), expected[0].view(torch.int16)), shape
+        assert torch.equal(lse, expected[1]), shape
+    assert ENTRY.limits is None or ENTRY.limits(**{**call, "sm_scale": tensor}) is None
+
+
 _COMPILE_SMALLEST_TILES = """
 import sys
 from tools.compile_receipts import prepare_environment
