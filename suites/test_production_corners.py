@@ -21,7 +21,7 @@ def wrong_at_real_vocabularies(logits):
     """Right everywhere but at five real vocabularies, where every row answers its last index."""
     ENTRY.validate(logits)
     if logits.shape[1] in REAL_VOCABULARIES:
-        return torch.full((logits.shape[0],), logits.shape[1] - 1, dtype=torch.int64)
+        return torch.full((logits.shape[0],), logits.shape[1] - 1, dtype=torch.int64, device=logits.device)
     return torch.argmax(logits, dim=-1)
 
 
