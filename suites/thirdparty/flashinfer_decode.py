@@ -19,7 +19,11 @@ What the adapter does, none of FlashInfer's:
   contract does);
 - ``lse`` times ln 2 (base 2 to natural); rows with an empty attended set: ``o = 0``, ``lse = -inf``
   (whatever FlashInfer writes there: the H200 queue prints what it writes);
-- ``sm_scale`` a tensor: refused with a ValueError naming it (``plan()`` takes a host float).
+- ``sm_scale`` a tensor: refused with a ValueError naming it (``plan()`` takes a host float);
+- q or a cache whose rows are not 16-byte aligned (a stride but the last, or the start, not a multiple of 16
+  bytes: a legal strided view such as a head dim padded by three elements): refused with a ValueError naming
+  it.  FlashInfer reads rows as 16-byte vectors and does not check: on the H200 such a view is "CUDA error:
+  misaligned address", a sticky error that ends the process (``docs/thirdparty/flashinfer.md``).
 """
 from __future__ import annotations
 
@@ -29,12 +33,13 @@ import flashinfer
 import torch
 
 from suites.thirdparty import staging
-from suites.thirdparty.paged_pages import attended_pages, require_host_sm_scale
+from suites.thirdparty.paged_pages import attended_pages, require_aligned_rows, require_host_sm_scale
 
 PACKAGE = "flashinfer-python"
 JUDGED = {"paged_decode": "paged_decode"}
 ADAPTER_CODE = {"paged_decode": "the attended set as CSR page lists and plan() on them; lse from base 2 to natural; "
-                                "o = 0, lse = -inf on empty rows; a tensor sm_scale refused"}
+                                "o = 0, lse = -inf on empty rows; a tensor sm_scale and rows not 16-byte "
+                                "aligned refused"}
 WORKSPACE_BYTES = 128 * 2**20   # FlashInfer's documented size for the split-KV scratch
 
 _workspaces: dict[torch.device, torch.Tensor] = {}
@@ -61,6 +66,8 @@ def _csr(listed, device):
 
 def _prepare(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
     require_host_sm_scale(sm_scale, "FlashInfer's plan()")
+    for name, tensor in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        require_aligned_rows(name, tensor)
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     listed = attended_pages(page_table, seq_lens, page_size, page_select)

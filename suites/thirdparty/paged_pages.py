@@ -51,3 +51,16 @@ def require_host_sm_scale(sm_scale, package: str) -> None:
     other input (``docs/thirdparty/``: the limit as found, before this refusal)."""
     if isinstance(sm_scale, torch.Tensor):
         raise ValueError(f"sm_scale: {package} takes a host float, not a tensor (its own limit); pass float(sm_scale)")
+
+
+def require_aligned_rows(name: str, tensor, package: str = "FlashInfer") -> None:
+    """A package that reads rows as 16-byte vectors without checking (FlashInfer: "CUDA error: misaligned
+    address", a sticky error that ends the process): its limit stated as the contract's error class naming
+    the argument, so that the rest of a cell's inputs are judged instead of a dead process.  A row is
+    aligned when the start and every stride but the last (which must be 1) are multiples of 16 bytes."""
+    if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.numel() == 0:
+        return
+    steps = [tensor.data_ptr()] + [stride * tensor.element_size() for stride in tensor.stride()[:-1]]
+    if tensor.stride(-1) != 1 or any(step % 16 for step in steps):
+        raise ValueError(f"{name}: rows not 16-byte aligned (strides {tensor.stride()}, {tensor.dtype}); {package} "
+                         "reads 16-byte vectors (its own limit): pass a copy with aligned rows")

@@ -69,3 +69,18 @@ def test_a_flashinfer_adapter_without_flashinfer_is_an_import_error_naming_it(na
         pytest.skip("flashinfer is installed here: its adapters import")
     with pytest.raises(ImportError, match="flashinfer"):
         importlib.import_module(f"suites.thirdparty.{name}")
+
+
+def test_rows_not_16_byte_aligned_are_refused_naming_the_argument_and_aligned_ones_pass():
+    """FlashInfer's decode dies on a cache whose head vectors are not 16-byte aligned ("misaligned address" on
+    the H200, 2026-12-04): its adapter refuses them clearly instead (``paged_pages.require_aligned_rows``)."""
+    from suites.thirdparty.paged_pages import require_aligned_rows
+
+    pool = torch.zeros(4, 16, 2, 67, dtype=torch.bfloat16)
+    for aligned in (pool[..., :64].contiguous(), torch.zeros(4, 16, 2, 72, dtype=torch.bfloat16)[..., :64],
+                    torch.zeros(0, 16, 2, 67), "not a tensor"):
+        require_aligned_rows("k_cache", aligned)
+    for misaligned in (pool[..., :64], pool.view(-1)[1:1 + 4 * 16 * 2 * 64].view(4, 16, 2, 64),
+                       torch.zeros(4, 16, 2, 64, dtype=torch.bfloat16).transpose(2, 3)):
+        with pytest.raises(ValueError, match="^k_cache: rows not 16-byte aligned"):
+            require_aligned_rows("k_cache", misaligned)
