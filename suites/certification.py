@@ -75,10 +75,15 @@ def assert_certified(result: CellResult, impl: str | None = None) -> None:
     assert result.status == "certified", describe(result, machine_device().type, impl)
 
 
+def target_oracles(oracle: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The oracles a negative control is judged by: the one (or ones) that must catch its mistake."""
+    return (oracle,) if isinstance(oracle, str) else tuple(oracle)
+
+
 def assert_rejected(result: CellResult, oracle: str | tuple[str, ...], impl: str) -> None:
     """A negative control: the battery must reject ``impl``, and through the expected oracle (or one of
     the expected oracles, where two judge the bug and either may see it first)."""
-    oracles = (oracle,) if isinstance(oracle, str) else oracle
+    oracles = target_oracles(oracle)
     assert result.status == "failed", f"the battery accepted {impl}, which it must reject ({', '.join(oracles)})"
     assert set(result.failing()) & set(oracles), describe(result, machine_device().type, impl)
 

@@ -31,7 +31,8 @@ import pytest
 
 from ops.catalog import Entry
 from oracles.battery import Implementation
-from suites.certification import assert_certified, assert_rejected, cell_params, certify_cell, judged
+from suites.certification import (assert_certified, assert_rejected, cell_params, certify_cell, judged,
+                                  target_oracles)
 
 Oracle = str | tuple[str, ...]
 
@@ -68,13 +69,16 @@ class OpSuite:
         return test_cell
 
     def rejects_test(self, max_examples: int = 0) -> Callable:
-        """``max_examples`` drawn inputs besides the corners (no shrinking: only the verdict is judged)."""
+        """``max_examples`` drawn inputs besides the corners (no shrinking: only the verdict is judged), judged
+        by the oracle (or oracles) the row says must catch the mistake: the control is of that oracle, and the
+        others would judge every corner of a kernel they pass (a wrong refusal's numbers are right)."""
         entry, judge = self.entry, self.judge
 
         @pytest.mark.parametrize("name, cell_id, oracle", self.wrong, ids=[row[0] for row in self.wrong])
         def test_battery_rejects(name, cell_id, oracle):
             impl = judge(name)
-            result = certify_cell(entry, entry.cell(cell_id), impl, max_examples=max_examples, shrink=False)
+            result = certify_cell(entry, entry.cell(cell_id), impl, max_examples=max_examples, shrink=False,
+                                  oracles=target_oracles(oracle))
             assert_rejected(result, oracle, impl.label)
 
         return test_battery_rejects

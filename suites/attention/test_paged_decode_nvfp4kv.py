@@ -17,7 +17,7 @@ from references.attention import paged_decode_nvfp4kv as contract
 from references.formats.nvfp4 import nvfp4_dequantize
 from suites.attention import paged_decode_nvfp4kv_impls as impls
 from suites.certification import (arch_marks, assert_certified, assert_rejected, cell_params, certify_cell, judged,
-                                  machine_device)
+                                  machine_device, target_oracles)
 
 pytestmark = arch_marks(ENTRY.archs)
 
@@ -45,7 +45,8 @@ WRONG = [
 @pytest.mark.parametrize("name, cell_id, oracle", WRONG, ids=[w[0] for w in WRONG])
 def test_battery_rejects(name, cell_id, oracle):
     impl = judged(ENTRY, impls, name)
-    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=2, shrink=False)
+    result = certify_cell(ENTRY, ENTRY.cell(cell_id), impl, max_examples=2, shrink=False,
+                          oracles=target_oracles(oracle))
     assert_rejected(result, oracle, impl.label)
 
 
