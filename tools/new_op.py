@@ -276,6 +276,14 @@ class Op:
         return (f", `{a}` then `{b}` side by side (`{name}[:, :{self.cols}]`, `{name}[:, {self.cols}:]`; an odd "
                 f"last dim is a shape mismatch)")
 
+    def unguarded_calls(self) -> list[str]:
+        """The formula's exp-based calls of a compound argument (``sigmoid(2 * (a + b))``), which the strategy
+        cannot keep inside fp32's exp range by bounding one input: what to bound is the op's to say."""
+        if self.formula is None:
+            return []
+        return [ast.unparse(node) for node in ast.walk(ast.parse(self.formula, mode="eval"))
+                if isinstance(node, ast.Call) and not isinstance(node.args[0], ast.Name)]
+
     def exp_arguments(self) -> dict[str, str]:
         """operand -> the exp-based function it is a direct argument of, in the formula."""
         if self.formula is None:
@@ -1069,8 +1077,10 @@ def list_additions(op: Op, lists: pathlib.Path) -> dict[pathlib.Path, str]:
 
 
 # -- the command ---------------------------------------------------------------------------------
-def plan_files(family: str, name: str, declared: dict, root: pathlib.Path = REPO) -> dict[pathlib.Path, str]:
-    """Every file the op needs -> its text (new files; list files with their additions)."""
+def plan_files(family: str, name: str, declared: dict, root: pathlib.Path = REPO,
+               declaration_text: str | None = None) -> dict[pathlib.Path, str]:
+    """Every file the op needs -> its text (new files; list files with their additions); with
+    ``declaration_text``, the declaration too, kept beside the contract section as ``docs/contracts/NAME.toml``."""
     op = Op(family, name, declared)
     files = {
         root / "docs" / "contracts" / f"{name}.md": contract_md(op),
@@ -1088,6 +1098,8 @@ def plan_files(family: str, name: str, declared: dict, root: pathlib.Path = REPO
         if not init.exists():
             files[init] = ""
     files.update(list_additions(op, root / "test_lists"))
+    if declaration_text is not None:
+        files[root / "docs" / "contracts" / f"{name}.toml"] = declaration_text
     return files
 
 
@@ -1120,7 +1132,10 @@ def main(argv: list[str] | None = None) -> int:
     existing = _exists(family, name, REPO)
     if existing is not None:
         raise UsageError(f"{existing.relative_to(REPO)} exists: an op is never overwritten (pick another name)")
-    files = plan_files(family, name, load_declaration(args.declaration))
+    declared = load_declaration(args.declaration)
+    kept = REPO / "docs" / "contracts" / f"{name}.toml"
+    files = plan_files(family, name, declared, declaration_text=None if args.declaration.resolve() == kept.resolve()
+                       else args.declaration.read_text())
     for path, text in files.items():
         if not args.dry_run:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -1132,6 +1147,9 @@ def main(argv: list[str] | None = None) -> int:
               f"  PYTHONPATH=$PWD python -m pytest suites/test_contract_refusals.py suites/test_contract_only.py "
               f"-q -k {name}\n"
               f"  tools/certify-cells --op {name} -n 1 --device cpu        (docs/adding-an-op.md)")
+    for call in Op(family, name, declared).unguarded_calls():
+        print(f"note: {call}: its argument is not one input, so no exp-range guard was generated; bound what it "
+              f"draws in references/{family}/{name}_strategy.py (docs/adding-an-op.md, 3.3)")
     return 0
 
 

@@ -162,6 +162,8 @@ def test_a_scaffolded_op_runs_its_battery_and_rejects_its_wrong_implementations(
     run = _run_tool(f"activation/{name}", str(declaration), cwd=root)
     assert run.returncode == 0, run.stderr
     assert (root / "suites" / "contract_only" / f"{name}.py").is_file()
+    assert (root / "docs" / "contracts" / f"{name}.toml").read_text() == declared   # the declaration is kept
+    assert "note:" not in run.stdout   # every exp-based call takes one input: each is guarded
     assert f"suites/activation/test_{name}.py::test_cell" in (root / "test_lists" / "l0_cpu_cells.yml").read_text()
     again = _run_tool(f"activation/{name}", str(declaration), cwd=root)
     assert again.returncode == 2 and "never overwritten" in again.stderr
@@ -234,3 +236,14 @@ def test_without_a_formula_every_file_compiles_and_marks_the_arithmetic_to_write
     todo = [path.relative_to(root).as_posix() for path, text in files.items() if new_op.TODO in text]
     assert todo == ["docs/contracts/fused_todo.md", "references/activation/fused_todo.py", "ops/activation/fused_todo.py",
                     "suites/contract_only/activation.py"]
+
+
+def test_an_exp_based_call_of_a_compound_argument_is_named_as_unguarded(tmp_path):
+    """The strategy keeps a direct argument of sigmoid, silu or exp inside fp32's exp range; of a compound one
+    (vLLM's tanh GELU as ``sigmoid(2z)``) it cannot, and the tool says so after writing."""
+    direct = new_op.Op("activation", "fused_sigmoid_mul", new_op.load_declaration(_declaration(tmp_path)))
+    compound = new_op.Op("activation", "gelu_like", new_op.load_declaration(_declaration(
+        tmp_path, 'formula = "sigmoid(gate) * x"', 'formula = "gate * sigmoid(1.5 * (gate + 0.04 * gate * gate)) * x"')))
+    assert direct.unguarded_calls() == [] and direct.exp_arguments() == {"gate": "sigmoid"}
+    assert compound.unguarded_calls() == ["sigmoid(1.5 * (gate + 0.04 * gate * gate))"]
+    assert compound.exp_arguments() == {}
