@@ -2,6 +2,7 @@
 process group of its own, so nothing else would stop it outliving the judge."""
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -42,12 +43,15 @@ def test_a_signal_to_certify_cells_leaves_no_worker_running(signum, tmp_path):
     # the worker spins in a kernel that never returns: it says nothing more, so only its judge can end it.
     # Its stderr goes to a file (a pipe nobody reads could fill and stop it); where it does not end, SIGABRT
     # makes its faulthandler print every thread's stack there, and the failure quotes it.
+    # certify-cells keeps a SIGINT ignore it inherits (a background job's, as it should): the control starts
+    # it with the signal at its default, whatever this test runner was started with (exec keeps a default)
     errors = open(tmp_path / "stderr", "w+")
-    run = subprocess.Popen([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu",
-                            "--cell", "decode_mid_batch", "--cell-timeout", "600", "--max-examples", "0",
-                            "--impl", "suites.faults.faulty_kernels:spins_on_mid_batches"],
-                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=errors, text=True,
-                           env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    command = [sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu",
+               "--cell", "decode_mid_batch", "--cell-timeout", "600", "--max-examples", "0",
+               "--impl", "suites.faults.faulty_kernels:spins_on_mid_batches"]
+    defaults = f"import os, signal; signal.signal({int(signum)}, signal.SIG_DFL); os.execv({sys.executable!r}, {command!r})"
+    run = subprocess.Popen([sys.executable, "-c", defaults], cwd=REPO, stdout=subprocess.DEVNULL, stderr=errors,
+                           text=True, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     try:
         deadline, workers = time.monotonic() + 120, []
         while not workers and time.monotonic() < deadline and run.poll() is None:
@@ -73,4 +77,7 @@ def test_a_signal_to_certify_cells_leaves_no_worker_running(signum, tmp_path):
         if run.poll() is None:
             run.kill()
             run.wait()
+        for pid in (pid for pid in workers if _alive(pid)):   # a failed control leaves no spinning worker behind
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
         errors.close()
