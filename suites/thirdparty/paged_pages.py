@@ -57,10 +57,12 @@ def require_aligned_rows(name: str, tensor, package: str = "FlashInfer") -> None
     """A package that reads rows as 16-byte vectors without checking (FlashInfer: "CUDA error: misaligned
     address", a sticky error that ends the process): its limit stated as the contract's error class naming
     the argument, so that the rest of a cell's inputs are judged instead of a dead process.  A row is
-    aligned when the start and every stride but the last (which must be 1) are multiples of 16 bytes."""
+    aligned when the start and every stride but the last (which must be 1) are multiples of 16 bytes; the
+    stride of a dim of size 1 addresses nothing and is not asked."""
     if not isinstance(tensor, torch.Tensor) or tensor.dim() == 0 or tensor.numel() == 0:
         return
-    steps = [tensor.data_ptr()] + [stride * tensor.element_size() for stride in tensor.stride()[:-1]]
-    if tensor.stride(-1) != 1 or any(step % 16 for step in steps):
+    steps = [tensor.data_ptr()] + [stride * tensor.element_size()
+                                   for size, stride in zip(tensor.shape[:-1], tensor.stride()[:-1]) if size > 1]
+    if (tensor.shape[-1] > 1 and tensor.stride(-1) != 1) or any(step % 16 for step in steps):
         raise ValueError(f"{name}: rows not 16-byte aligned (strides {tensor.stride()}, {tensor.dtype}); {package} "
                          "reads 16-byte vectors (its own limit): pass a copy with aligned rows")

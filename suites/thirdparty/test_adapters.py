@@ -78,7 +78,8 @@ def test_rows_not_16_byte_aligned_are_refused_naming_the_argument_and_aligned_on
 
     pool = torch.zeros(4, 16, 2, 67, dtype=torch.bfloat16)
     for aligned in (pool[..., :64].contiguous(), torch.zeros(4, 16, 2, 72, dtype=torch.bfloat16)[..., :64],
-                    torch.zeros(0, 16, 2, 67), "not a tensor"):
+                    torch.zeros(0, 16, 2, 67), "not a tensor",
+                    torch.zeros(1, 16, 2, 72, dtype=torch.bfloat16)[..., :64].as_strided((1, 16, 2, 64), (3, 144, 72, 1))):
         require_aligned_rows("k_cache", aligned)
     for misaligned in (pool[..., :64], pool.view(-1)[1:1 + 4 * 16 * 2 * 64].view(4, 16, 2, 64),
                        torch.zeros(4, 16, 2, 64, dtype=torch.bfloat16).transpose(2, 3)):
