@@ -5,34 +5,19 @@ judged as ``--impl`` judges any implementation (graph parity is asked of catalog
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ops.catalog import entries
 from oracles.battery import Implementation
 from suites.certification import certify_cell
-from suites.test_contract_only import CASES, IMPLEMENTATIONS, REFUSED_WHOLE
+from suites.test_contract_only import CASES, IMPLEMENTATIONS, assert_passes_but_where_refused_whole
 
 pytestmark = pytest.mark.sm90
 DRAWS = 4   # besides every corner: the CPU judged them at 1 draw on its first corners
-
-
-@pytest.fixture(autouse=True)
-def _cuda():
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA device")
 
 
 @pytest.mark.parametrize("op_name, label", CASES, ids=[f"{op}-{label}" for op, label in CASES])
 def test_an_implementation_written_from_the_contract_passes_on_cuda(op_name, label):
     entry = entries()[op_name]
     impl = Implementation(f"contract-only {op_name} ({label})", IMPLEMENTATIONS[op_name][label])
-    refused_whole = REFUSED_WHOLE.get((op_name, label), set())
-    failures = []
-    for cell in entry.cells:
-        result = certify_cell(entry, cell, impl, max_examples=DRAWS, shrink=False)
-        if cell.id in refused_whole:
-            assert result.status == "failed" and result.examples == 0 and result.refused_examples > 0, result.record()
-        elif result.status != "certified":
-            failures.append(f"{cell.id}: {result.failure.oracle}: {result.failure.message} "
-                            f"(recipe {result.failure.recipe})")
-    assert not failures, "\n".join(failures)
+    assert_passes_but_where_refused_whole(op_name, label, [certify_cell(entry, cell, impl, max_examples=DRAWS,
+                                                                        shrink=False) for cell in entry.cells])

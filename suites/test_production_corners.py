@@ -78,19 +78,26 @@ def commit_wrong_at_real_depths(state, slots, checkpoints, num_accepted):
         COMMIT.reference(state, slots, checkpoints, num_accepted)
 
 
-@pytest.mark.parametrize("name, entry, cell_id", [
+REAL_SIZE_CASES = [  # (wrong implementation, its op, the cell whose corners pin the real size)
     pytest.param("save_wrong_at_real_page_sizes", ROLLBACK, "row_slots", id="rollback_save-S"),
     pytest.param("save_wrong_at_real_depths", ROLLBACK, "row_slots", id="rollback_save-T"),
     pytest.param("save_wrong_at_real_head_dims", ROLLBACK, "head_slots", id="rollback_save-E"),
     pytest.param("commit_wrong_at_real_depths", COMMIT, "bf16_state", id="gdn_commit-T"),
-])
-def test_a_kernel_wrong_only_at_one_real_size_is_rejected_on_the_cpu(name, entry, cell_id):
+]
+
+
+def assert_wrong_at_one_real_size_rejected(name: str, entry, cell_id: str) -> None:
     """Beside the contract's references of its siblings; parity alone is asked (a partial run: the corners
-    are what is tested, and the recurrences' other oracles cost seconds per corner here)."""
+    are what is tested, and the recurrences' other oracles cost seconds per corner on the CPU)."""
     siblings = {sibling: op(sibling).reference for sibling in entry.siblings}
     impl = Implementation(f"{__name__}:{name}", {**siblings, entry.name: globals()[name]})
     result = certify_cell(entry, entry.cell(cell_id), impl, max_examples=1, oracles=("parity",))
     assert_rejected(result, "parity", impl.label)
+
+
+@pytest.mark.parametrize("name, entry, cell_id", REAL_SIZE_CASES)
+def test_a_kernel_wrong_only_at_one_real_size_is_rejected_on_the_cpu(name, entry, cell_id):
+    assert_wrong_at_one_real_size_rejected(name, entry, cell_id)
 
 
 def test_the_cpu_corners_draft_every_real_depth():
