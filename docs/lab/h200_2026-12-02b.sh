@@ -10,11 +10,15 @@
 #   ncu:OP:KERNEL[:VARIANT]  ncu (full set, clocks free) on one call of OP's first bench case (NCU_CASE=N: the
 #                   N-th; the kernel, or a bench_variants plan), kernels matching KERNEL; ncu_OP.txt
 #   tests           the GPU tests of the judge and the defences (canary, interpreter, hostile host, layouts, paged)
-#   pytest:TAG:FILE,FILE  those GPU test files alone (-m sm90), under TESTS_LIMIT_S, log pytest_h200_TAG.log
+#   pytest:TAG:FILE,FILE  those GPU test files alone (-m sm90; PYTEST_K: a -k expression), under TESTS_LIMIT_S,
+#                   log pytest_h200_TAG.log
 #   layouts         every op judged through suites.legal_layouts (the kernel's outputs in a legal layout drawn
 #                   afresh each call, issue 24.2) at LAYOUT_EXAMPLES draws a cell (default 3), each op under
 #                   LAYOUT_OP_LIMIT_S (default 60); one log, layouts_h200.log
 #   canary          docs/lab/canary_cost.py on cuda (issue 25.3), CANARY_STEPS timed steps a setting (default 200)
+#   profile:TAG:OP,OP  cProfile of certify-cells on cuda (--no-isolate) and of its implementation host
+#                   (docs/lab/profile_host.py) at EXAMPLES draws a cell (default 40, issue 26's baseline), under
+#                   PROFILE_LIMIT_S; profile_TAG.log, profile_TAG_judge.txt, profile_TAG_host.txt
 set -uo pipefail
 if [[ "${1:-}" == "--help" || "${1:-}" == "-h" || $# -eq 0 ]]; then sed -n '2,/^set /p' "$0" | grep '^#' | cut -c3-; exit 0; fi
 out=${OUT:?set OUT to the folder that comes back}
@@ -65,8 +69,9 @@ for phase in "$@"; do
         ;;
     pytest:*)
         IFS=: read -r _ tag names <<< "$phase"
-        timeout "${TESTS_LIMIT_S:-200}" python3 -m pytest -m sm90 -q -p no:cacheprovider -rfEs --tb=short \
-            ${names//,/ } > "$out/pytest_h200_$tag.log" 2>&1
+        # SIGINT first: pytest then prints what failed so far (a plain timeout leaves only dots)
+        timeout -s INT -k 30 "${TESTS_LIMIT_S:-200}" python3 -m pytest -m sm90 -v -p no:cacheprovider -rfEs \
+            --tb=short --durations=0 ${PYTEST_K:+-k "$PYTEST_K"} ${names//,/ } > "$out/pytest_h200_$tag.log" 2>&1
         echo "pytest $tag: exit $?"; grep -E "FAILED|ERROR|passed|failed" "$out/pytest_h200_$tag.log" | tail -15
         ;;
     layouts)
@@ -82,7 +87,15 @@ for phase in "$@"; do
             --steps "${CANARY_STEPS:-200}" --out "$out/canary_cost_h200.json" > "$out/canary_cost_h200.log" 2>&1
         echo "canary: exit $?"; tail -8 "$out/canary_cost_h200.log"
         ;;
-    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|ncu:OP:KERNEL|tests|pytest:TAG:FILES|layouts|canary)" >&2; exit 2 ;;
+    profile:*)
+        IFS=: read -r _ tag names <<< "$phase"
+        ops=(); for op in ${names//,/ }; do ops+=(--op "$op"); done
+        timeout -s INT -k 30 "${PROFILE_LIMIT_S:-200}" python3 docs/lab/profile_host.py "$out" "profile_$tag" -- \
+            --device cuda --no-isolate --max-examples "${EXAMPLES:-40}" "${ops[@]}" --quarantine /tmp/no_quarantine.yml \
+            > "$out/profile_$tag.log" 2>&1
+        echo "profile $tag: exit $?"; grep -E "^[a-z_0-9]+/[a-z_0-9]+: |^summary" "$out/profile_$tag.log" | cut -c1-200
+        ;;
+    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|ncu:OP:KERNEL|tests|pytest:TAG:FILES|layouts|canary|profile:TAG:OPS)" >&2; exit 2 ;;
     esac
     echo "  ($phase: $(( $(date +%s) - start )) s)"
 done
