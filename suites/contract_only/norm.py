@@ -1,4 +1,5 @@
-"""norm/rms_norm_gated from the contract, in fp32, rounded once to bf16."""
+"""norm/rms_norm_gated from the contract, in fp32, rounded once to bf16; the mean square summed by halves in
+an order that depends on the group's length alone (the contract asks for batch invariance)."""
 from __future__ import annotations
 
 import numbers
@@ -6,6 +7,7 @@ import numbers
 import torch
 
 from suites.contract_only.checks import shape, tensor
+from suites.contract_only.sums import tree_sum
 
 BF16 = (torch.bfloat16,)
 
@@ -46,21 +48,19 @@ def _raise_amax(amax, y):
 
 def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
     _validate(x, z, weight, eps, group_size, amax)
-    y = _y(x, z, weight, eps, group_size, norm_before_gate, lambda g: (g * g).mean(dim=-1, keepdim=True))
+    y = _y(x, z, weight, eps, group_size, norm_before_gate, lambda g: _mean_square(g, adjacent=False))
     _raise_amax(amax, y)
     return y
 
 
+def _mean_square(groups, adjacent: bool):
+    total = tree_sum(groups * groups, adjacent=adjacent)
+    return total / torch.full_like(total, groups.shape[-1])   # (a Python divisor is a reciprocal on CUDA)
+
+
 def rms_norm_gated_pairwise(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
-    """The alternative: the mean square summed in halves (another order inside the band)."""
+    """The alternative: the mean square summed in adjacent pairs (another order inside the band)."""
     _validate(x, z, weight, eps, group_size, amax)
-
-    def mean_square(groups):
-        half = groups.shape[-1] // 2
-        squares = groups * groups
-        total = squares[..., :half].sum(-1, keepdim=True) + squares[..., half:].sum(-1, keepdim=True)
-        return total / groups.shape[-1]
-
-    y = _y(x, z, weight, eps, group_size, norm_before_gate, mean_square)
+    y = _y(x, z, weight, eps, group_size, norm_before_gate, lambda g: _mean_square(g, adjacent=True))
     _raise_amax(amax, y)
     return y

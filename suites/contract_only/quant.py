@@ -24,7 +24,10 @@ def _block_scales(x, global_scale):
     blocks = x.float().reshape(rows, cols // 16, 16)
     scale = global_scale.float().reshape(())
     bmax = blocks.abs().amax(dim=-1)
-    sf = (scale * (bmax / 6)).clamp(max=448.0).to(torch.float8_e4m3fn)      # satfinite, RNE
+    # by a tensor of sixes: on CUDA, torch divides by a Python number as a multiplication by its reciprocal
+    # (not the contract's correctly rounded division: a block at a tie then rounds the other way)
+    sixes = torch.full_like(bmax, 6.0)
+    sf = (scale * (bmax / sixes)).clamp(max=448.0).to(torch.float8_e4m3fn)      # satfinite, RNE
     decode = sf.float() * (1 / scale)
     out_scale = torch.where(sf.float() == 0, torch.zeros_like(decode), 1 / decode)
     return sf, out_scale[..., None], blocks
@@ -61,7 +64,7 @@ def nvfp4_quantize_nearest(x, global_scale):
         raise ValueError(f"x: want [M, K] with K % 16 == 0, got {tuple(x.shape)}")
     sf, out_scale, blocks = _block_scales(x, global_scale)
     scaled = blocks * out_scale
-    table = torch.tensor(MAGNITUDES)
+    table = torch.tensor(MAGNITUDES, device=x.device)
     distance = (scaled.abs().clamp(max=6.0)[..., None] - table).abs()
     # argmin takes the first of equal distances; among two nearest, prefer the even index
     nearest = distance.argmin(dim=-1)

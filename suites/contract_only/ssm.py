@@ -1,9 +1,12 @@
-"""ssm/gdn_decode, gdn_verify, gdn_commit from the contract: one fp32 step, the state rounded after it."""
+"""ssm/gdn_decode, gdn_verify, gdn_commit from the contract: one fp32 step, the state rounded after it; every
+contraction summed by halves in an order fixed by its length (rows batched or alone give the same bits: the
+contract asks for batch invariance, and for gdn_verify's tokens to be gdn_decode's steps)."""
 from __future__ import annotations
 
 import torch
 
 from suites.contract_only.checks import number, shape, tensor
+from suites.contract_only.sums import tree_sum
 
 STATE_DTYPES = (torch.float32, torch.bfloat16)
 
@@ -39,16 +42,21 @@ def _steps(q, k, v, g, beta, h, scale, qk_l2norm, state_dtype):
     for t in range(q.shape[1]):
         q_t, k_t = q[:, t].float(), k[:, t].float()
         if qk_l2norm:
-            q_t = q_t / torch.sqrt((q_t * q_t).sum(-1, keepdim=True) + 1e-6)
-            k_t = k_t / torch.sqrt((k_t * k_t).sum(-1, keepdim=True) + 1e-6)
+            q_t = q_t / torch.sqrt(tree_sum(q_t * q_t) + 1e-6)
+            k_t = k_t / torch.sqrt(tree_sum(k_t * k_t) + 1e-6)
         q_t, k_t = q_t.repeat_interleave(group, dim=1), k_t.repeat_interleave(group, dim=1)
         h = h * torch.exp(g[:, t].float())[..., None, None]
-        u = beta[:, t].float()[..., None] * (v[:, t].float() - torch.einsum("nhkv,nhk->nhv", h, k_t))
+        u = beta[:, t].float()[..., None] * (v[:, t].float() - _contract_dk(h, k_t))
         h = h + k_t[..., :, None] * u[..., None, :]
-        outputs.append(scale * torch.einsum("nhkv,nhk->nhv", h, q_t))
+        outputs.append(scale * _contract_dk(h, q_t))
         h = h.to(state_dtype).float()
         states.append(h)
     return torch.stack(outputs, 1), torch.stack(states, 1)
+
+
+def _contract_dk(h, x):
+    """``einsum("nhkv,nhk->nhv", h, x)``, summed by halves over k."""
+    return tree_sum(h * x[..., :, None], dim=-2)[..., 0, :]
 
 
 def _live(slots, state):
