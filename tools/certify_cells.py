@@ -101,8 +101,8 @@ def parser() -> ArgumentParser:
                            help=f"a cell with no result by then is a hang (default {DEFAULT_CELL_TIMEOUT_S}; isolates)")
     isolation.add_argument("--gpus", metavar="all|N", help="one worker per GPU over the first N visible GPUs, or all")
     isolation.add_argument("-n", "--workers", type=int, metavar="N",
-                           help="on --device cpu, N worker processes sharing the cells (isolates; the results are "
-                                "those of one process: each cell's draws follow from its own seed)")
+                           help="N worker processes sharing the cells, on the CPU or on each GPU (isolates; the "
+                                "results are those of one process: each cell's draws follow from its own seed)")
     isolation.add_argument("--sanitize", choices=SANITIZER_TOOLS,
                            help="run each cell under compute-sanitizer with this tool; any report fails the cell "
                                 "(writes no certificate)")
@@ -137,8 +137,6 @@ def parse_args(argv) -> RunOptions:
         if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) > 0):
             raise UsageError(f"--gpus {args.gpus!r}: expected 'all' or a positive number")
     if args.workers is not None:
-        if args.device != "cpu":
-            raise UsageError("--workers: CPU workers; on --device cuda, --gpus chooses the workers")
         if args.workers < 1:
             raise UsageError(f"--workers {args.workers}: expected a positive number")
     if args.sanitize and args.device != "cuda":

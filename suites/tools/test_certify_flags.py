@@ -14,6 +14,7 @@ from ops.catalog import op
 from suites.claims import REPO
 from tools import certify_cells
 from tools.engine.certify import check_policy, writes_certificates
+from tools.engine.isolation import gpu_slots
 from tools.cli import UsageError
 
 pytestmark = pytest.mark.cpu
@@ -82,10 +83,21 @@ def test_a_corner_recipe_replays():
                          json.dumps(_corner())]) == 0
 
 
-def test_cpu_workers_are_refused_on_cuda():
-    """--workers is the CPU's; a GPU run's workers are its GPUs (--gpus), and the flag says so."""
-    with pytest.raises(UsageError, match="--gpus chooses the workers"):
-        certify_cells.parse_args(["--device", "cuda", "--workers", "2"])
+def test_workers_on_cuda_share_each_gpu(monkeypatch):
+    """--workers N on cuda: N workers on each GPU --gpus chooses, each seeing only its own GPU (isolated)."""
+    options = certify_cells.parse_args(["--device", "cuda", "--workers", "3"])
+    assert options.workers == 3 and options.isolate
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    slots = gpu_slots(2, 2)
+    assert [(slot.label, slot.env) for slot in slots] == [
+        ("gpu0.0", {"CUDA_VISIBLE_DEVICES": "3"}), ("gpu0.1", {"CUDA_VISIBLE_DEVICES": "3"}),
+        ("gpu1.0", {"CUDA_VISIBLE_DEVICES": "5"}), ("gpu1.1", {"CUDA_VISIBLE_DEVICES": "5"})]
+    assert [slot.label for slot in gpu_slots(None)] == ["gpu0", "gpu1", "gpu2"]
+    with pytest.raises(UsageError, match="expected a positive number"):
+        certify_cells.parse_args(["--device", "cuda", "--workers", "0"])
+    with pytest.raises(UsageError, match="--no-isolate: --workers"):
+        certify_cells.parse_args(["--device", "cuda", "--workers", "2", "--no-isolate"])
 
 
 def test_dump_saves_a_failing_recipes_inputs_and_outputs_for_a_debugger(tmp_path, capsys):

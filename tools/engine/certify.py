@@ -55,7 +55,7 @@ class RunOptions:
     isolate: bool = False                  # each cell in a worker process
     cell_timeout: float | None = None      # None: DEFAULT_CELL_TIMEOUT_S
     gpus: str | None = None                # "all" or a count
-    workers: int | None = None             # worker processes on the CPU (None: one)
+    workers: int | None = None             # worker processes on the CPU, or on each GPU (None: one)
     sanitize: str | None = None            # a compute-sanitizer tool
     shard: Shard | None = None
     quarantine: str | None = None          # the ledger; None: ops/quarantine.yml
@@ -293,8 +293,8 @@ def run_tasks(options: RunOptions, tasks, on_result) -> dict:
             results[task.key] = execute(task, progress=_progress_line if sys.stderr.isatty() else None)
             on_result(results[task.key], time.monotonic() - started)
         return results
-    slots = gpu_slots(None if options.gpus == "all" else int(options.gpus or 1)) if options.device == "cuda" \
-        else cpu_slots(options.workers or 1)
+    slots = gpu_slots(None if options.gpus == "all" else int(options.gpus or 1), options.workers or 1) \
+        if options.device == "cuda" else cpu_slots(options.workers or 1)
 
     def note(slot, line):
         if sys.stderr.isatty():

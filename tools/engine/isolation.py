@@ -65,15 +65,18 @@ def cpu_slots(count: int) -> list[Slot]:
     return [Slot("cpu" if count == 1 else f"cpu{i}", {}) for i in range(count)]
 
 
-def gpu_slots(count: int | None) -> list[Slot]:
-    """One slot per visible GPU (the first ``count``, or all), each worker seeing only its own."""
+def gpu_slots(count: int | None, per_gpu: int = 1) -> list[Slot]:
+    """``per_gpu`` slots per visible GPU (the first ``count``, or all), each worker seeing only its own GPU.
+    Several on one GPU overlap what a cell spends off it (drawing, references, float64 truth, Triton's
+    compiles, the host's round trips), which is most of a cell's time."""
     import torch
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [i.strip() for i in visible.split(",") if i.strip()] if visible else \
         [str(i) for i in range(torch.cuda.device_count())]
     ids = ids[:torch.cuda.device_count()]
-    return [Slot(f"gpu{i}", {"CUDA_VISIBLE_DEVICES": gpu}) for i, gpu in enumerate(ids[:count] if count else ids)]
+    return [Slot(f"gpu{i}" if per_gpu == 1 else f"gpu{i}.{j}", {"CUDA_VISIBLE_DEVICES": gpu})
+            for i, gpu in enumerate(ids[:count] if count else ids) for j in range(per_gpu)]
 
 
 def find_sanitizer() -> str | None:
