@@ -2,15 +2,17 @@
 # The second 2026-12-02 H200 lease (issues #24-#27), phases in the order given, one or more a device call
 # (results under $OUT, each step under a time limit, written as it goes):
 #   stock           docs/lab/paged_stock_sdpa.py: the NVFP4-KV stock op on the sparse_nvfp4_kv recipe, SDPA backend by backend
-#   certify:TAG:OP,OP   certify-cells on sm90 for those ops at EXAMPLES draws a cell (default 14, the measured
-#                   depth) with an empty quarantine ledger (a quarantined cell that certifies loses its entry);
+#   certify:TAG:OP,OP   certify-cells on sm90 for those ops (none named: every op) at EXAMPLES draws a cell
+#                   (default 14, the measured depth), WORKERS workers on the GPU (default 1), with an empty
+#                   quarantine ledger (a quarantined cell that certifies loses its entry);
 #                   the certificates, the sections' reports and the run's come back in certificates_TAG.tar
 #   bench:OP        tools/bench --op OP (graph-replayed rows with the copy bandwidth of the same run)
 #   variants:OP     tools/bench --op OP --variants (every launch plan of bench_variants, same table)
 #   ncu:OP:KERNEL[:VARIANT]  ncu (full set, clocks free) on one call of OP's first bench case (NCU_CASE=N: the
 #                   N-th; the kernel, or a bench_variants plan), kernels matching KERNEL; ncu_OP.txt
 #   tests           the GPU tests of the judge and the defences (canary, interpreter, hostile host, layouts, paged)
-#   pytest:TAG:FILE,FILE  those GPU test files alone (-m sm90; PYTEST_K: a -k expression), under TESTS_LIMIT_S,
+#   pytest:TAG:FILE,FILE  those GPU test files alone (-m sm90; PYTEST_K: a -k expression; PYTEST_N: xdist
+#                   workers), under TESTS_LIMIT_S,
 #                   log pytest_h200_TAG.log
 #   layouts         every op judged through suites.legal_layouts (the kernel's outputs in a legal layout drawn
 #                   afresh each call, issue 24.2) at LAYOUT_EXAMPLES draws a cell (default 3), each op under
@@ -35,7 +37,7 @@ for phase in "$@"; do
         IFS=: read -r _ tag names <<< "$phase"
         ops=(); for op in ${names//,/ }; do ops+=(--op "$op"); done
         timeout "${CERTIFY_LIMIT_S:-480}" tools/certify-cells --device cuda --backend triton --cell-timeout 200 \
-            --max-examples "${EXAMPLES:-14}" "${ops[@]}" --quarantine /tmp/no_quarantine.yml \
+            --max-examples "${EXAMPLES:-14}" ${WORKERS:+-n "$WORKERS"} "${ops[@]}" --quarantine /tmp/no_quarantine.yml \
             --report "certify_sm90_$tag.json" > "$out/certify_sm90_$tag.log" 2>&1
         echo "certify $tag: exit $?"
         grep -E "^[a-z_0-9]+/[a-z_0-9]+: |^summary|wrote" "$out/certify_sm90_$tag.log" | cut -c1-220
@@ -71,7 +73,7 @@ for phase in "$@"; do
         IFS=: read -r _ tag names <<< "$phase"
         # SIGINT first: pytest then prints what failed so far (a plain timeout leaves only dots)
         timeout -s INT -k 30 "${TESTS_LIMIT_S:-200}" python3 -m pytest -m sm90 -v -p no:cacheprovider -rfEs \
-            --tb=short --durations=0 ${PYTEST_K:+-k "$PYTEST_K"} ${names//,/ } > "$out/pytest_h200_$tag.log" 2>&1
+            --tb=short --durations=0 ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_N:+-n "$PYTEST_N"} ${names//,/ } > "$out/pytest_h200_$tag.log" 2>&1
         echo "pytest $tag: exit $?"; grep -E "FAILED|ERROR|passed|failed" "$out/pytest_h200_$tag.log" | tail -15
         ;;
     layouts)
