@@ -449,3 +449,124 @@ def test_a_kernel_the_interpreter_cannot_run_is_not_judged_rather_than_failed():
     assert "not judged: interpreter cannot run inline PTX: mov.b32 $0, $1;" in result.summary()
     assert result.verdicts["parity"]["verdict"] == "not judged" and "parity" in result.oracles_skipped
     assert judged(_argmax_that_raises).status == "failed"
+
+
+class _Unshared(tl.block_type):
+    """A subclass takes Triton's own ``block_type.__init__`` (the shared shapes are the class's alone)."""
+
+
+def _plain(value):
+    """Attributes comparable with ``==`` (``tl.tuple.__eq__`` answers a constexpr)."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, tl.tuple):
+        return ("tuple", [_plain(item) for item in value.values], _plain(vars(value.type)))
+    if isinstance(value, (tl.constexpr, tl.core.constexpr_type)):
+        return (type(value).__name__, value.value)
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    return value
+
+
+@interpreted_only
+def test_shared_block_types_and_tensors_carry_tritons_own_attributes():
+    """A block type or tensor of a shape met before takes the attributes Triton's own ``__init__`` gives it
+    (``_Unshared``, the control, shares nothing), and its own element type: pointers to fp32 in two address
+    spaces print alike, their block types still differ."""
+    _widen[(1,)](torch.zeros(4, dtype=torch.bfloat16), torch.empty(4), N=4)   # installs the patch
+    pointers = (tl.pointer_type(tl.float32), tl.pointer_type(tl.float32, "shared"))
+    for element, shape in ((tl.float32, [2, 4]), (tl.int1, [2, 4]), (tl.bfloat16, [8]), (pointers[0], [8]),
+                           (pointers[1], [8]), (tl.float32, tl.tuple([2, 4]))):
+        first, again, own = tl.block_type(element, shape), tl.block_type(element, shape), _Unshared(element, shape)
+        assert _plain(vars(again)) == _plain(vars(own)) == _plain(vars(first)) and again is not first
+        assert again.element_ty is element
+        tensors = [tl.tensor(None, kind) for kind in (first, again, own)]
+        assert _plain(vars(tensors[1])) == _plain(vars(tensors[2])) == _plain(vars(tensors[0]))
+        assert tensors[1].type is again and tensors[2].type is own
+    assert tl.block_type(tl.float32, [2, 4]).shape is tl.block_type(tl.int1, [2, 4]).shape
+    assert _Unshared(tl.float32, [2, 4]).shape is not _Unshared(tl.int1, [2, 4]).shape
+    assert tl.block_type(pointers[0], [8]) != tl.block_type(pointers[1], [8])
+    assert tl.block_type(pointers[1], [8]).element_ty is pointers[1]
+    scalars = tl.tensor(None, tl.float32), tl.tensor(None, tl.int1)
+    assert scalars[1].dtype is tl.int1 and _plain(vars(scalars[0]))["shape"] == _plain(vars(scalars[1]))["shape"]
+
+
+@interpreted_only
+@pytest.mark.parametrize("shape", [[3], [], [2**21], [2.0], (2, 4), [tl.constexpr(3)], [True], [tl.constexpr(4)]],
+                         ids=repr)
+def test_a_shape_is_judged_as_triton_judges_it(shape):
+    """What Triton's ``block_type`` refuses is refused alike, though equal plain shapes were met before
+    ([2.0] hashes as [2]; a Python tuple fails Triton's assertion), and what it takes is taken alike."""
+    tl.block_type(tl.float32, [2]), tl.block_type(tl.float32, [2, 4]), tl.block_type(tl.float32, [4])
+
+    def outcome(kind):
+        try:
+            return _plain(vars(kind(tl.float32, shape)))
+        except Exception as error:   # noqa: BLE001
+            return type(error), str(error)
+    assert outcome(tl.block_type) == outcome(_Unshared)
+
+
+@triton.jit
+def _broadcast_sum(a_ptr, b_ptr, out_ptr, N: tl.constexpr, M: tl.constexpr):
+    rows, cols = tl.arange(0, N)[:, None], tl.arange(0, M)[None, :]
+    tl.store(out_ptr + rows * M + cols, tl.load(a_ptr + rows) + tl.load(b_ptr + cols))
+
+
+@triton.jit
+def _flat_sum(out_ptr, N: tl.constexpr, M: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, N), tl.arange(0, N) + tl.arange(0, M))
+
+
+@interpreted_only
+def test_shapes_broadcast_and_mismatch_as_before():
+    """Equal shapes skip the broadcast, (4, 1) + (1, 8) still broadcasts, and 4 + 8 still raises Triton's
+    error (the control: 4 + 4 runs)."""
+    a, b = torch.arange(4.0), torch.arange(8.0) * 10
+    out = torch.empty(4, 8)
+    _broadcast_sum[(1,)](a, b, out, N=4, M=8)
+    assert torch.equal(out, a[:, None] + b[None, :])
+    same = torch.empty(4, dtype=torch.int32)
+    _flat_sum[(1,)](same, N=4, M=4)
+    assert same.tolist() == [0, 2, 4, 6]
+    with pytest.raises(Exception, match="Cannot make_shape_compatible: incompatible dimensions at index 0: 4 and 8"):
+        _flat_sum[(1,)](torch.empty(4, dtype=torch.int32), N=4, M=8)
+
+
+SHARED_OR_NOT = textwrap.dedent('''
+    import hashlib, sys
+    import oracles.triton_interpreter as patch
+    if sys.argv[1] == "unshared":
+        patch._share_shapes = lambda interpreter, tl: None
+    import torch, triton.language as tl
+    from ops.norm.rms_norm_gated import rms_norm_gated
+    from ops.sampling.greedy_argmax import greedy_argmax
+
+    generator, digest = torch.Generator().manual_seed(0), hashlib.sha256()
+    for rows, width, group, before in ((3, 128, 64, True), (5, 256, 128, False)):
+        x, z = (torch.randn(rows, width, generator=generator).bfloat16() for _ in range(2))
+        weight = torch.randn(width, generator=generator).bfloat16()
+        for gate in (None, z):
+            digest.update(rms_norm_gated(x, gate, weight, 1e-5, group, before).view(torch.int16).numpy().tobytes())
+    for rows, vocab in ((3, 1000), (2, 4096)):
+        logits = torch.randn(rows, vocab, generator=generator).bfloat16()
+        digest.update(greedy_argmax(logits).numpy().tobytes())
+    print(tl.block_type(tl.float32, [2]).shape is tl.block_type(tl.int1, [2]).shape, digest.hexdigest())
+''')
+
+
+@interpreted_only
+def test_kernels_compute_the_same_bits_with_shapes_shared_or_not(tmp_path):
+    """rms_norm_gated and greedy_argmax give the same bits with Triton's own type layer (the control: its
+    shapes are not shared) as with the shared shapes."""
+    script = tmp_path / "shared_or_not.py"
+    script.write_text(SHARED_OR_NOT)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    answers = {}
+    for mode in ("shared", "unshared"):
+        run = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": repo}, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr[-2000:]
+        answers[mode] = run.stdout.strip().splitlines()[-1].split()
+    assert answers["shared"][0] == "True" and answers["unshared"][0] == "False", answers
+    assert answers["shared"][1] == answers["unshared"][1], answers

@@ -70,3 +70,12 @@ def faulty_by_batch(logits):
     """Both faults at once: out of bounds on 1..16 rows, a hang on 17..255, right elsewhere."""
     wild_store_on_small_batches(logits)
     return spins_on_mid_batches(logits)
+
+
+def out_of_memory_on_small_batches(logits):
+    """Right, except that a batch of 1..16 rows raises CUDA's out-of-memory error (what a neighbour on a
+    shared GPU can make a correct kernel raise), on any device."""
+    validate(logits)
+    if 1 <= logits.shape[0] <= 16:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (a control)")
+    return reference(logits)

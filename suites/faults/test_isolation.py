@@ -19,7 +19,7 @@ from suites.certification import machine_device
 from suites.claims import REPO
 from tools.engine.certify import certificate_section
 from tools.engine.worker import CellTask, execute
-from tools.engine.isolation import cpu_slots, gpu_slots, run_isolated
+from tools.engine.isolation import Slot, cpu_slots, gpu_slots, run_isolated
 
 pytestmark = [pytest.mark.cpu, pytest.mark.sm90]
 FAULTY = "suites.faults.faulty_kernels"
@@ -78,6 +78,25 @@ def test_workers_give_the_results_one_process_gives():
     assert len(finished) == len(tasks) and all(result.status == "certified" for result in finished), finished
     assert {key: result.record() for key, result in parallel.items()} == \
         {task.key: execute(task).record() for task in tasks}
+
+
+def test_a_cell_out_of_gpu_memory_beside_other_workers_runs_again_alone():
+    """Workers sharing a GPU: a cell out of its memory runs again alone, whose verdict (here the same error:
+    the kernel's own) is the one reported, once; on slots of their own (the control) it is final at once."""
+    tasks = [CellTask(ENTRY.name, cell, DEVICE, f"{FAULTY}:out_of_memory_on_small_batches", max_examples=1)
+             for cell in ("decode_small_batch", "empty_batch")]
+    shared = gpu_slots(1, 2) if DEVICE == "cuda" else [Slot(f"gpu0.{i}", {"CUDA_VISIBLE_DEVICES": ""}) for i in (0, 1)]
+    for slots, again in ((shared, True), (_slots() if DEVICE == "cpu" else gpu_slots(1), False)):
+        notes, finished = [], []
+        results = run_isolated(tasks, slots, cell_timeout=600, on_note=lambda slot, line: notes.append(line),
+                               on_result=lambda result, _: finished.append(result.cell_id))
+        failed = results[(ENTRY.name, "decode_small_batch")]
+        assert failed.status == "failed" and "CUDA out of memory" in failed.failure.message, failed
+        assert results[(ENTRY.name, "empty_batch")].status == "certified"
+        assert sorted(finished) == ["decode_small_batch", "empty_batch"]   # each reported once
+        rerun = [line for line in notes if "runs again alone" in line]
+        assert rerun == (["greedy_argmax/decode_small_batch: out of GPU memory beside other workers; it runs "
+                          "again alone at the end"] if again else []), notes
 
 
 def test_a_certificate_section_does_not_depend_on_completion_order():

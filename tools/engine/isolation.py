@@ -204,12 +204,28 @@ def _sanitized(result: CellResult, worker: _Worker, sanitizer: tuple, exit_code:
 def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: float, sanitize: str | None = None,
                  on_note: Callable[[Slot, str], None] | None = None,
                  on_result: Callable[[CellResult, float], None] | None = None) -> dict[tuple, CellResult]:
-    """Run every task in worker processes (one per slot at a time); results keyed by ``task.key``."""
+    """Run every task in worker processes (one per slot at a time); results keyed by ``task.key``.
+
+    Where slots share a GPU, a cell that ran out of its memory (the judge's side, the host's or the
+    implementation's) says nothing of itself but of its neighbours: it runs again at the end, alone on the
+    first slot (its draws follow from its seed: the result is the one an unshared GPU gives)."""
     sanitizer = (sanitize, find_sanitizer()) if sanitize else None
     pending = collections.deque(tasks)
     results: dict[tuple, CellResult] = {}
     workers: dict[str, _Worker | None] = {slot.label: None for slot in slots}
     spawned = 0
+    alone: list[CellTask] = []   # cells to run again without neighbours
+
+    def defer(worker: _Worker, message: str) -> bool:
+        shared = "CUDA_VISIBLE_DEVICES" in worker.slot.env and sum(slot.env == worker.slot.env for slot in slots) > 1
+        if not (shared and _out_of_memory(message)):
+            return False
+        if on_note:
+            on_note(worker.slot, f"{worker.task.op}/{worker.task.cell_id}: out of GPU memory beside other "
+                                 f"workers; it runs again alone at the end")
+        alone.append(worker.task)
+        worker.task = None
+        return True
 
     def finish(worker: _Worker, result: CellResult) -> None:
         results[worker.task.key] = result
@@ -236,14 +252,21 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
                     if worker.connection is None and worker.server in readable:
                         worker.accept()
                     elif worker.connection is not None and worker.connection in readable:
-                        _drain(worker, finish, retire, on_note, sanitizer)
+                        _drain(worker, finish, retire, on_note, sanitizer, defer)
                     if workers[worker.slot.label] is worker:
                         _check_alive(worker, finish, retire, sanitizer, cell_timeout)
         finally:
             for worker in workers.values():
                 if worker is not None:
                     worker.kill()
+    if alone:
+        results.update(run_isolated(alone, slots[:1], cell_timeout=cell_timeout, sanitize=sanitize, on_note=on_note,
+                                    on_result=on_result))
     return results
+
+
+def _out_of_memory(message: str) -> bool:
+    return "CUDA out of memory" in message or "OutOfMemoryError" in message
 
 
 @contextlib.contextmanager
@@ -272,8 +295,10 @@ def _terminate_raises():
             signal.signal(signal.SIGINT, signal.default_int_handler if interrupt is None else interrupt)
 
 
-def _drain(worker: _Worker, finish, retire, on_note, sanitizer) -> None:
-    """Read what the worker sent; a closed connection is a dead worker."""
+def _drain(worker: _Worker, finish, retire, on_note, sanitizer, defer=lambda worker, message: False) -> None:
+    """Read what the worker sent; a closed connection is a dead worker.  ``defer(worker, message)``: whether
+    a cell that ended with ``message`` (an internal error, a failure) is to run again instead (its worker
+    then retires)."""
     while worker.connection.poll():
         try:
             message = worker.connection.recv()
@@ -291,6 +316,10 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer) -> None:
             from oracles.judge_errors import JudgeError
 
             facts = message[1]
+            if defer(worker, facts["message"]):
+                retire(worker)
+                worker.kill()   # (it ends after an internal error anyway)
+                return
             error = JudgeError(facts["message"], facts["oracle"], facts["recipe"])
             error.op, error.cell_id, error.trace = facts["op"], facts["cell_id"], facts["traceback"]
             raise error
@@ -298,6 +327,11 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer) -> None:
             from oracles.battery import CellResult
 
             result = CellResult.from_record(worker.task.op, worker.task.cell_id, message[1])
+            if result.status not in ("certified", "passed") and defer(worker, " ".join(
+                    failure.message for failure in result.failures.values())):
+                worker.stop()
+                retire(worker)
+                return
             if result.status not in ("certified", "passed") or sanitizer:
                 exit_code = worker.stop()
                 retire(worker)

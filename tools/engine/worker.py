@@ -275,6 +275,7 @@ def _surface_device_errors(result, device: str, last_oracle: str, last_recipe: d
 
 def serve(connection: Connection, device: str) -> None:
     import ops  # noqa: F401 - chooses the Triton interpreter on a machine without CUDA, before Triton loads
+    import torch
 
     where = {}
 
@@ -299,6 +300,8 @@ def serve(connection: Connection, device: str) -> None:
             return
         _surface_device_errors(result, device, where["oracle"], where["recipe"])
         connection.send(("result", result.record()))
+        if device == "cuda":
+            torch.cuda.empty_cache()   # what the cell kept cached, given back to the workers sharing the GPU
 
 
 def main(argv=None) -> int:
