@@ -122,3 +122,27 @@ def test_dump_saves_a_failing_recipes_inputs_and_outputs_for_a_debugger(tmp_path
 def test_dump_into_a_file_is_a_usage_error(tmp_path):
     (tmp_path / "file").write_text("")
     assert "--dump: " in _refused("--op", "greedy_argmax", "--cell", CELL, "--dump", str(tmp_path / "file"))
+
+
+def test_a_run_stopped_by_its_time_limit_keeps_the_ops_it_finished(monkeypatch):
+    """SIGTERM (a time limit) after one op's cells and before the next one's: the finished op's section is
+    written, the unfinished one's is not (the control), and the run still ends by the signal."""
+    from oracles.battery import CellResult
+    from tools.engine import certify
+
+    def stopped_after_greedy_argmax(options, tasks, on_result):
+        for task in tasks:
+            if task.op == "greedy_argmax":
+                on_result(CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)
+        on_result(CellResult("strict_accept", tasks[-1].cell_id, "certified", examples=24), 0.1)  # one of its cells
+        raise SystemExit(128 + 15)
+
+    written = []
+    monkeypatch.setattr(certify, "run_tasks", stopped_after_greedy_argmax)
+    monkeypatch.setattr("ops.certificates.write_section",
+                        lambda entry, arch, section, report: written.append((entry.name, sorted(section["cells"]))) or "x")
+    with pytest.raises(SystemExit) as stopped:
+        certify_cells.main(["--device", "cpu", "--op", "greedy_argmax", "--op", "strict_accept",
+                            "--max-examples", "24"])
+    assert stopped.value.code == 143
+    assert written == [("greedy_argmax", sorted(cell.id for cell in op("greedy_argmax").cells))]

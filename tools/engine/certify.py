@@ -429,16 +429,50 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
         (["--oracles", oracles_text(options.oracles)] if report["partial"] else [])
 
 
-    durations = {}
+    durations, finished = {}, {}
 
     def announce(result, seconds):
         durations[result.op, result.cell_id] = seconds or 0.0
+        finished[result.op, result.cell_id] = result
         if options.impl and result.status == certificates.CERTIFIED:
             result.status = PASSED  # judged, not certified: an --impl run writes no certificate
         if not options.json:
             if sys.stderr.isatty():
                 print("\r\033[K", end="", file=sys.stderr)
             print(describe(result, options.device, options.impl, seconds, flags, shown(result.op)), flush=True)
+
+    def conclude(rows) -> bool:
+        """Add the results of ``rows`` (planned cells) to the report and write their ops' certificates;
+        whether a cell failed."""
+        failed = False
+        for entry, cell, held in rows:
+            result = results[entry.name, cell.id]
+            if options.check_quarantine:
+                result.annotations.update(held.record())
+                if result.status in (certificates.CERTIFIED, PASSED):
+                    failed = True
+                    print(f"{held.where}: {entry.name}/{cell.id} now passes on {arch.value}: delete its entry "
+                          f"(the ledger shrinks when a bug is fixed)", file=sys.stderr)
+            else:
+                failed |= result.status not in (certificates.CERTIFIED, PASSED, QUARANTINED)
+            report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id,
+                                      "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
+            if options.dump and result.status == FAILED:
+                dump_cell(options, entry, backend, result, flags)
+        if writes_certificates(options):
+            date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            for entry in entries:
+                if any(row_entry is entry for row_entry, _, _ in rows):
+                    section = certificate_section(entry, results, facts, command=options.command,
+                                                  max_examples=options.examples, seed=options.seed, date=date)
+                    earned = {**{key: value for key, value in report.items() if key != "results"},
+                              "results": [row for row in report["results"]
+                                          if row["op"] == entry.name and row["backend"] == backend]}
+                    path = certificates.write_section(entry, arch, section, report=earned)
+                    if not options.json:
+                        where = f"{entry.name}[{entry.backend}]" if shown(entry.name) else entry.name
+                        print(f"{where}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
+        return failed
 
     results = {}
     for entry, cell, held in planned:
@@ -456,35 +490,12 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
         if cell is not None:
             error.reproduce = reproduction(error.op, cell, options.device, error.recipe, options.impl, flags)
         raise
-    failed = False
-    for entry, cell, held in planned:
-        result = results[entry.name, cell.id]
-        if options.check_quarantine:
-            result.annotations.update(held.record())
-            if result.status in (certificates.CERTIFIED, PASSED):
-                failed = True
-                print(f"{held.where}: {entry.name}/{cell.id} now passes on {arch.value}: delete its entry "
-                      f"(the ledger shrinks when a bug is fixed)", file=sys.stderr)
-        else:
-            failed |= result.status not in (certificates.CERTIFIED, PASSED, QUARANTINED)
-        report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id,
-                                  "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
-        if options.dump and result.status == FAILED:
-            dump_cell(options, entry, backend, result, flags)
-    if writes_certificates(options):
-        date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        for entry in entries:
-            if any(planned_entry is entry for planned_entry, _, _ in planned):
-                section = certificate_section(entry, results, facts, command=options.command,
-                                              max_examples=options.examples, seed=options.seed, date=date)
-                earned = {**{key: value for key, value in report.items() if key != "results"},
-                          "results": [row for row in report["results"]
-                                      if row["op"] == entry.name and row["backend"] == backend]}
-                path = certificates.write_section(entry, arch, section, report=earned)
-                if not options.json:
-                    where = f"{entry.name}[{entry.backend}]" if shown(entry.name) else entry.name
-                    print(f"{where}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
-    return failed, len(planned)
+    except (KeyboardInterrupt, SystemExit):   # stopped (a time limit's SIGTERM): the ops it finished are kept
+        results.update(finished)
+        conclude([row for row in planned if all((row[0].name, cell.id) in results
+                                                for entry, cell, _ in planned if entry is row[0])])
+        raise
+    return conclude(planned), len(planned)
 
 
 def dump_cell(options: RunOptions, entry, backend: str | None, result, flags: Sequence[str]) -> None:
