@@ -21,33 +21,29 @@ sys.path.insert(0, str(REPO))
 
 HOST_PROFILING = '''
 
-def _profiled(serve_messages, dump_to):
+def _profiled(serve, dump_to):
     import cProfile, time
     profile, dumped = cProfile.Profile(), [0.0]
 
-    def serve(self):
+    def profiled_serve(self):
+        send = self.channel.send
+
+        def send_and_dump(reply):   # after each reply, at most once a second
+            send(reply)
+            if time.monotonic() - dumped[0] > 1.0:
+                profile.disable()
+                profile.dump_stats(dump_to)
+                dumped[0] = time.monotonic()
+                profile.enable()
+
+        self.channel.send = send_and_dump
         profile.enable()
         try:
-            while True:
-                try:
-                    message = self.channel.recv()
-                except (EOFError, OSError):
-                    return
-                handler = getattr(self, message[0])
-                try:
-                    reply = handler(*message[1:])
-                except Exception as error:  # noqa: BLE001
-                    reply = ("raised", exception_facts(error))
-                self.channel.send(reply)
-                if time.monotonic() - dumped[0] > 1.0:
-                    profile.disable()
-                    profile.dump_stats(dump_to)
-                    dumped[0] = time.monotonic()
-                    profile.enable()
+            serve(self)
         finally:
             profile.disable()
             profile.dump_stats(dump_to)
-    return serve
+    return profiled_serve
 
 
 Host.serve = _profiled(Host.serve, %r)
