@@ -13,10 +13,11 @@ from suites.claims import REPO, nested_pytest_environment
 pytestmark = pytest.mark.cpu
 
 
-def _pytest(*words, rootdir=REPO):
+def _pytest(*words, rootdir=REPO, env=None):
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"),
                            "--rootdir", str(rootdir), *words],
-                          capture_output=True, text=True, cwd=rootdir, env=nested_pytest_environment(PYTHONPATH=str(REPO)))
+                          capture_output=True, text=True, cwd=rootdir,
+                          env=env or nested_pytest_environment(PYTHONPATH=str(REPO)))
 
 
 def _probe(tmp_path, source: str) -> str:
@@ -62,3 +63,19 @@ def test_a_listed_id_that_selects_nothing_is_an_error(tmp_path):
                        "  tests:\n  - suites/test_dispatch.py::test_no_such_test\n")
     run = _pytest("--test-list", str(listing))
     assert run.returncode != 0 and "l0_probe.yml:6: suites/test_dispatch.py::test_no_such_test" in run.stdout + run.stderr
+
+
+def test_xdist_workers_get_their_share_of_the_cores(tmp_path):
+    """Under -n 2 on a machine of C cores each worker runs C // 2 torch threads (at least one), where a
+    worker of its own would run C; OMP_NUM_THREADS chosen by the caller is kept."""
+    probe = _probe(tmp_path, "import os, pytest, torch\npytestmark = pytest.mark.cpu\n"
+                             "@pytest.mark.parametrize('n', [0, 1])\ndef test_threads(n):\n"
+                             "    print('threads', os.environ.get('OMP_NUM_THREADS'), torch.get_num_threads())\n"
+                             "    assert False\n")
+    cores = len(os.sched_getaffinity(0))
+    clean = {k: v for k, v in nested_pytest_environment(PYTHONPATH=str(REPO)).items() if k != "OMP_NUM_THREADS"}
+    shared = _pytest(probe, "-n", "2", rootdir=tmp_path, env=clean)
+    share = max(1, cores // 2)
+    assert shared.stdout.count(f"threads {share} {share}") == 2, shared.stdout[-3000:]
+    chosen = _pytest(probe, "-n", "2", rootdir=tmp_path, env={**clean, "OMP_NUM_THREADS": "3"})
+    assert chosen.stdout.count("threads 3 ") == 2, chosen.stdout[-3000:]

@@ -8,6 +8,10 @@
   (an illegal address or a device assert: every later CUDA call in that process fails), the worker
   process ends; xdist reports the test as crashed and carries on in a fresh worker.  Without xdist
   the run stops there, naming the test, instead of failing every test after it.
+- **Each worker its share of the cores.**  Under ``-n N`` the controller gives the workers it starts
+  ``OMP_NUM_THREADS`` = cores / N (``tools.engine.isolation.thread_share``; unless it is set already): a
+  worker, and the hosts and tools its tests start, otherwise runs a thread per core, and two workers' spinning
+  OpenMP threads on two cores made the CPU test list 1.4 times as long (docs/ci.md).
 - **``--test-timeout SECONDS``.**  A test still running after that dumps every thread's stack and ends
   its process (``faulthandler``); under xdist a fresh worker takes the remaining tests.
 """
@@ -65,9 +69,19 @@ def pin_gpu(workerinput: dict) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
 
 
-@pytest.hookimpl(tryfirst=True)  # before any plugin's configure initializes CUDA
+def share_cores(config) -> None:
+    """On the xdist controller, before it starts its workers: their share of the cores (they inherit it)."""
+    from tools.engine.isolation import thread_share
+
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and not hasattr(config, "workerinput"):
+        os.environ.update(thread_share(workers))
+
+
+@pytest.hookimpl(tryfirst=True)  # before any plugin's configure initializes CUDA, and before xdist starts workers
 def pytest_configure(config):
     pin_gpu(getattr(config, "workerinput", {}))
+    share_cores(config)
     # the stack of a test past --test-timeout goes where the terminal sees it, not into a test's capture
     config.stash[_STDERR] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
 

@@ -3,6 +3,7 @@ work, never a certificate, never a parity failure of the kernel."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from ops.catalog import op
 from suites.claims import REPO
 from tools import certify_cells
 from tools.engine.certify import check_policy, writes_certificates
-from tools.engine.isolation import gpu_slots
+from tools.engine.isolation import cpu_slots, gpu_slots, thread_share
 from tools.cli import UsageError
 
 pytestmark = pytest.mark.cpu
@@ -89,10 +90,14 @@ def test_workers_on_cuda_share_each_gpu(monkeypatch):
     assert options.workers == 3 and options.isolate
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
-    slots = gpu_slots(2, 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    slots = gpu_slots(2, 2)   # four workers share the 16 cores
     assert [(slot.label, slot.env) for slot in slots] == [
-        ("gpu0.0", {"CUDA_VISIBLE_DEVICES": "3"}), ("gpu0.1", {"CUDA_VISIBLE_DEVICES": "3"}),
-        ("gpu1.0", {"CUDA_VISIBLE_DEVICES": "5"}), ("gpu1.1", {"CUDA_VISIBLE_DEVICES": "5"})]
+        ("gpu0.0", {"CUDA_VISIBLE_DEVICES": "3", "OMP_NUM_THREADS": "4"}),
+        ("gpu0.1", {"CUDA_VISIBLE_DEVICES": "3", "OMP_NUM_THREADS": "4"}),
+        ("gpu1.0", {"CUDA_VISIBLE_DEVICES": "5", "OMP_NUM_THREADS": "4"}),
+        ("gpu1.1", {"CUDA_VISIBLE_DEVICES": "5", "OMP_NUM_THREADS": "4"})]
     assert [slot.label for slot in gpu_slots(None)] == ["gpu0", "gpu1", "gpu2"]
     with pytest.raises(UsageError, match="expected a positive number"):
         certify_cells.parse_args(["--device", "cuda", "--workers", "0"])
@@ -146,3 +151,17 @@ def test_a_run_stopped_by_its_time_limit_keeps_the_ops_it_finished(monkeypatch):
                             "--max-examples", "24"])
     assert stopped.value.code == 143
     assert written == [("greedy_argmax", sorted(cell.id for cell in op("greedy_argmax").cells))]
+
+
+def test_workers_sharing_the_cores_get_their_share_of_threads(monkeypatch):
+    """cpu_slots(N) gives each worker cores / N OpenMP threads (at least one); one worker, or a caller that
+    chose OMP_NUM_THREADS itself, is left as it is."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert [slot.env for slot in cpu_slots(2)] == [{"OMP_NUM_THREADS": "1"}] * 2
+    assert [slot.env for slot in cpu_slots(3)] == [{"OMP_NUM_THREADS": "1"}] * 3
+    assert cpu_slots(1)[0].env == {} and thread_share(1) == {}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert thread_share(3) == {"OMP_NUM_THREADS": "5"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    assert thread_share(3) == {} and cpu_slots(2)[0].env == {}

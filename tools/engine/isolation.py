@@ -60,9 +60,22 @@ class Slot:
     env: dict
 
 
+def thread_share(workers: int) -> dict:
+    """The environment that gives each of ``workers`` processes sharing this machine's cores its share of
+    them (``OMP_NUM_THREADS``: torch's CPU threads, and OpenBLAS's under numpy): each process otherwise starts
+    a thread per core, and OpenMP's threads spin while they wait for one another, so two workers (and their
+    hosts) on two cores took 3 to 5 times as long per cell as one (measured: docs/ci.md).  Empty where the
+    caller set the variable itself, or where one worker has every core."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if "OMP_NUM_THREADS" in os.environ or workers <= 1:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, cores // workers))}
+
+
 def cpu_slots(count: int) -> list[Slot]:
-    """``count`` workers on the CPU, each taking the next cell when it is done with one."""
-    return [Slot("cpu" if count == 1 else f"cpu{i}", {}) for i in range(count)]
+    """``count`` workers on the CPU, each taking the next cell when it is done with one, each with its share
+    of the cores."""
+    return [Slot("cpu" if count == 1 else f"cpu{i}", thread_share(count)) for i in range(count)]
 
 
 def gpu_slots(count: int | None, per_gpu: int = 1) -> list[Slot]:
@@ -75,8 +88,10 @@ def gpu_slots(count: int | None, per_gpu: int = 1) -> list[Slot]:
     ids = [i.strip() for i in visible.split(",") if i.strip()] if visible else \
         [str(i) for i in range(torch.cuda.device_count())]
     ids = ids[:torch.cuda.device_count()]
-    return [Slot(f"gpu{i}" if per_gpu == 1 else f"gpu{i}.{j}", {"CUDA_VISIBLE_DEVICES": gpu})
-            for i, gpu in enumerate(ids[:count] if count else ids) for j in range(per_gpu)]
+    chosen = ids[:count] if count else ids
+    share = thread_share(len(chosen) * per_gpu)
+    return [Slot(f"gpu{i}" if per_gpu == 1 else f"gpu{i}.{j}", {"CUDA_VISIBLE_DEVICES": gpu, **share})
+            for i, gpu in enumerate(chosen) for j in range(per_gpu)]
 
 
 def find_sanitizer() -> str | None:
