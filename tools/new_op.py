@@ -1077,11 +1077,10 @@ def list_additions(op: Op, lists: pathlib.Path) -> dict[pathlib.Path, str]:
 
 
 # -- the command ---------------------------------------------------------------------------------
-def plan_files(family: str, name: str, declared: dict, root: pathlib.Path = REPO,
-               declaration_text: str | None = None) -> dict[pathlib.Path, str]:
+def plan_files(op: Op, root: pathlib.Path = REPO, declaration_text: str | None = None) -> dict[pathlib.Path, str]:
     """Every file the op needs -> its text (new files; list files with their additions); with
     ``declaration_text``, the declaration too, kept beside the contract section as ``docs/contracts/NAME.toml``."""
-    op = Op(family, name, declared)
+    family, name = op.family, op.name
     files = {
         root / "docs" / "contracts" / f"{name}.md": contract_md(op),
         root / "references" / family / f"{name}.py": rewrap(reference_py(op)),
@@ -1134,7 +1133,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(f"{existing.relative_to(REPO)} exists: an op is never overwritten (pick another name)")
     declared = load_declaration(args.declaration)
     kept = REPO / "docs" / "contracts" / f"{name}.toml"
-    files = plan_files(family, name, declared, declaration_text=None if args.declaration.resolve() == kept.resolve()
+    op = Op(family, name, declared)
+    files = plan_files(op, declaration_text=None if args.declaration.resolve() == kept.resolve()
                        else args.declaration.read_text())
     for path, text in files.items():
         if not args.dry_run:
@@ -1147,7 +1147,7 @@ def main(argv: list[str] | None = None) -> int:
               f"  PYTHONPATH=$PWD python -m pytest suites/test_contract_refusals.py suites/test_contract_only.py "
               f"-q -k {name}\n"
               f"  tools/certify-cells --op {name} -n 1 --device cpu        (docs/adding-an-op.md)")
-    for call in Op(family, name, declared).unguarded_calls():
+    for call in op.unguarded_calls():
         print(f"note: {call}: its argument is not one input, so no exp-range guard was generated; bound what it "
               f"draws in references/{family}/{name}_strategy.py (docs/adding-an-op.md, 3.3)")
     return 0

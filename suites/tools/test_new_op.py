@@ -198,7 +198,7 @@ def test_an_input_in_halves_after_one_of_the_ops_width_is_twice_as_wide(tmp_path
     shutil.copytree(REPO / "test_lists", root / "test_lists")
     (root / "suites" / "contract_only").mkdir(parents=True)
     files = {path.relative_to(root).as_posix(): text for path, text in
-             new_op.plan_files("activation", "gated_swiglu", declared, root).items()}
+             new_op.plan_files(new_op.Op("activation", "gated_swiglu", declared), root).items()}
     for path, text in files.items():
         if path.endswith(".py"):
             compile(text, path, "exec")
@@ -229,7 +229,7 @@ def test_without_a_formula_every_file_compiles_and_marks_the_arithmetic_to_write
     root = tmp_path / "repo"
     shutil.copytree(REPO / "test_lists", root / "test_lists")
     (root / "suites" / "contract_only").mkdir(parents=True)
-    files = new_op.plan_files("activation", "fused_todo", declared, root)
+    files = new_op.plan_files(new_op.Op("activation", "fused_todo", declared), root)
     for path, text in files.items():
         if path.suffix == ".py":
             compile(text, str(path), "exec")
