@@ -66,9 +66,9 @@ def thread_share(workers: int) -> dict:
     a thread per core, and OpenMP's threads spin while they wait for one another, so two workers (and their
     hosts) on two cores took 3 to 5 times as long per cell as one (measured: docs/ci.md).  Empty where the
     caller set the variable itself, or where one worker has every core."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if "OMP_NUM_THREADS" in os.environ or workers <= 1:
         return {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return {"OMP_NUM_THREADS": str(max(1, cores // workers))}
 
 
