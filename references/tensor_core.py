@@ -94,10 +94,12 @@ def require_operands(name: str, x: torch.Tensor, operand_dtype: torch.dtype) -> 
                          f"numbers; round the operand to the tensor core's input format first")
 
 
-def tensor_core_dot(a: torch.Tensor, b: torch.Tensor, operand_dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """``sum_k a_k b_k`` over the last axis (broadcast ``a * b``) as a Hopper tensor core computes it: block
-    FMAs of ``K_STEP`` products chained over the axis in order from ``c = 0``.  ``a`` and ``b`` hold
-    ``operand_dtype`` values in any float dtype; the result is float32."""
+def tensor_core_dot(a: torch.Tensor, b: torch.Tensor, operand_dtype: torch.dtype = torch.bfloat16,
+                    c: torch.Tensor | None = None) -> torch.Tensor:
+    """``sum_k a_k b_k + c`` over the last axis (broadcast ``a * b``) as a Hopper tensor core computes it:
+    block FMAs of ``K_STEP`` products chained over the axis in order from the accumulator ``c`` (fp32 values,
+    broadcast to ``a * b`` less its last axis; None: 0).  ``a`` and ``b`` hold ``operand_dtype`` values in any
+    float dtype; the result is float32."""
     require_operands("a", a, operand_dtype)
     require_operands("b", b, operand_dtype)
     a, b = a.to(torch.float64), b.to(torch.float64)
@@ -107,7 +109,8 @@ def tensor_core_dot(a: torch.Tensor, b: torch.Tensor, operand_dtype: torch.dtype
     shape = torch.broadcast_shapes(a.shape[:-1], b.shape[:-1])
     emin = _emin(operand_dtype)
     a_parts, b_parts = _exponent_and_significand(a, emin), _exponent_and_significand(b, emin)
-    total = torch.zeros(shape, dtype=torch.float64, device=a.device)
+    total = (torch.zeros(shape, dtype=torch.float64, device=a.device) if c is None
+             else c.to(torch.float64).expand(shape))
     for first in range(0, length, K_STEP):
         step = slice(first, first + K_STEP)
         total = _block_fma(a[..., step], b[..., step], a_parts[0][..., step], a_parts[1][..., step],

@@ -141,12 +141,14 @@ def test_a_dot_chains_block_fmas_over_its_k_steps_in_order():
     generator = torch.Generator().manual_seed(3)
     a = torch.randn(5, 3 * K_STEP, generator=generator).to(torch.bfloat16)
     b = torch.randn(5, 3 * K_STEP, generator=generator).to(torch.bfloat16)
-    chained = ZERO.expand(5)
-    for first in range(0, 3 * K_STEP, K_STEP):
-        step = slice(first, first + K_STEP)
-        chained = block_fma(a[:, step].double(), b[:, step].double(), chained, torch.bfloat16)
-    got = tensor_core_dot(a, b)
-    assert got.dtype == torch.float32 and torch.equal(got.double(), chained)
+    accumulators = torch.randn(5, generator=generator).float().double()
+    for start in (None, accumulators):   # from c = 0, and from an accumulator
+        chained = ZERO.expand(5) if start is None else start
+        for first in range(0, 3 * K_STEP, K_STEP):
+            step = slice(first, first + K_STEP)
+            chained = block_fma(a[:, step].double(), b[:, step].double(), chained, torch.bfloat16)
+        got = tensor_core_dot(a, b, c=None if start is None else start.float())
+        assert got.dtype == torch.float32 and torch.equal(got.double(), chained)
 
 
 def test_a_dot_of_positive_terms_never_exceeds_the_exact_sum():

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from references.tensor_core import K_STEP, block_fma
+from references.tensor_core import tensor_core_dot
 
 pytestmark = pytest.mark.sm90
 
@@ -36,16 +36,6 @@ def _operands(shape, dtype, spread: int, generator) -> torch.Tensor:
     return x.to(dtype)
 
 
-def _modelled(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, dtype) -> torch.Tensor:
-    """out[i, j] = the chain of block FMAs of row i of a and column j of b from c[i, j]."""
-    a64, b64 = a.double()[:, None, :], b.double().T[None, :, :]
-    total = c.double()
-    for first in range(0, a.shape[1], K_STEP):
-        step = slice(first, first + K_STEP)
-        total = block_fma(a64[..., step], b64[..., step], total, dtype)
-    return total.float()
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rows", [16, 64])
 @pytest.mark.parametrize("depth", [16, 256])
@@ -58,7 +48,7 @@ def test_the_model_is_the_h200s_dot(dtype, rows, depth):
     c = _operands((rows, columns), torch.float32, spread, generator).float()
     out = torch.empty(rows, columns, device="cuda")
     _dot_into[(1,)](a, b, c, out, rows, columns, depth)
-    expected = _modelled(a, b, c, dtype)
+    expected = tensor_core_dot(a[:, None, :], b.T[None, :, :], dtype, c)   # row i of a, column j of b, from c[i, j]
     differ = (out != expected).nonzero()
     assert differ.numel() == 0, (
         f"{differ.shape[0]} of {out.numel()} outputs differ from the model; first at {differ[0].tolist()}: "
