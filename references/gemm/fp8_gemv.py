@@ -9,8 +9,9 @@ one-element DECODE scale.
 - ``truth``: ``(x @ w^T) * w_scale`` in float64, not rounded.
 - ``LEGITIMATE_ORDERS``: the float32 accumulation in each reduction order of ``references/orders.py``
   (sequential, a tree, split-K into 2..8 chunks merged at the end), times ``w_scale``, then bf16.
-- ``stock``: dequantize to bf16 (``(w.float() * w_scale).bfloat16()``, exact when ``w_scale`` is a
-  power of two) and ``torch.matmul`` in bf16: the issue's baseline, 391 us at N = K = 8192 on an H200.
+- ``stock``: plain PyTorch in the working precision: ``torch.matmul`` of ``x`` and ``w`` in float32, times
+  ``w_scale``, then bf16. Decided, as for nvfp4_gemv: not a bf16 copy of ``w * w_scale`` (the bench times
+  that path beside it), whose rounding cancellation can make any number of output ULP.
 
 Refused: the contract's Refuse line ("as above": M outside 1..16, K mismatch, wrong dtypes) and
 non-tensors; a K mismatch may name ``x`` or ``w``.  A ``w`` that is not 2-D and a ``w_scale`` of
@@ -68,8 +69,8 @@ LEGITIMATE_ORDERS = orders.legitimate_orders(fp8_gemv_in_order)
 
 
 def stock(x, w, w_scale) -> torch.Tensor:
-    """Dequantize to bf16, then ``torch.matmul`` in bf16."""
-    return torch.matmul(x, (w.float() * w_scale.reshape(())).bfloat16().T)
+    """``torch.matmul`` in float32, times ``w_scale``, then bf16."""
+    return (torch.matmul(x.float(), w.float().T) * w_scale.reshape(())).bfloat16()
 
 
 def _w(device, shape=(8, 64), dtype=torch.float8_e4m3fn):

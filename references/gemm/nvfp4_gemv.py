@@ -11,10 +11,12 @@
 - ``LEGITIMATE_ORDERS``: the float32 accumulation in each reduction order of ``references/orders.py``
   (sequential, a tree, split-K into 2..8 chunks merged at the end), products rounded to float32,
   then bf16: with the stock op, what sets the band.
-- ``stock``: what a user runs today without a kernel: dequantize the weight to bf16 and call
-  ``torch.matmul`` in bf16 (the issue's baseline, 1240 us at N = K = 8192 on an H200). Rounding W to
-  bf16 costs up to 2**-9 relative per weight unless ``1 / global_scale`` is a power of two; that error,
-  measured per input, sets the band.
+- ``stock``: plain PyTorch in the contract's working precision (CONTRACTS.md's convention): the float32
+  ``W`` and ``torch.matmul`` in float32, then bf16. Decided: not the bf16 weight a user might dequantize
+  to (the bench times that path beside it, "torch.matmul on bf16 weights"): rounding ``W`` to bf16 costs
+  2**-9 relative per weight, which cancellation in the sum turns into any number of output ULP (6.3 on
+  an H200 draw at 100 draws a cell: a vacuous band for a kernel 0.3 ULP off), so it is no legitimate
+  implementation of a float32 weight.
 
 Refused: the contract's Refuse line (M outside 1..16, K mismatch, wrong dtypes) and non-tensors; a
 K mismatch may name either side (``x`` or the weight's tensors).  Shapes outside the signature (a
@@ -91,8 +93,8 @@ LEGITIMATE_ORDERS = orders.legitimate_orders(nvfp4_gemv_in_order)
 
 
 def stock(x, packed, block_scales, global_scale) -> torch.Tensor:
-    """Dequantize to bf16, then ``torch.matmul`` in bf16."""
-    return torch.matmul(x, _weight(packed, block_scales, global_scale).bfloat16().T)
+    """The float32 weight, ``torch.matmul`` in float32, then bf16."""
+    return torch.matmul(x.float(), _weight(packed, block_scales, global_scale).float().T).bfloat16()
 
 
 def _weights(device, rows=8, cols=64):
