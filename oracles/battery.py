@@ -45,7 +45,7 @@ from oracles.failures import NUMERICS, ORACLES, OracleFailure
 from oracles.selection import ORACLE_GROUPS
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
 from oracles.aliasing import aliasing, storage_key
-from oracles.judge_errors import JudgeError, Raised, judge_error
+from oracles.judge_errors import JudgeError, Raised, judge_error, out_of_memory
 from oracles.parity import check_parity
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
@@ -395,7 +395,9 @@ class Battery:
         """The stock op's outputs, or None when it cannot take this input (recorded, not a failure)."""
         try:
             return run_on_copy(self.entry.stock, kwargs, in_place)
-        except Exception:  # noqa: BLE001 - the stock op's own limits are not the kernel's finding
+        except Exception as error:  # noqa: BLE001 - the stock op's own limits are not the kernel's finding
+            if out_of_memory(error):   # not a limit: without the stock op the band would narrow, unfairly
+                raise self._internal("the stock op", error) from error
             return None
 
     def check_refusals(self) -> tuple[int, list[str]]:

@@ -7,6 +7,9 @@ never be reported as the implementation's.  The battery calls every implementati
 wrapper that turns what escapes the call into :class:`Raised`; any other exception an oracle meets is the
 judge's and becomes a :class:`JudgeError`, which ends the run as an internal error (``tools/certify-cells``
 exit 3) and writes no certificate.
+
+Running out of memory (:func:`out_of_memory`) is neither's: it is a fact about the machine (other processes
+hold the GPU), whoever's allocation met it, so it ends the run as the judge's, concluding nothing.
 """
 from __future__ import annotations
 
@@ -36,3 +39,18 @@ def judge_error(what: str, error: BaseException, oracle: str | None = None) -> J
     found = JudgeError(f"{what} raised {type(error).__name__}: {error}", oracle)
     found.__cause__ = error
     return found
+
+
+# how an error says the GPU's or the host's memory ran out: torch's OutOfMemoryError ("CUDA out of memory"),
+# a CUDA error (AcceleratorError: "out of memory", cudaErrorMemoryAllocation), the CPU allocator's "not
+# enough memory", Python's MemoryError
+_OUT_OF_MEMORY_WORDS = ("out of memory", "cudaerrormemoryallocation", "not enough memory", "memoryerror")
+
+
+def out_of_memory(error: BaseException | str) -> bool:
+    """Whether ``error`` — an exception, or the text of one (a message, a log's lines) — is running out of
+    memory: a MemoryError or an OutOfMemoryError of any module, or a RuntimeError (a CUDA error) saying so."""
+    if isinstance(error, str):
+        return any(words in error.lower() for words in _OUT_OF_MEMORY_WORDS)
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or \
+        (isinstance(error, RuntimeError) and out_of_memory(str(error)))

@@ -7,8 +7,8 @@ once per op, on the cells of the op's first kernel, whatever our kernels claim; 
 certificate.
 
 Isolation (``tools/engine/isolation.py``; on by default with ``--device cuda``): each cell runs in a worker
-process, so an illegal address, a device assert or a hang (``--cell-timeout``) fails that cell with
-the oracle and example that were running, and the run goes on in a fresh worker.  ``--gpus all|N``
+process, so an illegal address, a device assert or a hang in the implementation's call (``--cell-timeout``)
+fails that cell with the oracle and example that were running, and the run goes on in a fresh worker.  ``--gpus all|N``
 runs one worker per GPU; ``--sanitize TOOL`` runs each cell under compute-sanitizer; ``--shard I/N``
 runs one deterministic share of the cells (``tools/engine/shards.py``).  Cells in the quarantine ledger
 (``ops/quarantine.py``) are never launched for the catalog kernel and are recorded as quarantined;
@@ -26,8 +26,9 @@ This module is the command line alone: it turns flags into ``RunOptions`` and ha
 Exit status: 0 every cell passed; 1 a cell failed (op, cell, oracle, minimal recipe and a one-line
 reproduction are printed), or a quarantined cell now passes; 2 a usage, import or input error, or a tree holding
 bytecode that is not its source's (``tools/engine/bytecode.py``), in one line; 3 an internal error: the judge's
-own code failed (staging, the reference, the truth, a comparison, a report), which is never a finding against
-the implementation — ``internal error: ...`` and a reproduction are printed, and no certificate or report is
+own code failed (staging, the reference, the truth, a comparison, a report) or outlasted ``--cell-timeout``,
+memory ran out (a fact about the machine) or no worker could start, which is never a finding against the
+implementation — ``internal error: ...`` and a reproduction are printed, and no certificate or report is
 written.
 """
 from __future__ import annotations
@@ -98,7 +99,8 @@ def parser() -> ArgumentParser:
     isolation.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                            help="run each cell in a worker process (default: on with --device cuda, off on cpu)")
     isolation.add_argument("--cell-timeout", type=float, metavar="SECONDS",
-                           help=f"a cell with no result by then is a hang (default {DEFAULT_CELL_TIMEOUT_S}; isolates)")
+                           help=f"a cell with no result by then is a hang of the implementation's call, or an internal "
+                                f"error in the judge's own code (default {DEFAULT_CELL_TIMEOUT_S}; isolates)")
     isolation.add_argument("--gpus", metavar="all|N", help="one worker per GPU over the first N visible GPUs, or all")
     isolation.add_argument("-n", "--workers", type=int, metavar="N",
                            help="N worker processes sharing the cells, on the CPU or on each GPU (isolates; the "

@@ -79,3 +79,12 @@ def out_of_memory_on_small_batches(logits):
     if 1 <= logits.shape[0] <= 16:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (a control)")
     return reference(logits)
+
+
+def raises_on_small_batches(logits):
+    """The control of ``out_of_memory_on_small_batches``: a RuntimeError that is not out of memory, which is the
+    kernel's own finding."""
+    validate(logits)
+    if 1 <= logits.shape[0] <= 16:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered (a control)")
+    return reference(logits)

@@ -1,13 +1,17 @@
 """Isolation: a kernel that crashes its process or never ends fails its own cell — with the oracle and
 the example that were running and a reproduction — and certification goes on in a fresh worker;
-results never depend on which worker finished first.
+results never depend on which worker finished first.  What is the machine's or the judge's is never the
+kernel's: running out of memory, the judge's own code outlasting ``--cell-timeout`` and a worker that cannot
+start end the run as an internal error (exit 3), concluding nothing about the implementation.
 
 The faults are real Triton kernels (``faulty_kernels.py``): out of bounds is an illegal address on the
-H200 and a segfault under the CPU interpreter; the spinning kernel never returns on either.
+H200 and a segfault under the CPU interpreter; the spinning kernel never returns on either.  The judge's
+own faults are planted in its worker as it starts (``judge_side/sitecustomize.py``).
 """
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -15,11 +19,12 @@ import pytest
 
 from ops.sampling.greedy_argmax import ENTRY
 from oracles.battery import CellResult
+from oracles.judge_errors import JudgeError
 from suites.certification import machine_device
 from suites.claims import REPO
 from tools.engine.certify import certificate_section
 from tools.engine.worker import CellTask, execute
-from tools.engine.isolation import Slot, cpu_slots, gpu_slots, run_isolated
+from tools.engine.isolation import Slot, WorkerStartError, cpu_slots, gpu_slots, run_isolated
 
 pytestmark = [pytest.mark.cpu, pytest.mark.sm90]
 FAULTY = "suites.faults.faulty_kernels"
@@ -28,11 +33,18 @@ DEVICE = machine_device().type
 # The hanging cell costs this much; every other cell of the run ends far inside it (empty_batch, the
 # slowest, took under 5 s in a fresh worker on a loaded 2-core CPU).
 HANG_LIMIT_S = 12
+JUDGE_SIDE = REPO / "suites" / "faults" / "judge_side"
 
 
-def _certify(*words):
+def _certify(*words, env=None):
     return subprocess.run([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", *words],
-                          capture_output=True, text=True, cwd=REPO)
+                          capture_output=True, text=True, cwd=REPO, env=env)
+
+
+def _judge_side_faults(**faults) -> dict:
+    """An environment whose Python processes plant ``faults`` (``judge_side/sitecustomize.py``)."""
+    path = os.pathsep.join(p for p in (str(JUDGE_SIDE), str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, **faults}
 
 
 def test_a_crash_and_a_hang_fail_their_cells_and_the_run_goes_on(tmp_path):
@@ -56,6 +68,7 @@ def test_a_crash_and_a_hang_fail_their_cells_and_the_run_goes_on(tmp_path):
     # never terminates: killed at the limit, named with the oracle and example that were running
     assert hang["status"] == "failed" and hang["fault"]["kind"] == "hang", hang
     assert hang["failure"]["oracle"] == "parity" and 17 <= hang["failure"]["recipe"]["R"] <= 255
+    assert "in the implementation's call (running for " in hang["failure"]["message"], hang
     # a fresh worker passes the next cell (an --impl is judged, never certified): nothing of the dead ones reached it
     assert after["status"] == "passed", after
 
@@ -80,23 +93,68 @@ def test_workers_give_the_results_one_process_gives():
         {task.key: execute(task).record() for task in tasks}
 
 
-def test_a_cell_out_of_gpu_memory_beside_other_workers_runs_again_alone():
-    """Workers sharing a GPU: a cell out of its memory runs again alone, whose verdict (here the same error:
-    the kernel's own) is the one reported, once; on slots of their own (the control) it is final at once."""
+def test_a_cell_out_of_memory_beside_other_workers_runs_again_alone_then_ends_the_run():
+    """Workers sharing a GPU: a cell out of its memory runs again alone; out of memory alone too, the run ends
+    as the judge's internal error (a fact about the machine, no finding against the kernel), after the other
+    cells; on a slot of its own (the control) it ends the run at once, not run again."""
     tasks = [CellTask(ENTRY.name, cell, DEVICE, f"{FAULTY}:out_of_memory_on_small_batches", max_examples=1)
              for cell in ("decode_small_batch", "empty_batch")]
     shared = gpu_slots(1, 2) if DEVICE == "cuda" else [Slot(f"gpu0.{i}", {"CUDA_VISIBLE_DEVICES": ""}) for i in (0, 1)]
-    for slots, again in ((shared, True), (_slots() if DEVICE == "cpu" else gpu_slots(1), False)):
+    for slots, again in ((shared, True), (cpu_slots(1) if DEVICE == "cpu" else gpu_slots(1), False)):
         notes, finished = [], []
-        results = run_isolated(tasks, slots, cell_timeout=600, on_note=lambda slot, line: notes.append(line),
-                               on_result=lambda result, _: finished.append(result.cell_id))
-        failed = results[(ENTRY.name, "decode_small_batch")]
-        assert failed.status == "failed" and "CUDA out of memory" in failed.failure.message, failed
-        assert results[(ENTRY.name, "empty_batch")].status == "certified"
-        assert sorted(finished) == ["decode_small_batch", "empty_batch"]   # each reported once
+        with pytest.raises(JudgeError) as raised:
+            run_isolated(tasks, slots, cell_timeout=600, on_note=lambda slot, line: notes.append(line),
+                         on_result=lambda result, _: finished.append(result))
+        message = raised.value.message
+        assert message.startswith("the implementation's call ran out of memory (OutOfMemoryError: CUDA out of "
+                                  "memory. Tried to allocate 2.00 GiB (a control)); now the "), message
+        assert message.endswith("nothing is concluded about the implementation"), message
+        assert (raised.value.cell_id, raised.value.oracle) == ("decode_small_batch", "parity")
+        assert [(result.cell_id, result.status) for result in finished] == \
+            ([("empty_batch", "certified")] if again else []), finished
         rerun = [line for line in notes if "runs again alone" in line]
-        assert rerun == (["greedy_argmax/decode_small_batch: out of GPU memory beside other workers; it runs "
+        assert rerun == (["greedy_argmax/decode_small_batch: out of memory beside other workers; it runs "
                           "again alone at the end"] if again else []), notes
+
+
+def test_the_judges_own_code_slower_than_the_cell_timeout_is_an_internal_error(tmp_path):
+    """The judge's reference outlasting --cell-timeout (as paged_decode's float64 truth did on an H200): exit 3,
+    naming the judge's part that ran, no finding, no report; the kernel's own hang is the test above."""
+    report = tmp_path / "report.json"
+    run = _certify("--device", DEVICE, "--isolate", "--impl", CORRECT, "--cell", "decode_small_batch",
+                   "--max-examples", "0", "--no-shrink", "--cell-timeout", str(HANG_LIMIT_S), "--report", str(report),
+                   env=_judge_side_faults(KPARITY_FAULT_SLOW_REFERENCE_S="600"))
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert f"internal error: the judge's own reference did not finish within --cell-timeout {HANG_LIMIT_S}s " \
+           f"(after 0 examples; the implementation's calls took " in run.stderr, run.stderr
+    assert "nothing is concluded about the implementation; raise --cell-timeout" in run.stderr, run.stderr
+    reproduce = next(line for line in run.stderr.splitlines() if line.strip().startswith("reproduce: "))
+    assert "--cell decode_small_batch" in reproduce and "--replay" in reproduce, reproduce
+    assert "FAILED" not in run.stdout and not report.exists()
+
+
+@pytest.mark.parametrize("faults, survives", [
+    (("out-of-memory", None), True),              # the run goes on in the other slot
+    (("out-of-memory", "out-of-memory"), False),  # no slot can start: an internal error, with the reason
+    (("broken", None), False),                    # the control: any other start failure ends the run at once
+])
+def test_a_worker_that_cannot_start_out_of_memory_gives_up_its_slot(faults, survives, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", _judge_side_faults()["PYTHONPATH"])
+    slots = [Slot(f"{DEVICE}{i}", {"KPARITY_FAULT_START": fault} if fault else {}) for i, fault in enumerate(faults)]
+    tasks = [CellTask(ENTRY.name, cell, DEVICE, CORRECT, max_examples=0, shrink=False)
+             for cell in ("empty_batch", "decode_small_batch")]
+    notes = []
+    if survives:
+        results = run_isolated(tasks, slots, cell_timeout=600, on_note=lambda slot, line: notes.append(line))
+        assert [results[task.key].status for task in tasks] == ["certified", "certified"], results
+        assert notes.count(f"its worker could not start, out of memory; the run goes on without {DEVICE}0") == 1
+        return
+    with pytest.raises(WorkerStartError) as raised:
+        run_isolated(tasks, slots, cell_timeout=600)
+    assert f"a certification worker ({DEVICE}" in raised.value.message and "ended before it was ready (exit " \
+        "status 1): " in raised.value.message, raised.value.message
+    assert raised.value.message.endswith("CUDA error: out of memory" if faults[0] == "out-of-memory" else
+                                         "a broken installation (a control)"), raised.value.message
 
 
 def test_a_certificate_section_does_not_depend_on_completion_order():

@@ -3,6 +3,8 @@
 - An exception of the judge's side — a comparison, the reference, the host's transfer — ends the run as an
   internal error: ``tools/certify-cells`` exits 3 with ``internal error: ...`` and a reproduction, and
   writes no certificate and no report.  The control: the implementation raising is still its finding.
+- Running out of memory, in the implementation's call or the judge's, is the machine's: an internal error
+  too.  The control: another RuntimeError of the implementation's (a CUDA error) is its finding.
 - A failing corner or draw is never shrunk to a recipe the contract refuses: an implementation that is
   wrong on large inputs and asserts on refused ones shrinks to a legal recipe, its numerics finding.
 """
@@ -31,6 +33,7 @@ pytestmark = pytest.mark.cpu
 CPU = torch.device("cpu")
 CELL = "decode_small_batch"
 CORRECT = "suites.sampling.greedy_argmax_impls:correct_via_max"
+FAULTY = "suites.faults.faulty_kernels"
 
 
 def _comparison_fails(*args, **kwargs):
@@ -45,20 +48,63 @@ class Corners:
         self.corners = lambda cell, device: pick(strategy.corners(cell, device))
 
 
-def test_an_injected_comparison_error_exits_3_and_writes_nothing(monkeypatch, capsys, tmp_path):
-    """A certifying run of the catalog's greedy_argmax whose bitwise comparison raises: exit 3, the words
-    "internal error", a reproduction, and neither a certificate nor the report written."""
-    monkeypatch.setattr(oracles.parity, "check_bitwise", _comparison_fails)
+def _certifying_run_ending_internally(monkeypatch, capsys, tmp_path) -> str:
+    """A certifying run of the catalog's greedy_argmax that must end as an internal error: exit 3, and neither a
+    certificate nor the report written; what it printed on stderr."""
     written = []
     monkeypatch.setattr("ops.certificates.write_section", lambda *args, **kwargs: written.append(args))
     report = tmp_path / "report.json"
     code = certify_cells.main(["--op", "greedy_argmax", "--device", "cpu", "--report", str(report)])
     err = capsys.readouterr().err
-    assert code == 3, err
+    assert code == 3 and not written and not report.exists(), err
+    return err
+
+
+def test_an_injected_comparison_error_exits_3_and_writes_nothing(monkeypatch, capsys, tmp_path):
+    """A certifying run of the catalog's greedy_argmax whose bitwise comparison raises: exit 3, the words
+    "internal error", a reproduction, and neither a certificate nor the report written."""
+    monkeypatch.setattr(oracles.parity, "check_bitwise", _comparison_fails)
+    err = _certifying_run_ending_internally(monkeypatch, capsys, tmp_path)
     assert "internal error: the parity oracle's own code raised RuntimeError: injected" in err, err
     reproduce = next(line for line in err.splitlines() if line.strip().startswith("reproduce: "))
     assert "--op greedy_argmax --cell " in reproduce and "--replay" in reproduce, reproduce
-    assert "FAILED" not in err and not written and not report.exists()
+    assert "FAILED" not in err
+
+
+def test_the_implementation_out_of_memory_exits_3_and_concludes_nothing(capsys, tmp_path):
+    """The implementation's call running out of memory (other processes held the GPU) is a fact about the
+    machine: exit 3, "internal error" saying so with the memory as it is now, no finding and no report."""
+    report = tmp_path / "report.json"
+    code = certify_cells.main(["--op", "greedy_argmax", "--cell", CELL, "--device", "cpu", "--max-examples", "0",
+                               "--no-shrink", "--impl", f"{FAULTY}:out_of_memory_on_small_batches",
+                               "--report", str(report)])
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    assert "internal error: the implementation's call ran out of memory (OutOfMemoryError: CUDA out of memory." \
+        in err, err
+    assert "; now the machine has " in err and "nothing is concluded about the implementation" in err, err
+    assert "reproduce: " in err and "FAILED" not in out and not report.exists()
+
+
+def test_the_stock_op_out_of_memory_exits_3_and_writes_no_certificate(monkeypatch, capsys, tmp_path):
+    """The judge's stock op out of memory is no limit of the stock op's (which would narrow a band op's band):
+    a certifying run ends as an internal error, writing nothing."""
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (a control)")
+
+    monkeypatch.setattr(ARGMAX, "stock", out_of_memory)
+    err = _certifying_run_ending_internally(monkeypatch, capsys, tmp_path)
+    assert "internal error: the stock op raised OutOfMemoryError: CUDA out of memory." in err, err
+    assert "nothing is concluded about the implementation" in err, err
+
+
+def test_the_implementation_raising_another_runtime_error_in_its_host_is_its_finding():
+    """The control of the out-of-memory: a CUDA error of another kind, raised in the host, is the kernel's."""
+    result = execute(CellTask("greedy_argmax", CELL, "cpu", f"{FAULTY}:raises_on_small_batches", 0, shrink=False,
+                              call_limit_s=120))
+    assert result.status == "failed" and result.failure.oracle == "parity", result.record()
+    assert result.failure.message == "raised RuntimeError: CUDA error: an illegal memory access was encountered " \
+                                     "(a control)", result.record()
 
 
 def test_the_implementation_raising_is_still_its_finding():

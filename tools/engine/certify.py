@@ -21,7 +21,7 @@ from oracles.failures import ORACLES, OracleFailure
 from oracles.judge_errors import JudgeError
 from oracles.selection import oracles_text
 from tools.cli import UsageError
-from tools.engine.isolation import WorkerStartError, cpu_slots, find_sanitizer, gpu_slots, run_isolated
+from tools.engine.isolation import cpu_slots, find_sanitizer, gpu_slots, run_isolated
 from tools.engine.report import isolation_flags, reproduction, write_outputs
 from tools.engine.shards import Shard, select
 from tools.engine.worker import CellTask, execute, hosted_implementation, implementation_host, retire_host
@@ -300,11 +300,9 @@ def run_tasks(options: RunOptions, tasks, on_result) -> dict:
         if sys.stderr.isatty():
             _progress_line(f"[{slot.label}] {line}" if len(slots) > 1 else line)
 
-    try:
-        return run_isolated(tasks, slots, cell_timeout=options.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
-                            sanitize=options.sanitize, on_note=note, on_result=on_result)
-    except WorkerStartError as error:
-        raise UsageError(str(error)) from None
+    # a worker that cannot start raises WorkerStartError, an internal error (exit 3): the judge's machine failed
+    return run_isolated(tasks, slots, cell_timeout=options.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
+                        sanitize=options.sanitize, on_note=note, on_result=on_result)
 
 
 def certify(options: RunOptions) -> int:

@@ -57,8 +57,9 @@ from oracles.aliasing import aliasing
 from oracles.allocations import margins_intact, pooled_bytes
 from oracles.bitwise import bit_pattern
 from oracles.failures import OracleFailure
-from oracles.judge_errors import JudgeError, judge_error
+from oracles.judge_errors import JudgeError, judge_error, out_of_memory
 from oracles.tensors import storage_bytes
+from tools.engine.activity import Activity
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HOST = REPO / "tools" / "engine" / "impl_host.py"
@@ -286,6 +287,7 @@ class ImplementationHost:
         self._captured: list[int] = []                 # the static buffers of the last graph capture
         self._host_buffers: dict[int, torch.Tensor] = {}   # the host's output buffers, by number
         self.call_limit_s = call_limit_s
+        self.activity = Activity()   # a worker's record of what it is doing (tools/engine/activity.py)
         self.oracle, self.recipe = NO_ORACLE, None   # told by the battery: what a finding names
         self.fault: HostFault | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="kparity-host-", suffix=".log", delete=False)
@@ -441,13 +443,14 @@ class ImplementationHost:
         if self.device == "cuda":
             torch.cuda.synchronize()   # what the judge wrote into shared buffers is there before the host reads
         try:
-            self._send(message)
-            reply = self._receive(limit_s or self.call_limit_s)
+            with self.activity.implementation_call():
+                self._send(message)
+                reply = self._receive(limit_s or self.call_limit_s)
         except HostFault as fault:
             self.fault = fault
             raise self._failure(fault) from None
         if reply[0] == "raised":
-            raise _exception(reply[1])
+            raise self._raised(reply[1])
         if reply[0] == "failed":  # the host's own code, after the implementation returned: the judge's defect
             raise JudgeError(f"the implementation host's own code raised {reply[1]['type']}: {reply[1]['message']}",
                              self.oracle, self.recipe)
@@ -500,6 +503,15 @@ class ImplementationHost:
 
     def _failure(self, fault: HostFault) -> OracleFailure:
         return OracleFailure(self.oracle, str(fault))
+
+    def _raised(self, facts: dict) -> Exception:
+        """The exception the implementation raised, as one of the judge's classes; running out of memory is
+        the machine's, not the implementation's: raised here as the judge's (``oracles/judge_errors.py``)."""
+        error = _exception(facts)
+        if out_of_memory(error):
+            raise JudgeError(f"the implementation's call ran out of memory ({type(error).__name__}: {error})",
+                             self.oracle, self.recipe)
+        return error
 
     # -- outputs ---------------------------------------------------------------------------------------
     def _outputs(self, sent: dict, poisoned: bool) -> tuple[tuple, list[str]]:
@@ -570,8 +582,8 @@ class ImplementationHost:
             raise OracleFailure(self.oracle, f"the implementation's process answered {kinds} to {len(calls)} calls")
         self._host_buffers.update(shares)
         with self._judge_side("reading the outputs"):
-            return [self._outputs(reply[1], poison is not None) if reply[0] == "returned" else _exception(reply[1])
-                    for reply in replies]
+            return [self._outputs(reply[1], poison is not None) if reply[0] == "returned"
+                    else self._raised(reply[1]) for reply in replies]
 
     @contextlib.contextmanager
     def _judge_side(self, what: str):

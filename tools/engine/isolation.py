@@ -8,10 +8,14 @@ own launcher, because ``--sanitize`` must put ``compute-sanitizer`` in front of 
 - A worker tells which oracle runs on which recipe before each one starts; when it dies (an illegal
   address, a device assert, a segfault) the running cell fails with that oracle, that recipe, how the
   process ended and the last lines it wrote.
-- A cell with no result within ``cell_timeout`` seconds is a hang: its worker's process group is
-  killed and the cell fails the same way.
+- A cell with no result within ``cell_timeout`` seconds has its worker's process group killed.  What
+  the worker was doing then (``tools/engine/activity.py``) says whose delay it was: in the implementation's
+  call, a hang that fails the cell the same way; in the judge's own code (its float64 truth, say), the
+  judge's internal error, which ends the run and concludes nothing about the implementation.
 - A worker whose cell failed for any reason is retired, so that no sticky CUDA error (an illegal
   address poisons its context for good) reaches a later cell; the slot gets a fresh worker.
+- A worker that cannot start because memory ran out (its CUDA context, beside other processes) gives up
+  its slot; the run goes on in the others, and ends (an internal error) only when no slot is left.
 - Under ``sanitize``, every cell gets its own worker under ``compute-sanitizer --tool TOOL
   --error-exitcode 99``, with PyTorch allocating through ``cudaMallocAsync`` (so that every tensor is
   an allocation the sanitizer can bound); exit 99 or a report fails the cell, quoting the report.
@@ -35,6 +39,8 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Callable
 
+from oracles.judge_errors import JudgeError, out_of_memory
+from tools.engine import activity
 from tools.engine.worker import NO_ORACLE, CellTask
 from tools.engine.process_end import exit_in_words, last_words
 
@@ -48,8 +54,8 @@ SANITIZER_EXIT = 99
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
 
 
-class WorkerStartError(RuntimeError):
-    """A worker did not start (an environment problem, not a finding about any cell)."""
+class WorkerStartError(JudgeError):
+    """A worker did not start: the judge's (or its machine's) failure, never a finding about any cell."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +130,9 @@ class _Worker:
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(str(self.address))
         self.server.listen(1)
-        command = [sys.executable, "-m", "tools.engine.worker", "--connect", str(self.address), "--device", device]
+        descriptor, self.activity = activity.shared_record()
+        command = [sys.executable, "-m", "tools.engine.worker", "--connect", str(self.address), "--device", device,
+                   "--activity-fd", str(descriptor)]
         env = {**os.environ, **slot.env,
                "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
         if sanitize:
@@ -137,7 +145,9 @@ class _Worker:
             env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                            start_new_session=True)  # its own group: a kill takes its children
+                                            start_new_session=True,  # its own group: a kill takes its children
+                                            pass_fds=(descriptor,))
+        os.close(descriptor)
         self.connection: Connection | None = None
         self.ready = False
         self.task: CellTask | None = None
@@ -221,22 +231,24 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
                  on_result: Callable[[CellResult, float], None] | None = None) -> dict[tuple, CellResult]:
     """Run every task in worker processes (one per slot at a time); results keyed by ``task.key``.
 
-    Where slots share a GPU, a cell that ran out of its memory (the judge's side, the host's or the
-    implementation's) says nothing of itself but of its neighbours: it runs again at the end, alone on the
-    first slot (its draws follow from its seed: the result is the one an unshared GPU gives)."""
+    Where slots share a GPU (or the CPU's memory), a cell that ran out of memory (the judge's side, the
+    host's or the implementation's) says nothing of itself but of its neighbours: it runs again at the end,
+    alone on the first slot (its draws follow from its seed: the result is the one an unshared device
+    gives).  Out of memory alone too, it ends the run as the judge's internal error."""
     sanitizer = (sanitize, find_sanitizer()) if sanitize else None
     pending = collections.deque(tasks)
     results: dict[tuple, CellResult] = {}
     workers: dict[str, _Worker | None] = {slot.label: None for slot in slots}
+    starting = list(slots)   # the slots left: one whose worker could not start for memory is given up
     spawned = 0
     alone: list[CellTask] = []   # cells to run again without neighbours
 
     def defer(worker: _Worker, message: str) -> bool:
-        shared = "CUDA_VISIBLE_DEVICES" in worker.slot.env and sum(slot.env == worker.slot.env for slot in slots) > 1
-        if not (shared and _out_of_memory(message)):
+        shared = sum(slot.env == worker.slot.env for slot in starting) > 1   # the same GPU, or the CPU
+        if not (shared and out_of_memory(message)):
             return False
         if on_note:
-            on_note(worker.slot, f"{worker.task.op}/{worker.task.cell_id}: out of GPU memory beside other "
+            on_note(worker.slot, f"{worker.task.op}/{worker.task.cell_id}: out of memory beside other "
                                  f"workers; it runs again alone at the end")
         alone.append(worker.task)
         worker.task = None
@@ -254,7 +266,7 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
     with tempfile.TemporaryDirectory(prefix="kparity-workers-") as folder, _terminate_raises():
         try:
             while pending or any(w is not None and w.task is not None for w in workers.values()):
-                for slot in slots:
+                for slot in starting:
                     if workers[slot.label] is None and pending:
                         spawned += 1
                         workers[slot.label] = _Worker(slot, tasks[0].device, pathlib.Path(folder), spawned, sanitizer)
@@ -264,12 +276,21 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
                 live = [w for w in workers.values() if w is not None]
                 readable = wait([w.waitable() for w in live], timeout=1.0)
                 for worker in live:
-                    if worker.connection is None and worker.server in readable:
-                        worker.accept()
-                    elif worker.connection is not None and worker.connection in readable:
-                        _drain(worker, finish, retire, on_note, sanitizer, defer)
-                    if workers[worker.slot.label] is worker:
-                        _check_alive(worker, finish, retire, sanitizer, cell_timeout)
+                    try:
+                        if worker.connection is None and worker.server in readable:
+                            worker.accept()
+                        elif worker.connection is not None and worker.connection in readable:
+                            _drain(worker, finish, retire, on_note, sanitizer, defer)
+                        if workers[worker.slot.label] is worker:
+                            _check_alive(worker, finish, retire, sanitizer, cell_timeout)
+                    except WorkerStartError as error:
+                        if not (out_of_memory(error.message) and len(starting) > 1):
+                            raise
+                        starting.remove(worker.slot)   # (its worker is retired and killed already)
+                        del workers[worker.slot.label]
+                        if on_note:
+                            on_note(worker.slot, f"its worker could not start, out of memory; the run goes on "
+                                                 f"without {worker.slot.label}")
         finally:
             for worker in workers.values():
                 if worker is not None:
@@ -278,10 +299,6 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
         results.update(run_isolated(alone, slots[:1], cell_timeout=cell_timeout, sanitize=sanitize, on_note=on_note,
                                     on_result=on_result))
     return results
-
-
-def _out_of_memory(message: str) -> bool:
-    return "CUDA out of memory" in message or "OutOfMemoryError" in message
 
 
 @contextlib.contextmanager
@@ -371,8 +388,7 @@ def _dead(worker: _Worker, finish, retire, sanitizer) -> None:
         return  # died idle: nothing was lost, and the slot gets a fresh worker if cells remain
     if worker.task is None:
         raise WorkerStartError(f"a certification worker ({worker.slot.label}) ended before it was ready "
-                               f"({exit_in_words(worker.process.returncode)}): "
-                               + (last_words(worker.log) or ["no output"])[-1])
+                               f"({exit_in_words(worker.process.returncode)}): {_why_not_started(worker)}")
     finish(worker, _fault(worker, "crash", f"the worker process died ({exit_in_words(worker.process.returncode)}) "
                                            f"while {_where(worker)} ran; later cells run in a fresh worker", sanitizer))
 
@@ -386,7 +402,33 @@ def _check_alive(worker: _Worker, finish, retire, sanitizer, cell_timeout: float
         worker.kill()
         if worker.task is None:
             raise WorkerStartError(f"a certification worker ({worker.slot.label}) did not start within "
-                                   f"{STARTUP_LIMIT_S}s: " + (last_words(worker.log) or ["no output"])[-1])
-        finish(worker, _fault(worker, "hang", f"no result within --cell-timeout {cell_timeout:g}s: the worker was "
-                                              f"killed while {_where(worker)} ran (a kernel that never ends, or a "
-                                              f"cell slower than the limit)", sanitizer))
+                                   f"{STARTUP_LIMIT_S}s: {_why_not_started(worker)}")
+        finish(worker, _timed_out(worker, cell_timeout, sanitizer))
+
+
+def _why_not_started(worker: _Worker) -> str:
+    """The line of a worker's last ones that says why it did not start: the one saying memory ran out (a
+    CUDA error's last line is advice about device-side assertions), else its last."""
+    lines = last_words(worker.log) or ["no output"]
+    return next((line for line in lines if out_of_memory(line)), lines[-1])
+
+
+def _timed_out(worker: _Worker, cell_timeout: float, sanitizer: tuple | None) -> CellResult:
+    """The cell of a worker killed at ``--cell-timeout``: a hang, when the implementation's call was running;
+    the judge's internal error (raised), when the judge's own code was."""
+    doing = activity.read(worker.activity)
+    if doing.state == activity.JUDGE:
+        error = JudgeError(f"the judge's own {doing.what} did not finish within --cell-timeout {cell_timeout:g}s "
+                           f"(after {doing.examples} examples; the implementation's calls took "
+                           f"{doing.implementation_s:.1f}s of the cell); nothing is concluded about the "
+                           f"implementation; raise --cell-timeout",
+                           worker.oracle if worker.oracle != NO_ORACLE else None, worker.recipe or None)
+        error.op, error.cell_id = worker.task.op, worker.task.cell_id
+        lines = last_words(worker.log)
+        error.trace = "the worker's last lines:" + ("\n" + "\n".join(lines) if lines else " none")
+        raise error
+    call = f", in the implementation's call (running for {doing.for_s():.0f}s)" \
+        if doing.state == activity.IMPLEMENTATION else ""
+    return _fault(worker, "hang", f"no result within --cell-timeout {cell_timeout:g}s: the worker was killed while "
+                                  f"{_where(worker)} ran{call} (a kernel that never ends, or a call slower than "
+                                  f"the limit)", sanitizer)

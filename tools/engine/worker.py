@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 from tools.cli import UsageError
+from tools.engine.activity import Activity
 
 if TYPE_CHECKING:
     from tools.engine.impl_executor import ImplementationHost
@@ -99,7 +100,7 @@ _SPARE: dict = {}   # device -> a host started ahead, serving nothing yet
 
 
 def implementation_host(impl: str | None, device: str, call_limit_s: float | None = None,
-                        sanitized: bool = False) -> "ImplementationHost":
+                        sanitized: bool = False, activity: Activity | None = None) -> "ImplementationHost":
     """The live host of ``impl`` (None: the catalog's kernels) on ``device``, started when there is none.
     Under compute-sanitizer, device tensors cross through host memory (its allocator serves no CUDA IPC).
     Third-party code (``impl``) is judged only by a host that sees the judge's code read-only."""
@@ -115,6 +116,7 @@ def implementation_host(impl: str | None, device: str, call_limit_s: float | Non
                              f"({host.unprotected}); run as root or where user namespaces are allowed")
         _HOSTS[impl, device, sanitized] = host
     host.call_limit_s, host.via_host_memory = call_limit_s, sanitized
+    host.activity = activity or Activity()
     return host
 
 
@@ -163,14 +165,18 @@ def hosted_implementation(impl: str | None, op_name: str, backend: str | None, h
                                  for name, at in where.items()})
 
 
-def execute(task: CellTask, *, progress=None, watch=None):
-    """Run the battery on ``task``'s cell (or replay its one recipe); returns a ``CellResult``."""
+def execute(task: CellTask, *, progress=None, watch=None, activity: Activity | None = None):
+    """Run the battery on ``task``'s cell (or replay its one recipe); returns a ``CellResult``.  ``activity``:
+    where a worker keeps what it is doing, for its parent to read when it kills it."""
     import torch
 
     from oracles.battery import ORACLES, replay, run_cell
 
-    entry = _entry(task.op, task.backend)
-    host = implementation_host(task.impl, task.device, task.call_limit_s, sanitized=task.sanitizer is not None)
+    activity = activity or Activity()
+    activity.cell()
+    entry, strategy = _labelled(_entry(task.op, task.backend), activity)
+    host = implementation_host(task.impl, task.device, task.call_limit_s, sanitized=task.sanitizer is not None,
+                               activity=activity)
     from oracles.judge_errors import JudgeError
 
     host.watch(NO_ORACLE, {})
@@ -184,8 +190,14 @@ def execute(task: CellTask, *, progress=None, watch=None):
 
     def watch_both(oracle: str, recipe: dict) -> None:
         host.watch(oracle, recipe)
+        activity.judge(f"code of the {oracle} oracle")
         if watch:
             watch(oracle, recipe)
+
+    def example_finished(line: str) -> None:
+        activity.example_finished()
+        if progress:
+            progress(line)
 
     # Under compute-sanitizer torch allocates stream-ordered (cudaMallocAsync): memory allocated inside a
     # capture does not exist until the graph is instantiated, so Triton's launcher cannot validate its
@@ -195,26 +207,76 @@ def execute(task: CellTask, *, progress=None, watch=None):
     oracles = task.oracles or ORACLES
     try:
         if task.replay is not None:
-            result = replay(entry, impl, cell, device, task.replay, entry.strategy_module, watch=watch_both,
+            result = replay(entry, impl, cell, device, task.replay, strategy, watch=watch_both,
                             graph_parity_skipped=skipped, oracles=oracles)
         else:
             result = run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
-                              strategy=entry.strategy_module,
-                              shrink=task.shrink, progress=progress, watch=watch_both, graph_parity_skipped=skipped,
+                              strategy=strategy,
+                              shrink=task.shrink, progress=example_finished, watch=watch_both,
+                              graph_parity_skipped=skipped,
                               oracles=oracles)
     except JudgeError as error:
         raise internal_error(task, error) from error
     return _settled(task, host, result)
 
 
+class _Strategy:
+    """An op's strategy module, its ``build`` recorded as the judge's drawing of the inputs."""
+
+    def __init__(self, module, activity: Activity):
+        self._module, self.build = module, activity.labelled("drawing of the inputs", module.build)
+
+    def __getattr__(self, name: str):
+        return getattr(self._module, name)
+
+
+def _labelled(entry, activity: Activity):
+    """``entry`` and its strategy, their parts of the judge (the reference, the truth, the legitimate orders,
+    the stock op, drawing) recorded in ``activity`` while they run: a cell killed at its time limit in one of
+    them is the judge's delay, never the implementation's."""
+    truth = entry.truth and activity.labelled("float64 truth", entry.truth)
+    orders = {name: activity.labelled(f"reference in its {name} order", order)
+              for name, order in entry.legitimate_orders.items()}
+    labelled = dataclasses.replace(entry, reference=activity.labelled("reference", entry.reference), truth=truth,
+                                   stock=activity.labelled("stock op", entry.stock), legitimate_orders=orders)
+    return labelled, _Strategy(entry.strategy_module, activity)
+
+
 def internal_error(task: CellTask, error: BaseException):
     """``error``, the judge's own, as the JudgeError that ends the run: with the cell it happened on (and,
-    from the battery, the oracle and the recipe), so that the run can print how to reproduce it."""
-    from oracles.judge_errors import judge_error
+    from the battery, the oracle and the recipe), so that the run can print how to reproduce it.  Out of
+    memory, it says so, with the device's memory as it is now (``oracles/judge_errors.py``)."""
+    from oracles.judge_errors import judge_error, out_of_memory
 
     found = judge_error("the judge", error)
-    found.op, found.cell_id = task.op, task.cell_id
+    if getattr(found, "cell_id", None) is None:   # (once: a worker passes on what execute raised)
+        found.op, found.cell_id = task.op, task.cell_id
+        if out_of_memory(found.message):
+            found.message += (f"; now {memory_state(task.device)}; running out of memory is a fact about the "
+                              f"machine (what other processes hold), not about the implementation: nothing is "
+                              f"concluded about the implementation")
     return found
+
+
+def memory_state(device: str) -> str:
+    """The device's free and total memory now, and what each process holds of it where torch can tell."""
+    import torch
+
+    def gib(size: int) -> str:
+        return f"{size / 2**30:.2f} GiB"
+
+    try:
+        if device == "cuda":
+            free, total = torch.cuda.mem_get_info()
+            held = torch.cuda.memory_reserved()
+            words = f"the GPU has {gib(free)} free of {gib(total)}, the judge's worker holds {gib(held)}"
+            processes = torch.cuda.list_gpu_processes()   # (pynvml's; without it, a line saying so)
+            return words + ("; " + "; ".join(processes.splitlines()[1:]) if processes.startswith("GPU:") else "")
+        meminfo = dict(line.split(":", 1) for line in pathlib.Path("/proc/meminfo").read_text().splitlines())
+        available, total = (int(meminfo[key].split()[0]) * 1024 for key in ("MemAvailable", "MemTotal"))
+        return f"the machine has {gib(available)} available of {gib(total)}"
+    except Exception as error:  # noqa: BLE001 - the error being reported matters more than these facts
+        return f"its free memory could not be read ({type(error).__name__}: {error})"
 
 
 def internal_facts(error) -> dict:
@@ -273,7 +335,7 @@ def _surface_device_errors(result, device: str, last_oracle: str, last_recipe: d
             result.failure.recipe = last_recipe
 
 
-def serve(connection: Connection, device: str) -> None:
+def serve(connection: Connection, device: str, activity: Activity | None = None) -> None:
     import ops  # noqa: F401 - chooses the Triton interpreter on a machine without CUDA, before Triton loads
     import torch
 
@@ -292,7 +354,8 @@ def serve(connection: Connection, device: str) -> None:
         task = CellTask(**message[1])
         where.update(oracle=NO_ORACLE, recipe={})
         try:
-            result = execute(task, progress=lambda line: connection.send(("note", line)), watch=watch)
+            result = execute(task, progress=lambda line: connection.send(("note", line)), watch=watch,
+                             activity=activity)
         except Exception as error:  # noqa: BLE001 - the battery contains the implementation's: this is ours
             found = internal_error(task, error)
             found.trace = "".join(traceback.format_exception(error))
@@ -309,13 +372,15 @@ def main(argv=None) -> int:
                                      description="A certification worker; tools/certify-cells starts it.")
     parser.add_argument("--connect", required=True, metavar="SOCKET", help="the parent's unix socket")
     parser.add_argument("--device", required=True, choices=("cpu", "cuda"))
+    parser.add_argument("--activity-fd", type=int, metavar="FD",
+                        help="the memory where it keeps what it is doing (tools/engine/activity.py)")
     args = parser.parse_args(argv)
     if sys.pycache_prefix:   # the tools' own bytecode cache, written as tools/certify-cells writes it
         sys.dont_write_bytecode = False
     faulthandler.enable()  # a segfault prints the Python stack to stderr, which the parent quotes
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.connect(args.connect)
-    serve(Connection(client.detach()), args.device)
+    serve(Connection(client.detach()), args.device, Activity(args.activity_fd))
     return 0
 
 
