@@ -441,6 +441,8 @@ class _Called:
         except (OracleFailure, JudgeError):
             raise
         except Exception as error:  # noqa: BLE001 - whatever it raises is the implementation's
+            if out_of_memory(error):   # but memory running out, the machine's (a hosted call says so itself)
+                raise self.battery._internal("the implementation's call (out of memory)", error) from error
             raise Raised(error) from error
 
     def __call__(self, *args, **kwargs):

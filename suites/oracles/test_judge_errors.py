@@ -118,6 +118,16 @@ def test_the_implementation_raising_is_still_its_finding():
     assert result.failure.message == "raised RuntimeError: the kernel's own failure"
 
 
+def test_an_implementation_in_this_process_out_of_memory_is_an_internal_error():
+    """The same rule without a host (suites' controls run implementations in the judge's process)."""
+    def out_of_memory(logits):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (injected)")
+
+    with pytest.raises(JudgeError, match="out of memory"):
+        run_cell(ARGMAX, Implementation("oom", {ARGMAX.name: out_of_memory}), ARGMAX.cell(CELL), CPU,
+                 max_examples=0, shrink=False, strategy=Corners(ARGMAX.strategy_module))
+
+
 @pytest.mark.parametrize("judge_side", ["reference", "truth"])
 def test_the_reference_or_the_truth_raising_is_an_internal_error(judge_side, monkeypatch):
     entry = ARGMAX if judge_side == "reference" else RMS_NORM
