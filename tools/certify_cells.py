@@ -28,8 +28,8 @@ reproduction are printed), or a quarantined cell now passes; 2 a usage, import o
 bytecode that is not its source's (``tools/engine/bytecode.py``), in one line; 3 an internal error: the judge's
 own code failed (staging, the reference, the truth, a comparison, a report) or outlasted ``--cell-timeout``,
 memory ran out (a fact about the machine) or no worker could start, which is never a finding against the
-implementation — ``internal error: ...`` and a reproduction are printed, and no certificate or report is
-written.
+implementation — ``internal error: ...`` and a reproduction are printed, no report is written, and no
+certificate but the sections of ops whose cells had all ended before it (as a stopped run keeps them).
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def parser() -> ArgumentParser:
         prog="tools/certify-cells",
         description="Run the oracle battery over every cell of the chosen ops on this machine.",
         epilog="Exit status: 0 every cell passed; 1 a finding (a cell failed); 2 a usage or input error; 3 an "
-               "internal error (the judge's own defect, never the implementation's: nothing is written).  "
+               "internal error (the judge's own defect, never the implementation's: no report, and no certificate but those of ops judged whole before it).  "
                "Example: tools/certify-cells --op greedy_argmax --impl mypkg.kernels:argmax --device cpu")
     parser.add_argument("--op", action="append", default=[], metavar="NAME",
                         help="op to certify (repeatable; default: every op in the catalog)")

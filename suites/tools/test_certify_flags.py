@@ -153,6 +153,31 @@ def test_a_run_stopped_by_its_time_limit_keeps_the_ops_it_finished(monkeypatch):
     assert written == [("greedy_argmax", sorted(cell.id for cell in op("greedy_argmax").cells))]
 
 
+def test_a_run_ended_by_an_internal_error_keeps_the_ops_judged_whole_before_it(monkeypatch):
+    """The judge's error in strict_accept's cell (out of memory, say) after greedy_argmax's cells all ended:
+    greedy_argmax's section is written, strict_accept's is not (the control), and the run ends as the internal
+    error it is (exit 3)."""
+    from oracles.battery import CellResult
+    from oracles.judge_errors import JudgeError
+    from tools.engine import certify
+
+    def judge_error_in_strict_accept(options, tasks, on_result):
+        for task in tasks:
+            if task.op == "greedy_argmax":
+                on_result(CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)
+        on_result(CellResult("strict_accept", tasks[-1].cell_id, "certified", examples=24), 0.1)  # one of its cells
+        raise JudgeError("the implementation's call ran out of memory (injected)", "parity")
+
+    written = []
+    monkeypatch.setattr(certify, "run_tasks", judge_error_in_strict_accept)
+    monkeypatch.setattr("ops.certificates.write_section",
+                        lambda entry, arch, section, report: written.append((entry.name, sorted(section["cells"]))) or "x")
+    code = certify_cells.main(["--device", "cpu", "--op", "greedy_argmax", "--op", "strict_accept",
+                               "--max-examples", "24"])
+    assert code == 3
+    assert written == [("greedy_argmax", sorted(cell.id for cell in op("greedy_argmax").cells))]
+
+
 def test_workers_sharing_the_cores_get_their_share_of_threads(monkeypatch):
     """cpu_slots(N) gives each worker cores / N OpenMP threads (at least one); one worker, or a caller that
     chose OMP_NUM_THREADS itself, is left as it is."""

@@ -481,17 +481,25 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
                       options.replay, backend, options.sanitize, options.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
                       options.oracles)
              for entry, cell, held in planned if options.check_quarantine or not held]
-    try:
-        results.update(run_tasks(options, tasks, announce))
-    except JudgeError as error:  # the run ends here: no certificate, no report; how to see it again
-        cell = getattr(error, "cell_id", None)
-        if cell is not None:
-            error.reproduce = reproduction(error.op, cell, options.device, error.recipe, options.impl, flags)
-        raise
-    except (KeyboardInterrupt, SystemExit):   # stopped (a time limit's SIGTERM): the ops it finished are kept
+    def keep_finished_ops() -> None:
+        """The sections of the ops whose cells all ended before the run did (each op's verdict is its own
+        cells'; an op the run's end cut short, or whose cell met the judge's error, gets none)."""
         results.update(finished)
         conclude([row for row in planned if all((row[0].name, cell.id) in results
                                                 for entry, cell, _ in planned if entry is row[0])])
+
+    try:
+        results.update(run_tasks(options, tasks, announce))
+    except JudgeError as error:  # the run ends here, no report; how to see it again
+        cell = getattr(error, "cell_id", None)
+        if cell is not None:
+            error.reproduce = reproduction(error.op, cell, options.device, error.recipe, options.impl, flags)
+        # out of memory beside other processes, or a judge slower than --cell-timeout, must not cost the
+        # ops judged whole before it (a GPU lease's minutes)
+        keep_finished_ops()
+        raise
+    except (KeyboardInterrupt, SystemExit):   # stopped (a time limit's SIGTERM): the ops it finished are kept
+        keep_finished_ops()
         raise
     return conclude(planned), len(planned)
 
