@@ -255,8 +255,9 @@ def _pointer(dtype, address: int, align: int) -> cute.Pointer:
 
 
 @functools.cache
-def compiled(plan: LaunchPlan, arch_target: str):
-    """The kernel of ``plan`` compiled for ``arch_target`` (``sm_90a``...); no GPU needed."""
+def compiled(plan: LaunchPlan, arch_target: str, options: str = ""):
+    """The kernel of ``plan`` compiled for ``arch_target`` (``sm_90a``...); no GPU needed.  ``options``: more
+    ``cute.compile`` options (``--keep-ptx --dump-dir DIR`` puts the PTX in the result's ``artifacts.PTX``)."""
     align = 2 * plan.vector
     return cute.compile(
         RmsNormGated(plan),
@@ -264,7 +265,7 @@ def compiled(plan: LaunchPlan, arch_target: str):
         _pointer(BFloat16, 0, align), _pointer(Int32, 0, 4),
         Int32(0), Int32(0), Int32(0), Int64(0), Int64(0), Int64(0), Float32(0.0), Int32(0),
         cuda.CUstream(0),
-        options=f"--gpu-arch {arch_target}",
+        options=f"--gpu-arch {arch_target} {options}".strip(),
     )
 
 

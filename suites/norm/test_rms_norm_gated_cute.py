@@ -7,6 +7,9 @@ they judge the oracles, whichever kernel those then certify.
 """
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
 
 # Without the DSL (a GPU machine it was not carried to: tools/install-wheels) this module is skipped
@@ -40,3 +43,56 @@ def test_launch_plan_picks_the_kind_of_group_and_the_vector_width(width, group_s
 def test_launch_plan_sends_what_it_cannot_hold_to_the_triton_kernel(width, group_size):
     with pytest.raises(NotImplementedError, match="Triton kernel"):
         cute_kernel.launch_plan(width, group_size, "none", True)
+
+
+# -- what the compiled code can wait on: issue 28 (the H200 runs that never returned) ------------
+def ptx_hang_sources(ptx: str, threads: int) -> list[str]:
+    """Why a CTA of this PTX might never end, one line each; none when every thread runs a bounded path and
+    reaches every ``bar.sync`` the others wait at: the block size is the launch's (``.reqntid``), no branch
+    goes backward (no loop), nothing waits on an mbarrier, bulk copy or cluster, every shuffle names the full
+    warp, and a branch that skips a ``bar.sync`` tests kernel parameters only (the same in every thread)."""
+    lines = ptx.splitlines()
+    labels = {match[1]: number for number, line in enumerate(lines) if (match := re.match(r"(\$L\w+):", line))}
+    from_parameters = {match[1] for line in lines if (match := re.search(r"ld\.param\.\w+\s+(%\w+),", line))}
+    setp_of = {match[1]: match[2] for line in lines
+               if (match := re.search(r"setp\.\w+\.\w+\s+(%p\d+),\s*([^;]*);", line))}
+    barriers = [number for number, line in enumerate(lines) if re.search(r"\bbar(rier)?\.", line)]
+    found = [] if f".reqntid {threads}, 1, 1" in ptx else [f"no .reqntid {threads}, 1, 1"]
+    found += [f"line {number + 1}: {line.strip()}" for number, line in enumerate(lines)
+              if re.search(r"mbarrier|cp\.async|cluster|bar\.sync\s+\d+\s*,|shfl\.sync\.\w+\.b32[^;]*,\s*(?!-1;)\S+;",
+                           line)]
+    for number, line in enumerate(lines):
+        branch = re.search(r"(?:@!?(%p\d+)\s+)?bra(?:\.uni)?\s+(\$L\w+);", line)
+        if not branch:
+            continue
+        target = labels[branch[2]]
+        if target <= number:
+            found.append(f"line {number + 1}: {line.strip()} goes back to line {target + 1} (a loop)")
+        elif any(number < barrier < target for barrier in barriers):
+            operands = re.findall(r"%\w+", setp_of.get(branch[1], "%unknown"))
+            if branch[1] is None or not operands or not set(operands) <= from_parameters:
+                found.append(f"line {number + 1}: {line.strip()} skips a bar.sync on a value that may differ "
+                             f"between threads ({setp_of.get(branch[1], 'unconditional')})")
+    return found
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("plan", cute_kernel.reachable_plans(), ids=lambda plan: "-".join(
+    map(str, dataclasses.astuple(plan))))
+def test_every_sm90_plan_is_loop_free_with_barriers_every_thread_reaches(plan, tmp_path):
+    ptx = cute_kernel.compiled(plan, "sm_90a", f"--keep-ptx --dump-dir {tmp_path}").artifacts.PTX
+    assert ptx_hang_sources(ptx, plan.threads) == [], plan
+
+
+@pytest.mark.cpu
+@pytest.mark.parametrize("flaw, ptx", [
+    ("a loop", ".reqntid 32, 1, 1\n$L__BB0_1:\n\tadd.s32 %r1, %r1, 1;\n\tbra.uni $L__BB0_1;\n"),
+    ("a barrier behind the thread index",
+     ".reqntid 32, 1, 1\n\tmov.u32 %r2, %tid.x;\n\tsetp.ne.b32 %p1, %r2, 0;\n\t@%p1 bra $L__BB0_2;\n"
+     "\tbar.sync 0;\n$L__BB0_2:\n\tret;\n"),
+    ("an mbarrier wait", ".reqntid 32, 1, 1\n\tmbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], %r2;\n"),
+    ("a partial-warp shuffle", ".reqntid 32, 1, 1\n\tshfl.sync.bfly.b32 %r3, %r2, 1, 31, 65535;\n"),
+    ("another block size", ".reqntid 64, 1, 1\n\tret;\n"),
+])
+def test_the_hang_checker_names_each_flaw(flaw, ptx):
+    assert ptx_hang_sources(ptx, 32), flaw
