@@ -149,6 +149,9 @@ def test_with_neither_a_namespace_nor_a_separate_uid_an_impl_is_refused(monkeypa
     catalog's own kernels still get a host, unprotected."""
     monkeypatch.setattr(impl_executor, "PROTECTIONS", {"cpu": ("uid",)})
     monkeypatch.setattr(impl_executor, "HOST_USER", "no-such-user-of-kparity")
+    # the hosts an earlier test of this process left (live, or spare) were started with a user to run as
+    monkeypatch.setattr(worker, "_HOSTS", {})
+    monkeypatch.setattr(worker, "_SPARE", {})
     with pytest.raises(UsageError, match="refused.*no unprivileged user to run the host as"):
         worker.implementation_host(CORRECT, "cpu", call_limit_s=60)
     host = worker.implementation_host(None, "cpu", call_limit_s=60)

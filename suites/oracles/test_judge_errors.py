@@ -86,6 +86,21 @@ def test_the_implementation_out_of_memory_exits_3_and_concludes_nothing(capsys, 
     assert "reproduce: " in err and "FAILED" not in out and not report.exists()
 
 
+def test_a_host_that_ends_out_of_memory_exits_3_and_concludes_nothing(capsys, tmp_path):
+    """A host process that ends with CUDA's out-of-memory words (its context could not be made beside other
+    processes) is the machine's, not the kernel's crash; the control is wild_store_on_small_batches, whose crash
+    stays its finding (suites/faults/test_isolation.py)."""
+    report = tmp_path / "report.json"
+    code = certify_cells.main(["--op", "greedy_argmax", "--cell", CELL, "--device", "cpu", "--max-examples", "0",
+                               "--no-shrink", "--impl", f"{FAULTY}:dies_out_of_memory_on_small_batches",
+                               "--report", str(report)])
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    assert "internal error: the implementation's process ended" in err and ", out of memory: RuntimeError" in err, err
+    assert "nothing is concluded about the implementation" in err, err
+    assert "FAILED" not in out and not report.exists()
+
+
 def test_the_stock_op_out_of_memory_exits_3_and_writes_no_certificate(monkeypatch, capsys, tmp_path):
     """The judge's stock op out of memory is no limit of the stock op's (which would narrow a band op's band):
     a certifying run ends as an internal error, writing nothing."""

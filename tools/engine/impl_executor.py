@@ -501,7 +501,11 @@ class ImplementationHost:
         return HostFault(kind, f"the implementation's process {words} while the {self.oracle} oracle ran"
                          + (f" on {self.recipe}" if self.recipe else ""), status, last_words(pathlib.Path(self.log.name)))
 
-    def _failure(self, fault: HostFault) -> OracleFailure:
+    def _failure(self, fault: HostFault) -> OracleFailure | JudgeError:
+        """A host that ended or hung is the implementation's finding; one that ended with running out of
+        memory as its last words (its CUDA context, or the call, beside other processes) is the machine's."""
+        if fault.kind != "hang" and out_of_memory("\n".join(fault.log_tail)):
+            return JudgeError(f"{fault}, out of memory: {fault.log_tail[-1]}", self.oracle, self.recipe)
         return OracleFailure(self.oracle, str(fault))
 
     def _raised(self, facts: dict) -> Exception:
