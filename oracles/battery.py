@@ -441,9 +441,17 @@ class _Called:
         except (OracleFailure, JudgeError):
             raise
         except Exception as error:  # noqa: BLE001 - whatever it raises is the implementation's
-            if out_of_memory(error):   # but memory running out, the machine's (a hosted call says so itself)
-                raise self.battery._internal("the implementation's call (out of memory)", error) from error
-            raise Raised(error) from error
+            raise self._raised(error) from error
+
+    def _raised(self, error: Exception) -> Raised:
+        """What the implementation raised (in this process, or rebuilt from its host's), as the oracles take
+        it; running out of memory is the machine's, not the implementation's: raised as the judge's."""
+        if out_of_memory(error):
+            found = JudgeError(f"the implementation's call ran out of memory ({type(error).__name__}: {error})",
+                               self.battery.oracle, self.battery.recipe)
+            found.__cause__ = error
+            raise found
+        return Raised(error)
 
     def __call__(self, *args, **kwargs):
         returned = self._raising(self.fn, *args, **kwargs)
@@ -472,8 +480,8 @@ class _Called:
                     results.append(stopped)
                     break
             return results
-        return [Raised(result) if isinstance(result, Exception) and not isinstance(result, (OracleFailure, JudgeError))
-                else result for result in self._raising(offered, calls)]
+        return [self._raised(result)
+                if isinstance(result, Exception) and not isinstance(result, (OracleFailure, JudgeError)) else result for result in self._raising(offered, calls)]
 
     def __getattr__(self, name: str):
         if name not in self.HOSTED:

@@ -54,3 +54,9 @@ def out_of_memory(error: BaseException | str) -> bool:
         return any(words in error.lower() for words in _OUT_OF_MEMORY_WORDS)
     return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or \
         (isinstance(error, RuntimeError) and out_of_memory(str(error)))
+
+
+def out_of_memory_line(lines: list[str]) -> str | None:
+    """The line of a process's last ones that says memory ran out (after a CUDA error come lines of advice
+    about device-side assertions), or None."""
+    return next((line for line in lines if out_of_memory(line)), None)

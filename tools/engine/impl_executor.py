@@ -57,7 +57,7 @@ from oracles.aliasing import aliasing
 from oracles.allocations import margins_intact, pooled_bytes
 from oracles.bitwise import bit_pattern
 from oracles.failures import OracleFailure
-from oracles.judge_errors import JudgeError, judge_error, out_of_memory
+from oracles.judge_errors import JudgeError, judge_error, out_of_memory_line
 from oracles.tensors import storage_bytes
 from tools.engine.activity import Activity
 
@@ -450,7 +450,7 @@ class ImplementationHost:
             self.fault = fault
             raise self._failure(fault) from None
         if reply[0] == "raised":
-            raise self._raised(reply[1])
+            raise _exception(reply[1])
         if reply[0] == "failed":  # the host's own code, after the implementation returned: the judge's defect
             raise JudgeError(f"the implementation host's own code raised {reply[1]['type']}: {reply[1]['message']}",
                              self.oracle, self.recipe)
@@ -504,18 +504,10 @@ class ImplementationHost:
     def _failure(self, fault: HostFault) -> OracleFailure | JudgeError:
         """A host that ended or hung is the implementation's finding; one that ended with running out of
         memory as its last words (its CUDA context, or the call, beside other processes) is the machine's."""
-        if fault.kind != "hang" and out_of_memory("\n".join(fault.log_tail)):
-            return JudgeError(f"{fault}, out of memory: {fault.log_tail[-1]}", self.oracle, self.recipe)
+        words = out_of_memory_line(fault.log_tail) if fault.kind != "hang" else None
+        if words:
+            return JudgeError(f"{fault}, out of memory: {words}", self.oracle, self.recipe)
         return OracleFailure(self.oracle, str(fault))
-
-    def _raised(self, facts: dict) -> Exception:
-        """The exception the implementation raised, as one of the judge's classes; running out of memory is
-        the machine's, not the implementation's: raised here as the judge's (``oracles/judge_errors.py``)."""
-        error = _exception(facts)
-        if out_of_memory(error):
-            raise JudgeError(f"the implementation's call ran out of memory ({type(error).__name__}: {error})",
-                             self.oracle, self.recipe)
-        return error
 
     # -- outputs ---------------------------------------------------------------------------------------
     def _outputs(self, sent: dict, poisoned: bool) -> tuple[tuple, list[str]]:
@@ -586,8 +578,8 @@ class ImplementationHost:
             raise OracleFailure(self.oracle, f"the implementation's process answered {kinds} to {len(calls)} calls")
         self._host_buffers.update(shares)
         with self._judge_side("reading the outputs"):
-            return [self._outputs(reply[1], poison is not None) if reply[0] == "returned"
-                    else self._raised(reply[1]) for reply in replies]
+            return [self._outputs(reply[1], poison is not None) if reply[0] == "returned" else _exception(reply[1])
+                    for reply in replies]
 
     @contextlib.contextmanager
     def _judge_side(self, what: str):

@@ -39,7 +39,7 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Callable
 
-from oracles.judge_errors import JudgeError, out_of_memory
+from oracles.judge_errors import JudgeError, out_of_memory, out_of_memory_line
 from tools.engine import activity
 from tools.engine.worker import NO_ORACLE, CellTask
 from tools.engine.process_end import exit_in_words, last_words
@@ -410,7 +410,7 @@ def _why_not_started(worker: _Worker) -> str:
     """The line of a worker's last ones that says why it did not start: the one saying memory ran out (a
     CUDA error's last line is advice about device-side assertions), else its last."""
     lines = last_words(worker.log) or ["no output"]
-    return next((line for line in lines if out_of_memory(line)), lines[-1])
+    return out_of_memory_line(lines) or lines[-1]
 
 
 def _timed_out(worker: _Worker, cell_timeout: float, sanitizer: tuple | None) -> CellResult:
