@@ -71,34 +71,35 @@ def test_an_injected_comparison_error_exits_3_and_writes_nothing(monkeypatch, ca
     assert "FAILED" not in err
 
 
+def _faulty_run_ending_internally(kernel: str, capsys, tmp_path) -> tuple[str, str]:
+    """A run of ``suites/faults/faulty_kernels.py``'s ``kernel`` on greedy_argmax's small-batch cell that must
+    end as an internal error: exit 3, no finding, no report; what it printed (stdout, stderr)."""
+    report = tmp_path / "report.json"
+    code = certify_cells.main(["--op", "greedy_argmax", "--cell", CELL, "--device", "cpu", "--max-examples", "0",
+                               "--no-shrink", "--impl", f"{FAULTY}:{kernel}", "--report", str(report)])
+    out, err = capsys.readouterr()
+    assert code == 3, out + err
+    assert "FAILED" not in out and not report.exists(), out + err
+    return out, err
+
+
 def test_the_implementation_out_of_memory_exits_3_and_concludes_nothing(capsys, tmp_path):
     """The implementation's call running out of memory (other processes held the GPU) is a fact about the
     machine: exit 3, "internal error" saying so with the memory as it is now, no finding and no report."""
-    report = tmp_path / "report.json"
-    code = certify_cells.main(["--op", "greedy_argmax", "--cell", CELL, "--device", "cpu", "--max-examples", "0",
-                               "--no-shrink", "--impl", f"{FAULTY}:out_of_memory_on_small_batches",
-                               "--report", str(report)])
-    out, err = capsys.readouterr()
-    assert code == 3, out + err
+    out, err = _faulty_run_ending_internally("out_of_memory_on_small_batches", capsys, tmp_path)
     assert "internal error: the implementation's call ran out of memory (OutOfMemoryError: CUDA out of memory." \
         in err, err
     assert "; now the machine has " in err and "nothing is concluded about the implementation" in err, err
-    assert "reproduce: " in err and "FAILED" not in out and not report.exists()
+    assert "reproduce: " in err
 
 
 def test_a_host_that_ends_out_of_memory_exits_3_and_concludes_nothing(capsys, tmp_path):
     """A host process that ends with CUDA's out-of-memory words (its context could not be made beside other
     processes) is the machine's, not the kernel's crash; the control is wild_store_on_small_batches, whose crash
     stays its finding (suites/faults/test_isolation.py)."""
-    report = tmp_path / "report.json"
-    code = certify_cells.main(["--op", "greedy_argmax", "--cell", CELL, "--device", "cpu", "--max-examples", "0",
-                               "--no-shrink", "--impl", f"{FAULTY}:dies_out_of_memory_on_small_batches",
-                               "--report", str(report)])
-    out, err = capsys.readouterr()
-    assert code == 3, out + err
+    _, err = _faulty_run_ending_internally("dies_out_of_memory_on_small_batches", capsys, tmp_path)
     assert "internal error: the implementation's process ended" in err and ", out of memory: RuntimeError" in err, err
     assert "nothing is concluded about the implementation" in err, err
-    assert "FAILED" not in out and not report.exists()
 
 
 def test_the_stock_op_out_of_memory_exits_3_and_writes_no_certificate(monkeypatch, capsys, tmp_path):
