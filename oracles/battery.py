@@ -606,10 +606,11 @@ def _size_ladder(lo: int, hi: int) -> list[int]:
 
 def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, seed: int = 0,
              shrink: bool = True, strategy, progress: Callable[[str], None] | None = None,
-             watch: Watch | None = None, graph_parity_skipped: str | None = None,
-             oracles: Iterable[str] = ORACLES) -> CellResult:
+             note: Callable[[str], None] | None = None, watch: Watch | None = None,
+             graph_parity_skipped: str | None = None, oracles: Iterable[str] = ORACLES) -> CellResult:
     """Run the battery over one cell: corners, then ``max_examples`` Hypothesis draws, judging the
-    ``oracles`` asked (default: all; fewer make a partial run, whose status is at best "passed")."""
+    ``oracles`` asked (default: all; fewer make a partial run, whose status is at best "passed").
+    ``progress`` hears of each example judged, ``note`` of anything else worth a line (a shrink begun)."""
     battery = Battery(entry, impl, device, strategy, watch, graph_parity_skipped, cell)
     result = CellResult(entry.name, cell.id, CERTIFIED)
     asked = set(oracles)
@@ -666,6 +667,8 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
     if max_examples > 0 and live:
         explore(lambda recipe: check(recipe, corner=False), [hypothesis.Phase.generate])
     for oracle in [o for o in live if o in result.failures] if shrink else []:
+        if note:
+            note(f"{entry.name}/{cell.id}: {oracle} failed after {result.examples} examples; shrinking it")
         if oracle in from_corner:
             result.failures[oracle] = _shrink_corner(battery, cell, oracle, result.failures[oracle])
             continue

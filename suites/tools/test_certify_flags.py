@@ -190,3 +190,39 @@ def test_workers_sharing_the_cores_get_their_share_of_threads(monkeypatch):
     assert thread_share(3) == {"OMP_NUM_THREADS": "5"}
     monkeypatch.setenv("OMP_NUM_THREADS", "7")
     assert thread_share(3) == {} and cpu_slots(2)[0].env == {}
+
+
+def test_a_log_shows_each_new_kind_of_note_and_the_rest_once_a_minute():
+    """Where stderr is a log, not a terminal: a cell that runs for minutes must show whether it draws,
+    shrinks or waits (the H200 run that OOM'd a paged cell and re-ran it alone said nothing for 7 minutes)."""
+    import io
+
+    from tools.engine.certify import LoggedProgress
+
+    now, log = [0.0], io.StringIO()
+    logged = LoggedProgress(every_s=60, clock=lambda: now[0], stream=log)
+    for second, worker, line in [(0, "gpu0.0", "op/a: 1/40 examples"), (1, "gpu0.0", "op/a: 2/40 examples"),
+                                 (2, "gpu0.1", "op/b: 1/40 examples"), (30, "gpu0.0", "op/a: 9/40 examples"),
+                                 (31, "gpu0.0", "op/a: parity failed after 9 examples; shrinking it"),
+                                 (63, "gpu0.1", "op/b: 30/40 examples"), (64, "gpu0.0", "op/a: parity failed "
+                                                                                        "after 9 examples; shrinking it")]:
+        now[0] = second
+        logged(worker, line)
+    assert log.getvalue().splitlines() == [
+        "  [gpu0.0] op/a: 1/40 examples", "  [gpu0.1] op/b: 1/40 examples",
+        "  [gpu0.0] op/a: parity failed after 9 examples; shrinking it", "  [gpu0.1] op/b: 30/40 examples"]
+
+
+def test_a_logged_run_says_when_a_cell_starts_shrinking():
+    """The whole path, worker to log, in a process whose stderr is a pipe; negative control: a passing
+    implementation's log has no shrink line."""
+    impl = "suites.sampling.greedy_argmax_impls"
+    command = [sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu", "--cell", CELL,
+               "--max-examples", "2"]
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    wrong = subprocess.run([*command, "--impl", f"{impl}:last_index_on_ties"], cwd=REPO, capture_output=True,
+                           text=True, timeout=300, env=environment)
+    right = subprocess.run([*command, "--impl", f"{impl}:correct_via_max"], cwd=REPO, capture_output=True,
+                           text=True, timeout=300, env=environment)
+    assert wrong.returncode == 1 and f"greedy_argmax/{CELL}: parity failed after" in wrong.stderr, wrong.stderr
+    assert right.returncode == 0 and "shrinking" not in right.stderr and f"greedy_argmax/{CELL}: 1/" in right.stderr

@@ -158,8 +158,25 @@ def machine_facts(device) -> dict:
 
 
 def _progress_line(line: str) -> None:
-    """On a terminal, one self-overwriting status line per cell (logs get only the cell results)."""
+    """On a terminal, one self-overwriting status line per cell."""
     print(f"\r  {line}\033[K", end="", file=sys.stderr, flush=True)
+
+
+class LoggedProgress:
+    """Progress for a log (stderr not a terminal): a worker's note is printed as a line when it is a new
+    kind of note (another cell, shrinking, memory) or ``every_s`` after that worker's last printed line, so a
+    cell that runs for minutes shows in a log whether it draws, shrinks or waits, without a line per example."""
+
+    def __init__(self, every_s: float = 60.0, clock=time.monotonic, stream=None):
+        self.every_s, self.clock, self.stream = every_s, clock, stream
+        self.last: dict[str, tuple[str, float]] = {}
+
+    def __call__(self, worker: str, line: str) -> None:
+        kind, now = "".join(c for c in line if not c.isdigit()), self.clock()
+        shown = self.last.get(worker)
+        if shown is None or shown[0] != kind or now - shown[1] >= self.every_s:
+            self.last[worker] = (kind, now)
+            print(f"  [{worker}] {line}" if worker else f"  {line}", file=self.stream or sys.stderr, flush=True)
 
 
 def describe(result, device: str, impl: str | None, seconds: float | None = None, flags: Sequence[str] = (),
@@ -288,17 +305,24 @@ def run_tasks(options: RunOptions, tasks, on_result) -> dict:
 
     if not options.isolate:
         results = {}
+        logged = LoggedProgress()
         for task in tasks:
             started = time.monotonic()
-            results[task.key] = execute(task, progress=_progress_line if sys.stderr.isatty() else None)
+            results[task.key] = execute(task, progress=_progress_line if sys.stderr.isatty()
+                                        else lambda line: logged("", line))
             on_result(results[task.key], time.monotonic() - started)
         return results
     slots = gpu_slots(None if options.gpus == "all" else int(options.gpus or 1), options.workers or 1) \
         if options.device == "cuda" else cpu_slots(options.workers or 1)
 
+    logged = LoggedProgress()
+
     def note(slot, line):
+        label = slot.label if len(slots) > 1 else ""
         if sys.stderr.isatty():
-            _progress_line(f"[{slot.label}] {line}" if len(slots) > 1 else line)
+            _progress_line(f"[{label}] {line}" if label else line)
+        else:
+            logged(label, line)
 
     # a worker that cannot start raises WorkerStartError, an internal error (exit 3): the judge's machine failed
     return run_isolated(tasks, slots, cell_timeout=options.cell_timeout or DEFAULT_CELL_TIMEOUT_S,

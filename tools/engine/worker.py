@@ -212,7 +212,7 @@ def execute(task: CellTask, *, progress=None, watch=None, activity: Activity | N
         else:
             result = run_cell(entry, impl, cell, device, max_examples=task.max_examples, seed=task.seed,
                               strategy=strategy,
-                              shrink=task.shrink, progress=example_finished, watch=watch_both,
+                              shrink=task.shrink, progress=example_finished, note=progress, watch=watch_both,
                               graph_parity_skipped=skipped,
                               oracles=oracles)
     except JudgeError as error:
