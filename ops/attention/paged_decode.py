@@ -288,8 +288,10 @@ def _exp_float64_short(s, m):
     return poly * scale
 
 
+# bounds and index tensors: one compile per plan (lengths: a scalar load; the table: a gather)
 @triton.jit(do_not_specialize=["select_stride_b", "entries", "table_stride_b", "table_stride_m", "pages_per_row",
-                               "seq_lens_stride", "page_size", "num_pages"])
+                               "seq_lens_stride", "page_size", "num_pages"],
+            do_not_specialize_on_alignment=["seq_lens_ptr", "table_ptr"])
 def _resolve_selection(
     select_ptr, select_stride_b, entries,            # sorted selection [B, T]
     table_ptr, table_stride_b, table_stride_m, pages_per_row,
@@ -440,11 +442,14 @@ def _add_p_times_v(acc, p, v, WIDENED: tl.constexpr, OPERAND: tl.constexpr, P_IN
     return acc
 
 
-# Sizes and metadata strides are not specialized (divisible by 16 or not): one compiled kernel per
-# head dim, page size, group's power of two, cache dtype and dense/sparse, whatever the batch, table
-# and pool sizes.
+# Sizes and metadata strides are not specialized (divisible by 16 or not), nor the metadata's alignment
+# (scalar loads and gathers): one compiled kernel per head dim, page size, group's power of two, cache
+# dtype and dense/sparse, whatever the batch, table and pool sizes.  q's and the caches' pointers and
+# strides stay specialized: they set the width of the K, V and q loads.
 @triton.jit(do_not_specialize=["num_pages", "kv_heads", "group", "pages_per_row", "table_stride_b",
-                               "table_stride_m", "seq_lens_stride", "entries", "splits"])
+                               "table_stride_m", "seq_lens_stride", "entries", "splits"],
+            do_not_specialize_on_alignment=["table_ptr", "seq_lens_ptr", "selected_pages_ptr",
+                                            "selected_live_slots_ptr"])
 def _decode_splits(
     # query [B, Hq, D]
     q_ptr, q_stride_b, q_stride_h, q_stride_d,
@@ -527,8 +532,11 @@ def _decode_splits(
     tl.store(part_acc_ptr + part[:, None] * D + offs_d[None, :], acc, mask=written[:, None])
 
 
+# bounds and index tensors: one compile per plan (lengths: a scalar load; lse: a group's few values at
+# an offset of unknown alignment)
 @triton.jit(do_not_specialize=["splits", "kv_heads", "group", "seq_lens_stride", "pages_per_row", "page_size",
-                               "entries"])
+                               "entries", "lse_stride_b"],
+            do_not_specialize_on_alignment=["seq_lens_ptr"])
 def _merge_splits(
     part_m_ptr, part_l_ptr, part_acc_ptr, splits, kv_heads, group,
     seq_lens_ptr, seq_lens_stride, pages_per_row, page_size, entries,

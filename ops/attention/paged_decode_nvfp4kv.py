@@ -143,10 +143,13 @@ def _split_in_bf16(k, k_unit):
     return k_hi, k_mid, (rest - k_mid.to(tl.float32)).to(tl.bfloat16, fp_downcast_rounding="rtne")
 
 
-# Sizes and metadata strides are not specialized: one compiled kernel per head dim, page size, group's
-# power of two and dense/sparse, whatever the batch, table and pool sizes.
+# Sizes and metadata strides are not specialized, nor the metadata's alignment (scalar loads and
+# gathers): one compiled kernel per head dim, page size, group's power of two and dense/sparse, whatever
+# the batch, table and pool sizes.  q's and the caches' pointers and strides stay specialized.
 @triton.jit(do_not_specialize=["num_pages", "kv_heads", "group", "pages_per_row", "table_stride_b",
-                               "table_stride_m", "seq_lens_stride", "entries", "splits"])
+                               "table_stride_m", "seq_lens_stride", "entries", "splits"],
+            do_not_specialize_on_alignment=["table_ptr", "seq_lens_ptr", "selected_pages_ptr",
+                                            "selected_live_slots_ptr"])
 def _decode_splits_nvfp4(
     q_ptr, q_stride_b, q_stride_h, q_stride_d,                                    # [B, Hq, D]
     kc_ptr, kc_stride_p, kc_stride_s, kc_stride_h, kc_stride_d,                   # K codes [P, S, Hkv, D/2]

@@ -63,8 +63,10 @@ def launch_plan(entries: int, elements: int, element_size: int, tile_bytes: int 
 # Sizes and metadata strides change from call to call and gain nothing from specialization (each
 # distinct specialization is a compile).  The plane's and saved's strides and the slot's element count
 # stay specialized: their divisibility by 16 is what lets the slot copies (and their masks) vectorize.
+# The metadata's alignment neither (per-entry loads at row, step offsets: no vector to widen).
 @triton.jit(do_not_specialize=["pages", "slots_per_page", "page_table_row_stride", "pages_per_row",
-                               "positions_row_stride", "steps", "entries", "rejected_row_stride", "e1_size"])
+                               "positions_row_stride", "steps", "entries", "rejected_row_stride", "e1_size"],
+            do_not_specialize_on_alignment=["page_table_ptr", "positions_ptr", "rejected_ptr"])
 def _copy_live_slots(
     # the plane [P, S, E0, E1] (any strides; a missing trailing dim has size 1)
     plane_ptr, plane_page_stride, plane_slot_stride, plane_e0_stride, plane_e1_stride, pages, slots_per_page,

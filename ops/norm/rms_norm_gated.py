@@ -111,7 +111,9 @@ def _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stri
     return x, z
 
 
-@triton.jit
+# rows is the persistent loop's bound (bounds and index tensors: one compile per plan); x, z, w and
+# their strides stay specialized: they set the width of the row loads.
+@triton.jit(do_not_specialize=["rows"])
 def _rms_norm_gated_rows(
     # inputs (z is x when there is no gate: never read then)
     x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stride, w_ptr, w_stride,

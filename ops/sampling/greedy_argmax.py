@@ -87,7 +87,9 @@ def bench_variants(logits: torch.Tensor) -> dict:
 
 
 # -- kernels --------------------------------------------------------------------------------------
-@triton.jit
+# splits only places a program's three partials (bounds and index tensors: one compile per plan); the
+# logits' alignment, row stride and vocab stay specialized: they set the width of the hot loads.
+@triton.jit(do_not_specialize=["splits"])
 def _argmax_chunks(
     # input
     logits_ptr, row_stride, vocab, chunk,
@@ -139,7 +141,8 @@ def _argmax_chunks(
         tl.store(part_nan_ptr + slot, first_nan)
 
 
-@triton.jit
+# rows only masks whole rows (bounds and index tensors: one compile per plan)
+@triton.jit(do_not_specialize=["rows"])
 def _argmax_short_rows(
     logits_ptr, row_stride, rows, vocab,
     out_ptr,
@@ -159,6 +162,7 @@ def _argmax_short_rows(
     tl.store(out_ptr + row, tl.where(first_nan != NO_INDEX, first_nan, first_max).to(tl.int64), mask=row < rows)
 
 
+# splits stays specialized: divisible by 16, a row's partials load two to a thread (sm90 PTX)
 @triton.jit
 def _argmax_merge(
     part_value_ptr, part_index_ptr, part_nan_ptr, splits,

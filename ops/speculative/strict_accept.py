@@ -50,8 +50,10 @@ def launch_plan(batch: int, drafts: int, sms: int, programs_per_sm: int = 2, max
 
 
 # -- kernel ---------------------------------------------------------------------------------------
-# B and the row strides change from call to call: specializing on them would only add compiles.
-@triton.jit(do_not_specialize=["draft_row_stride", "target_row_stride", "batch"])
+# B, the draft count, the row strides and the inputs' alignment change from call to call: specializing on
+# them would only add compiles (bounds and index tensors: one compile per plan; a row is at most 33 tokens).
+@triton.jit(do_not_specialize=["draft_row_stride", "target_row_stride", "num_drafts_stride", "batch", "drafts"],
+            do_not_specialize_on_alignment=["draft_ptr", "target_ptr", "num_drafts_ptr"])
 def _strict_accept(
     # inputs (any strides)
     draft_ptr, draft_row_stride, draft_column_stride,

@@ -68,7 +68,10 @@ def launch_plan(dk: int, dv: int, interpreted: bool) -> LaunchPlan:
     # elements a thread at 2 warps, so the L2-norm sums ran in another order than verify's (H200,
     # 2026-11-29: 4138 of 16384 fp32 state elements apart after 3 tokens). Never specialised, the
     # loop's q, k pointers have no known alignment whoever calls: one layout, one summation order.
-    do_not_specialize=["q_stride_t", "k_stride_t", "v_stride_t", "g_stride_t", "g_stride_h", "beta_stride_t",
+    # The row strides neither (bounds and index tensors: one compile per plan): they only move the
+    # loop-carried pointers, whose alignment the token strides already leave unknown.
+    do_not_specialize=["q_stride_b", "q_stride_t", "k_stride_b", "k_stride_t", "v_stride_b", "v_stride_t",
+                       "g_stride_b", "g_stride_t", "g_stride_h", "beta_stride_b", "beta_stride_t",
                        "beta_stride_h", "count_stride", "count_given", "tokens", "num_slots", "slots_stride",
                        "write_padding"],
     do_not_specialize_on_alignment=["g_ptr", "beta_ptr", "count_ptr", "slots_ptr"],

@@ -19,8 +19,13 @@ contract in fp32 with the token reduction in each order a decode kernel uses: on
 (max, sum, acc) state over blocks of 64 tokens, a tree of block states, and split-KV into 2..8 splits
 merged by the standard (max, lse) merge of their normalized fp32 outputs; and with the scores' own
 reduction over D split-K, as tensor-core kernels accumulate it: 2..8 pieces, or pieces of 16 (an MMA's
-k-step), each an fp32 dot, added in order.  lse ~ max s carries the scores' error, so the reduction over
-D is as much a kernel's choice as the one over tokens.
+k-step), each an fp32 dot, added in order; and the scores as a Hopper tensor core computes them
+(``tensor_core_k16``: block FMAs of 16 products, truncated and rounded toward zero,
+``references/tensor_core.py``), the cache's raw elements against q and ``sm_scale * kv_scale`` applied to
+the dot once, as tensor-core decode kernels (this one, FlashInfer's ``k_scale``) apply it.  lse ~ max s
+carries the scores' error, so the reduction over D, and the arithmetic of its adds, are as much a kernel's
+choice as the reduction over tokens.  Only the scores are taken on the tensor core's arithmetic: o is
+bf16, 2^16 times coarser than the fp32 truncations of ``p @ v``.
 
 The truth is computed in float64 over exactly the attended tokens (gathered, never masked, so NaN
 garbage cannot reach it); the reference is that truth rounded once to the contract's output dtypes.
@@ -69,6 +74,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from oracles.band import BandLimit
 from references import orders
+from references.tensor_core import tensor_core_dot
 from references.validation import (Refusal, refuse, require_dtype, require_ndim, require_number,
                                    require_same_device, require_shape, require_tensor)
 
@@ -181,11 +187,17 @@ def one_dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return torch.einsum("kgd,nkd->kgn", q, k)
 
 
+def element_scores(q, k, kv_scale, sm_scale, dot=one_dot):
+    """The contract read literally: ``sm_scale * dot(q, k_t)`` of the elements ``float(x) * kv_scale``
+    (``k`` the cache's raw elements ``[n, Hkv, D]`` in the working dtype)."""
+    return dot(q, k * kv_scale) * sm_scale
+
+
 def attend_rows(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, dtype, attend,
-                dot=one_dot):
+                scores_of=element_scores):
     """(o, lse) in ``dtype`` over exactly the attended tokens of each row, gathered (never masked, so NaN
     garbage cannot reach them): ``attend(scores [Hkv, G, n], v [n, Hkv, D]) -> (o [Hkv, G, D], lse [Hkv, G])``,
-    the scores ``sm_scale * dot(q, k)``."""
+    the scores ``scores_of(q [Hkv, G, D], k [n, Hkv, D], kv_scale, sm_scale)`` of the raw cache elements."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     group = query_heads // kv_heads
@@ -198,9 +210,9 @@ def attend_rows(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, p
             continue
         physical = page_table[row, token // page_size].long()
         slot = token % page_size
-        k = k_cache[physical, slot].to(dtype) * kv_scale                    # [n, Hkv, D]
+        k = k_cache[physical, slot].to(dtype)                                # [n, Hkv, D]
         v = v_cache[physical, slot].to(dtype) * kv_scale
-        scores = dot(q[row].to(dtype).view(kv_heads, group, head_dim), k) * sm_scale
+        scores = scores_of(q[row].to(dtype).view(kv_heads, group, head_dim), k, kv_scale, sm_scale)
         row_o, row_lse = attend(scores, v)
         o[row], lse[row] = row_o.reshape(query_heads, head_dim), row_lse.reshape(query_heads)
     return o, lse
@@ -279,31 +291,56 @@ def split_dot(q: torch.Tensor, k: torch.Tensor, chunks: int | None) -> torch.Ten
     return total
 
 
+# float64 elements of one block FMA's broadcast terms [Hkv, G, tokens, 16] at a time: a 131072-token row
+# with 16 query heads per KV head would otherwise take gigabytes a temporary
+TENSOR_CORE_TERMS = 2**24
+
+
+def tensor_core_scores(q, k, kv_scale, sm_scale):
+    """The scores as a Hopper tensor-core decode kernel makes them: ``q . k`` of the raw elements by block
+    FMAs of 16 (``references/tensor_core.py``; bf16 q and bf16 or e4m3 elements are all bf16 numbers), then
+    one fp32 multiplication by ``sm_scale * kv_scale``.  Tokens are independent dots, taken in slices."""
+    kv_heads, group, _ = q.shape
+    scale = torch.tensor(sm_scale * kv_scale, dtype=torch.float32, device=q.device)
+    keys = k.permute(1, 0, 2)[:, None, :, :]                                 # [Hkv, 1, n, D]
+    tokens = max(1, TENSOR_CORE_TERMS // (kv_heads * group * MMA_K))
+    dots = [tensor_core_dot(q[:, :, None, :], keys[:, :, first:first + tokens])
+            for first in range(0, keys.shape[2], tokens)]
+    return torch.cat(dots, dim=-1) * scale
+
+
 TOKEN_ORDERS = ("one_pass", "online_blocks", "tree_blocks", *(f"split_kv_{c}" for c in orders.SPLITS))
 # the scores' reduction over D, split-K (c pieces, or MMA_K-wide pieces), under the running block state
 SCORE_ORDERS = (*(f"split_d_{c}" for c in orders.SPLITS), f"split_d_by_{MMA_K}")
 ATTENTION_ORDERS = TOKEN_ORDERS + SCORE_ORDERS
+# the scores on a tensor core's arithmetic: for this contract's 16-bit caches, not the NVFP4-KV contract's
+# decoded fp32 ones
+TENSOR_CORE_ORDER = f"tensor_core_k{MMA_K}"
 
 
 def _order_parts(order: str) -> tuple[str, object]:
-    """(the token order, the scores' dot) a named legitimate order stands for."""
+    """(the token order, the scores) a named legitimate order stands for."""
     if order in TOKEN_ORDERS:
-        return order, one_dot
+        return order, element_scores
+    if order == TENSOR_CORE_ORDER:
+        return "online_blocks", tensor_core_scores
     if order == f"split_d_by_{MMA_K}":
-        return "online_blocks", functools.partial(split_dot, chunks=None)
-    if order.startswith("split_d_") and order in SCORE_ORDERS:
-        return "online_blocks", functools.partial(split_dot, chunks=int(order.removeprefix("split_d_")))
-    raise ValueError(f"order: {order!r} is none of {ATTENTION_ORDERS}")
+        return "online_blocks", functools.partial(element_scores, dot=functools.partial(split_dot, chunks=None))
+    if order in SCORE_ORDERS:
+        chunks = int(order.removeprefix("split_d_"))
+        return "online_blocks", functools.partial(element_scores, dot=functools.partial(split_dot, chunks=chunks))
+    raise ValueError(f"order: {order!r} is none of {(*ATTENTION_ORDERS, TENSOR_CORE_ORDER)}")
 
 
 def attention_in_order(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, order: str):
     """The contract in fp32 in ``order`` (``ATTENTION_ORDERS``): the scores ``sm_scale * (q . k)`` by an fp32
     matmul with the token reduction in one pass, one running state over blocks of ``BLOCK_TOKENS``, a tree
     of block states, or split-KV into 2..8 contiguous splits merged by (max, lse); or the scores' dot split-K
-    over D (``split_dot``) under the running block state.  Arguments already validated."""
-    token_order, dot = _order_parts(order)
+    over D (``split_dot``), or on a tensor core's arithmetic (``TENSOR_CORE_ORDER``), under the running block
+    state.  Arguments already validated."""
+    token_order, scores_of = _order_parts(order)
     o, lse = attend_rows(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, torch.float32,
-                         functools.partial(_attend, order=token_order), dot)
+                         functools.partial(_attend, order=token_order), scores_of)
     return o.to(torch.bfloat16), lse
 
 
@@ -314,7 +351,8 @@ def paged_decode_in_order(q, k_cache, v_cache, page_table, seq_lens, sm_scale, k
                               page_select, order)
 
 
-LEGITIMATE_ORDERS = {order: functools.partial(paged_decode_in_order, order=order) for order in ATTENTION_ORDERS}
+LEGITIMATE_ORDERS = {order: functools.partial(paged_decode_in_order, order=order)
+                     for order in (*ATTENTION_ORDERS, TENSOR_CORE_ORDER)}
 # lse ~ max s for a peaked row, so it carries the scores' own fp32 error: on large-score rows (terms of one
 # sign, D = 256, e4m3 cache, kv_scale 0.0173, lse ~ 300) an fp32 dot over D is off by the rounding of its
 # partial sums, up to sqrt(D) of them: the stock op measured 9.67 ULP on the H200 (cuBLAS) and 9.89 on the
