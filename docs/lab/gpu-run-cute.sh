@@ -4,6 +4,7 @@
 #   docs/lab/gpu-run-cute.sh triton [EXAMPLES]   call 1: certify the Triton kernel on sm90, bench it
 #   docs/lab/gpu-run-cute.sh cute [EXAMPLES]     call 2: install the carried DSL and quack, certify the CuTe
 #                                             kernel, judge quack's RMSNorm on plain_rms_norm, bench both
+# The carried parts are in WHEELS_FROM (default /tmp/cutlass-parts: docs/ops/rms_norm_gated.md, "Carrying").
 # EXAMPLES: Hypothesis draws per cell besides its corners (default 30); quack gets a third of them (each
 # new H costs it a compile). Each step has a time limit so that a call ends inside the device tool's 10
 # minutes with its certificate, log and bench table in $OUT (else /tmp/cute-run).
@@ -26,7 +27,7 @@ quack() {  # judge quack's RMSNorm through the adapter's entry point $1 on the o
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   if [ "$stage" = cute ]; then
-    exports="$(python3 tools/install-wheels --target /tmp/cutlass-dsl)" || exit 1
+    exports="$(python3 tools/install-wheels --from "${WHEELS_FROM:-/tmp/cutlass-parts}" --target /tmp/cutlass-dsl)" || exit 1
     eval "$exports"
     python3 -c "import cutlass, quack; print('nvidia-cutlass-dsl', cutlass.__version__, '| quack-kernels', quack.__version__)"
     # each step announced, a stack dump if one hangs: whether the host or the kernel would stall certify

@@ -128,6 +128,9 @@ class RmsNormGated:
         tidx, _, _ = cute.arch.thread_idx()
         row, _, _ = cute.arch.block_idx()
         threads = self.threads
+        # by arithmetic: the DSL's warp_idx() is a full-warp shuffle, which lane 0 alone (below) would wait
+        # at forever once a CTA has two warps (issue 28)
+        warp, lane = tidx // WARP_SIZE, tidx % WARP_SIZE
         chunks = (width + CHUNK - 1) // CHUNK
         gated = const_expr(self.gate != "none")
         if const_expr(self.vector == CHUNK):
@@ -180,12 +183,12 @@ class RmsNormGated:
             for k in cutlass.range_constexpr(CHUNKS_PER_THREAD):
                 total = total + tXrSum[k]
             total = cute.arch.warp_reduction(total, lambda a, b: a + b)
-            if cute.arch.lane_idx() == 0:
-                sPartial[cute.arch.warp_idx()] = total
+            if lane == 0:
+                sPartial[warp] = total
             cute.arch.barrier()
             total = sPartial[0]
-            for warp in cutlass.range_constexpr(1, self.warps):
-                total = total + sPartial[warp]
+            for other_warp in cutlass.range_constexpr(1, self.warps):
+                total = total + sPartial[other_warp]
             rstd = 1.0 / cute.math.sqrt(total / width.to(Float32) + eps)
             for k in cutlass.range_constexpr(CHUNKS_PER_THREAD):
                 tXrRstd[k] = rstd
@@ -229,12 +232,12 @@ class RmsNormGated:
             largest = cute.arch.warp_reduction(largest, lambda a, b: cutlass.max(a, b))
             sLargest = cute.recast_tensor(sPartial, Int32)
             cute.arch.barrier()  # the whole-row sum's readers are done with the shared slots
-            if cute.arch.lane_idx() == 0:
-                sLargest[cute.arch.warp_idx()] = largest
+            if lane == 0:
+                sLargest[warp] = largest
             cute.arch.barrier()
             if tidx == 0:
-                for warp in cutlass.range_constexpr(1, self.warps):
-                    largest = cutlass.max(largest, sLargest[warp])
+                for other_warp in cutlass.range_constexpr(1, self.warps):
+                    largest = cutlass.max(largest, sLargest[other_warp])
                 cute.arch.atomic_max(amax_bits_ptr, largest)
 
     @cute.jit

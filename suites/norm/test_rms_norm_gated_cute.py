@@ -48,15 +48,18 @@ def test_launch_plan_sends_what_it_cannot_hold_to_the_triton_kernel(width, group
 # -- what the compiled code can wait on: issue 28 (the H200 runs that never returned) ------------
 def ptx_hang_sources(ptx: str, threads: int) -> list[str]:
     """Why a CTA of this PTX might never end, one line each; none when every thread runs a bounded path and
-    reaches every ``bar.sync`` the others wait at: the block size is the launch's (``.reqntid``), no branch
+    reaches every collective the others wait at: the block size is the launch's (``.reqntid``), no branch
     goes backward (no loop), nothing waits on an mbarrier, bulk copy or cluster, every shuffle names the full
-    warp, and a branch that skips a ``bar.sync`` tests kernel parameters only (the same in every thread)."""
+    warp, and a branch that skips a collective — ``bar.sync``, or a full-warp ``shfl.sync``/``vote.sync``
+    whose other lanes wait for it — tests kernel parameters only (the same in every thread).  The last is
+    the H200's hang: the DSL's ``warp_idx()`` is a shuffle, and lane 0 alone ran it."""
     lines = ptx.splitlines()
     labels = {match[1]: number for number, line in enumerate(lines) if (match := re.match(r"(\$L\w+):", line))}
     from_parameters = {match[1] for line in lines if (match := re.search(r"ld\.param\.\w+\s+(%\w+),", line))}
     setp_of = {match[1]: match[2] for line in lines
                if (match := re.search(r"setp\.\w+\.\w+\s+(%p\d+),\s*([^;]*);", line))}
-    barriers = [number for number, line in enumerate(lines) if re.search(r"\bbar(rier)?\.", line)]
+    collectives = [number for number, line in enumerate(lines)
+                   if re.search(r"\bbar(rier)?\.|\b(shfl|vote|match|redux)\.sync\b", line)]
     found = [] if f".reqntid {threads}, 1, 1" in ptx else [f"no .reqntid {threads}, 1, 1"]
     found += [f"line {number + 1}: {line.strip()}" for number, line in enumerate(lines)
               if re.search(r"mbarrier|cp\.async|cluster|bar\.sync\s+\d+\s*,|shfl\.sync\.\w+\.b32[^;]*,\s*(?!-1;)\S+;",
@@ -68,10 +71,10 @@ def ptx_hang_sources(ptx: str, threads: int) -> list[str]:
         target = labels[branch[2]]
         if target <= number:
             found.append(f"line {number + 1}: {line.strip()} goes back to line {target + 1} (a loop)")
-        elif any(number < barrier < target for barrier in barriers):
+        elif skipped := [lines[c].split()[0] for c in collectives if number < c < target]:
             operands = re.findall(r"%\w+", setp_of.get(branch[1], "%unknown"))
             if branch[1] is None or not operands or not set(operands) <= from_parameters:
-                found.append(f"line {number + 1}: {line.strip()} skips a bar.sync on a value that may differ "
+                found.append(f"line {number + 1}: {line.strip()} skips a {skipped[0]} on a value that may differ "
                              f"between threads ({setp_of.get(branch[1], 'unconditional')})")
     return found
 
@@ -92,6 +95,10 @@ def test_every_sm90_plan_is_loop_free_with_barriers_every_thread_reaches(plan, t
      "\tbar.sync 0;\n$L__BB0_2:\n\tret;\n"),
     ("an mbarrier wait", ".reqntid 32, 1, 1\n\tmbarrier.try_wait.parity.shared::cta.b64 %p1, [%r1], %r2;\n"),
     ("a partial-warp shuffle", ".reqntid 32, 1, 1\n\tshfl.sync.bfly.b32 %r3, %r2, 1, 31, 65535;\n"),
+    # the H200's hang (issue 28): warp_idx()'s full-warp shuffle inside `if lane == 0`
+    ("a full-warp shuffle lane 0 alone reaches",
+     ".reqntid 32, 1, 1\n\tmov.u32 %r2, %laneid;\n\tsetp.ne.b32 %p1, %r2, 0;\n\t@%p1 bra $L__BB0_2;\n"
+     "\tshfl.sync.idx.b32 %r4, %r3, 0, 31, -1;\n$L__BB0_2:\n\tbar.sync 0;\n\tret;\n"),
     ("another block size", ".reqntid 64, 1, 1\n\tret;\n"),
 ])
 def test_the_hang_checker_names_each_flaw(flaw, ptx):
