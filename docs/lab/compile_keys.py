@@ -61,12 +61,9 @@ GPU_SMS = 132   # H100 SXM and H200 alike: the plans certification met on both
 ops.triton_backend.sm_count = lambda device: GPU_SMS
 
 from ops import catalog  # noqa: E402
-from oracles.batch_invariance import check_batch_invariance  # noqa: E402
 from oracles.battery import Implementation  # noqa: E402
-from oracles.determinism import run_on_copies  # noqa: E402
 from oracles.draws import cell_draws  # noqa: E402
-from oracles.stateful import check_properties  # noqa: E402
-from oracles.write_guards import check_write_guards  # noqa: E402
+from tools.compile_ahead import battery_calls  # noqa: E402 - the battery's calls, as tools/compile-ahead makes them
 
 SM90 = GPUTarget("cuda", 90, 32)
 GPU = torch.device("cuda")   # the device the recipes are drawn for (sizes); inputs are built on the CPU
@@ -128,30 +125,6 @@ def options_text(options: dict) -> str:
                     if name not in ("debug", "instrumentation_mode"))
 
 
-def battery_calls(entry, impl: Implementation, kwargs: dict, recorder: LaunchRecorder) -> None:
-    """The calls the battery makes on one example, with the oracles' own code; their comparisons of
-    unwritten outputs are ignored (an implementation's raise ends that oracle's calls, as it would)."""
-    fn = impl[entry.name]
-    in_place = tuple(name for name in entry.in_place if kwargs[name] is not None)
-    recorder.label = PARITY
-    ran = run_on_copies(fn, kwargs, in_place, 2)
-    if isinstance(ran[0], Exception):   # refused (its own limits) or failed: nothing else is judged
-        return
-    calls = []
-    if entry.batch_invariant:
-        calls.append(("batch_invariance", lambda: check_batch_invariance(
-            fn, kwargs, entry.batch_args, full=ran[0][:len(ran[0]) - len(in_place)])))
-    calls.append(("write_guards", lambda: check_write_guards(fn, kwargs, in_place)))
-    if entry.properties:
-        calls.append(("stateful", lambda: check_properties(entry.properties, impl, kwargs)))
-    for label, call in calls:
-        recorder.label = label
-        try:
-            call()
-        except Exception:  # noqa: BLE001 - a finding on unwritten outputs means nothing here
-            pass
-
-
 def record_op(op: str, examples: int, seed: int, recorder: LaunchRecorder) -> list[dict]:
     """Every cell of ``op``'s Triton kernel: its examples' battery calls recorded; a row per cell."""
     entry = next(e for e in catalog.kernels(op) if e.backend == "triton")
@@ -164,7 +137,7 @@ def record_op(op: str, examples: int, seed: int, recorder: LaunchRecorder) -> li
         recipes = corners + cell_draws(strategy, cell, GPU, examples, seed)
         recorder.cell = f"{op}/{cell.id}"
         for number, recipe in enumerate(recipes):
-            battery_calls(entry, impl, strategy.build(recipe, CPU), recorder)
+            battery_calls(entry, impl, strategy.build(recipe, CPU), lambda name: setattr(recorder, "label", name))
             print(f"compile_keys: {recorder.cell}: {number + 1}/{len(recipes)} examples", file=sys.stderr, end="\r")
         seconds = time.monotonic() - started
         print(f"compile_keys: {recorder.cell}: {len(recipes)} examples in {seconds:.0f} s", file=sys.stderr)
