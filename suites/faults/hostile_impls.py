@@ -26,7 +26,7 @@ from suites.faults.judge_spotting import (  # noqa: F401 - the host judges them 
     _right, _wrong, PROJECT, JUDGE_WORDS, JUDGE_PACKAGES, HOST_MODULE_WORDS, parent_looks_like_the_judge,
     right_only_for_a_judges_child, right_only_for_a_c_program, host_modules_loaded,
     right_only_beside_host_modules, right_only_on_shared_inputs, right_for_the_first_5000_calls,
-    PLANTED_MARKER, PLANT_TARGETS, judges_bytecode_cache, plant_bytecode, plants_bytecode)
+    PLANTED_MARKER, PLANT_TARGETS, judges_bytecode_cache, plant_bytecode, plants_bytecode, plants_a_triton_kernel)
 
 _amin = torch.Tensor.amin
 _amax = torch.Tensor.amax

@@ -154,3 +154,37 @@ def plants_bytecode(logits):
 
 
 _planted: list[list[str]] = []
+
+
+# -- planting a kernel binary in Triton's cache (issue 26: a cache shared with the judge) ---------------------
+PLANTED_KERNEL_KEY = "KPARITYPLANTEDKERNELKEY"
+
+
+def triton_cache_folder() -> str:
+    """Triton's kernel cache as a process of this environment finds it (TRITON_CACHE_DIR, else the default)."""
+    return os.environ.get("TRITON_CACHE_DIR") or os.path.join(
+        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+
+
+def plant_triton_kernel(folder: str) -> str | None:
+    """A cache entry under a key a later compile could ask for, holding the marker; its path, or None if the
+    folder would not take it."""
+    entry = os.path.join(folder, PLANTED_KERNEL_KEY)
+    try:
+        os.makedirs(entry, exist_ok=True)
+        with open(os.path.join(entry, "kernel.cubin"), "w") as file:
+            file.write(PLANTED_MARKER)
+    except OSError:
+        return None
+    return entry
+
+
+def plants_a_triton_kernel(logits):
+    """Right answers; on its first call it plants an entry in Triton's kernel cache, which — were the cache
+    the judge's — a later host compiling that key would load instead of compiling the kernel's source."""
+    if not _planted_kernels:
+        _planted_kernels.append(plant_triton_kernel(triton_cache_folder()))
+    return _right(logits)
+
+
+_planted_kernels: list[str | None] = []

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from suites.faults.judge_spotting import (PLANT_TARGETS, PLANTED_MARKER, copy_of_the_tree, judges_bytecode_cache,
-                                         plant_bytecode)
+from suites.faults.judge_spotting import (PLANT_TARGETS, PLANTED_MARKER, PROJECT, copy_of_the_tree,
+                                         judges_bytecode_cache, plant_bytecode, plant_triton_kernel)
 from tools.engine import bytecode
 
 pytestmark = pytest.mark.cpu
@@ -109,3 +109,24 @@ def test_an_implementation_cannot_plant_bytecode_while_it_is_judged(tree, tmp_pa
     written = plant_bytecode(str(control), str(tmp_path / "control-cache"))
     assert len(written) == 2 * len(PLANT_TARGETS)
     assert len(_holding_the_marker(control, tmp_path / "control-cache")) == 2 * len(PLANT_TARGETS)
+
+
+def test_an_implementation_cannot_plant_a_kernel_in_the_judges_triton_cache(tmp_path):
+    """In-run: the implementation (right answers) writes an entry into Triton's kernel cache as it is judged.
+    Its host has the cache as its own (an overlay of the judge's, else an empty scratch folder): the write
+    succeeds there and the judge's folder never holds it.  The control: the same planting from an
+    unprotected process (this one) lands in the folder."""
+    judges = tmp_path / "triton-cache"
+    judges.mkdir()
+    (judges / "judges-entry").mkdir()   # what an overlay lets the host see, and must keep
+    env = {**_env(tmp_path), "TRITON_CACHE_DIR": str(judges), "PYTHONPATH": str(PROJECT)}
+    run = subprocess.run([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--cell", "decode_small_batch",
+                          "--device", "cpu", "--max-examples", "2", "--no-shrink", "--impl",
+                          "suites.faults.hostile_impls:plants_a_triton_kernel"],
+                         cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr   # its answers are right; the planting is the attack
+    assert sorted(path.name for path in judges.iterdir()) == ["judges-entry"]
+    control = tmp_path / "control"
+    control.mkdir()
+    planted = plant_triton_kernel(str(control))
+    assert planted is not None and PLANTED_MARKER in (pathlib.Path(planted) / "kernel.cubin").read_text()

@@ -119,6 +119,18 @@ def read_only_paths() -> list[str]:
     return [str(folder) for folder in kept]
 
 
+def own_caches() -> list[str]:
+    """Folders each host gets as its own (``tools/engine/impl_launch.py``): Triton's kernel cache, as the host's
+    environment names it.  Shared, a host could plant a kernel binary under the key of a kernel a later host
+    compiles — a catalog kernel then judged, and certified, on code not its own.  Made here if missing, so
+    that the host's overlay has the judge's folder beneath it."""
+    from triton import knobs
+
+    folder = os.path.realpath(knobs.cache.dir)
+    os.makedirs(folder, exist_ok=True)
+    return [folder]
+
+
 def host_ids() -> tuple[int, int] | None:
     """(uid, gid) of :data:`HOST_USER`, or None where this machine has no such user."""
     try:
@@ -293,6 +305,7 @@ class ImplementationHost:
         self.log = tempfile.NamedTemporaryFile(prefix="kparity-host-", suffix=".log", delete=False)
         self.separate_uid: tuple[int, int] | None = None
         self._files: list[str] = []   # the files of this host's staging buffers, where it has a uid of its own
+        self.scratch = tempfile.mkdtemp(prefix="kparity-cache-")   # where the host's own caches write
         self.process, self.channel, self.unprotected = self._start(warmup)
         _LIVE.add(self)
         _end_hosts_on_sigterm()
@@ -312,7 +325,8 @@ class ImplementationHost:
         channel = Connection(ours.detach())
         paths, ids = read_only_paths(), host_ids()
         channel.send((HOST.read_text(), {
-            "repo": str(REPO), "read_only": paths, "guardian_fd": guarding.fileno(),
+            "repo": str(REPO), "read_only": paths, "own_caches": own_caches(), "cache_scratch": self.scratch,
+            "guardian_fd": guarding.fileno(),
             "means": PROTECTIONS[self.device], "host_ids": ids, "walked": (ids, tuple(paths)) in _WALKED,
             "warmup": draw_warmup() if warmup is None else warmup, "warmup_limit_s": WARMUP_LIMIT_S[self.device]}))
         guarding.close()
@@ -433,6 +447,7 @@ class ImplementationHost:
         self.process.wait()
         self.log.close()
         os.unlink(self.log.name)
+        shutil.rmtree(self.scratch, ignore_errors=True)   # its mount namespace ended with it
         for path in self._files:   # (at exit their folder may be gone already)
             pathlib.Path(path).unlink(missing_ok=True)
 

@@ -4,7 +4,9 @@ Its socket (stdin) brings ``(source, settings)``: the host's code and how to sta
 paths of ``settings["read_only"]`` (the project tree, the packages, every bytecode cache: what the judge
 reads code from) unwritable for itself and its children by the first of ``settings["means"]`` the machine
 allows: ``"namespace"``, a mount namespace of its own where they are read-only (as root, else in a user
-namespace); ``"uid"``, where no namespace can be made but it runs as root, a separate unprivileged uid
+namespace), and where each folder of ``settings["own_caches"]`` (Triton's kernel cache) is the host's own:
+the judge's entries seen through an overlay whose writes land in a scratch folder (else an empty scratch
+folder in its place), so that nothing a host compiles, or plants, reaches the judge's cache; ``"uid"``, where no namespace can be made but it runs as root, a separate unprivileged uid
 (``settings["host_ids"]``) that can write none of them (walked, file by file, unless the judge says an
 earlier host walked them: ``settings["walked"]``), with no way back to privileges.  Then it detaches:
 this process ends, its child (the guardian) is no longer the judge's child, and the guardian's child runs
@@ -46,8 +48,25 @@ def _user_namespace(libc) -> None:
         file.write(f"{gid} {gid} 1")
 
 
-def read_only(paths: list[str]) -> str | None:
-    """Make ``paths`` read-only for this process and its children; None, or why it could not be done."""
+def own_cache(libc, folder: str, scratch_root: str) -> None:
+    """In this mount namespace, ``folder`` becomes an overlay of itself whose writes land in a scratch folder
+    under ``scratch_root`` (the judge's, who removes it when the host has ended): the judge's kernels seen,
+    none of the host's kept; where no overlay can be made, an empty scratch folder in its place."""
+    scratch = tempfile.mkdtemp(dir=scratch_root)
+    upper, work = os.path.join(scratch, "upper"), os.path.join(scratch, "work")
+    os.mkdir(upper)
+    os.mkdir(work)
+    encoded = os.fsencode(folder)
+    try:
+        _call(libc, "mount", b"overlay", encoded, b"overlay", 0,
+              os.fsencode(f"lowerdir={folder},upperdir={upper},workdir={work}"))
+    except OSError:
+        _call(libc, "mount", os.fsencode(upper), encoded, None, MS_BIND, None)
+
+
+def read_only(paths: list[str], own_caches: list[str], scratch_root: str) -> str | None:
+    """Make ``paths`` read-only for this process and its children, and each of ``own_caches`` its own; None,
+    or why it could not be done."""
     libc = ctypes.CDLL(None, use_errno=True)
     try:
         try:
@@ -60,9 +79,16 @@ def read_only(paths: list[str]) -> str | None:
             _call(libc, "mount", encoded, encoded, None, MS_BIND | MS_REC, None)
             _call(libc, "mount", None, encoded, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
         writable = [path for path in paths if os.access(path, os.W_OK)]
-        return f"{writable[0]} is still writable" if writable else None
+        if writable:
+            return f"{writable[0]} is still writable"
     except OSError as error:
         return f"no mount namespace here ({error.strerror or error})"
+    for folder in own_caches:
+        try:
+            own_cache(libc, folder, scratch_root)
+        except OSError as error:
+            return f"{folder} could not be made the host's own ({error.strerror or error})"
+    return None
 
 
 def first_writable(paths: list[str]) -> str | None:
@@ -135,7 +161,7 @@ def protect(paths: list[str], settings: dict) -> tuple[str | None, str | None]:
     reasons = []
     for means in settings["means"]:
         if means == "namespace":
-            why, how = read_only(paths), "a private mount namespace"
+            why, how = read_only(paths, settings["own_caches"], settings["cache_scratch"]), "a private mount namespace"
         else:
             why, how = separate_uid(paths, settings["host_ids"], settings["walked"]), "a separate uid"
         if why is None:
