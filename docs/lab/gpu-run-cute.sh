@@ -4,14 +4,15 @@
 #   docs/lab/gpu-run-cute.sh triton [EXAMPLES]   call 1: certify the Triton kernel on sm90, bench it
 #   docs/lab/gpu-run-cute.sh cute [EXAMPLES]     call 2: install the carried DSL and quack, certify the CuTe
 #                                             kernel, judge quack's RMSNorm on plain_rms_norm, bench both
-# The carried parts are in WHEELS_FROM (default /tmp/cutlass-parts: docs/ops/rms_norm_gated.md, "Carrying").
+# The carried parts: in .whl/cutlass/ (this call's) and WHEELS_FROM (default /tmp/cutlass-parts, where the
+# earlier call copied its own: docs/ops/rms_norm_gated.md, "Carrying").
 # EXAMPLES: Hypothesis draws per cell besides its corners (default 30); quack gets a third of them (each
 # new H costs it a compile). Each step has a time limit so that a call ends inside the device tool's 10
 # minutes with its certificate, log and bench table in $OUT (else /tmp/cute-run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 case "${1:-}" in
-  -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
   triton|cute) ;;
   *) echo "usage: docs/lab/gpu-run-cute.sh triton|cute [EXAMPLES] (see --help)" >&2; exit 2 ;;
 esac
@@ -27,7 +28,9 @@ quack() {  # judge quack's RMSNorm through the adapter's entry point $1 on the o
 {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   if [ "$stage" = cute ]; then
-    exports="$(python3 tools/install-wheels --from "${WHEELS_FROM:-/tmp/cutlass-parts}" --target /tmp/cutlass-dsl)" || exit 1
+    # this call's carried parts join the earlier call's, kept in /tmp between the calls of one lease
+    parts="${WHEELS_FROM:-/tmp/cutlass-parts}"; mkdir -p "$parts"; cp .whl/cutlass/* "$parts"/ 2>/dev/null
+    exports="$(python3 tools/install-wheels --from "$parts" --target /tmp/cutlass-dsl)" || exit 1
     eval "$exports"
     python3 -c "import cutlass, quack; print('nvidia-cutlass-dsl', cutlass.__version__, '| quack-kernels', quack.__version__)"
     # each step announced, a stack dump if one hangs: whether the host or the kernel would stall certify
