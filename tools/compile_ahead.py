@@ -32,7 +32,7 @@ import time
 from typing import Iterable
 
 from tools.cli import ArgumentParser, UsageError
-from tools.compile_receipts import H200_SMS, TARGETS, _TargetDriver
+from tools.compile_receipts import H200_SMS, TARGETS, TargetDriver
 
 FORMAT = 1
 
@@ -61,7 +61,7 @@ def _recording(target: str, into: dict):
     def run(self, *args, grid, warmup, **kwargs):
         return real_run(self, *args, grid=grid, warmup=True, **kwargs)
 
-    driver.set_active(_TargetDriver(TARGETS[target]))
+    driver.set_active(TargetDriver(TARGETS[target]))
     knobs.runtime.jit_cache_hook, jit.JITFunction.run = hook, run
     try:
         yield
@@ -180,7 +180,7 @@ def _compile_share(records: list[tuple], target: str | None) -> list[str]:
     from triton.runtime import driver
 
     if target is not None:
-        driver.set_active(_TargetDriver(TARGETS[target]))
+        driver.set_active(TargetDriver(TARGETS[target]))
     failures = []
     for kernel, data in records:
         try:

@@ -112,7 +112,7 @@ def _zeros_for_normals(torch):
         torch.randn = drawn
 
 
-class _TargetDriver:
+class TargetDriver:
     """Triton's active driver, standing in for a GPU of ``capability``: Triton's own launch path then
     specialises and compiles a recorded launch for it (``warmup``), and runs nothing."""
 
@@ -153,7 +153,7 @@ def compile_launch(launch: Launch, target: str, memo: dict | None = None) -> tup
 
     memo = {} if memo is None else memo
     # left active: this process runs no kernel (and with no GPU Triton has no driver to go back to)
-    driver.set_active(_TargetDriver(TARGETS[target]))
+    driver.set_active(TargetDriver(TARGETS[target]))
     log = io.StringIO()
     with contextlib.redirect_stdout(log):
         compiled = launch.kernel.run(*launch.args, grid=(1,), warmup=True, **launch.kwargs)

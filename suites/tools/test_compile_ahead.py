@@ -36,10 +36,10 @@ def launch_path(cache: str) -> None:
     from oracles.battery import Implementation
     from oracles.draws import cell_draws
     from tools.compile_ahead import battery_calls, triton_entries
-    from tools.compile_receipts import H200_SMS, _TargetDriver
+    from tools.compile_receipts import H200_SMS, TargetDriver
 
     ops.triton_backend.sm_count = lambda device: H200_SMS
-    driver.set_active(_TargetDriver(90))
+    driver.set_active(TargetDriver(90))
     real_run = jit.JITFunction.run
     jit.JITFunction.run = lambda self, *args, grid, warmup, **kwargs: real_run(self, *args, grid=grid, warmup=True,
                                                                                **kwargs)
