@@ -19,6 +19,8 @@
 #                   afresh each call, issue 24.2) at LAYOUT_EXAMPLES draws a cell (default 3), each op under
 #                   LAYOUT_OP_LIMIT_S (default 60); one log, layouts_h200.log
 #   canary          docs/lab/canary_cost.py on cuda (issue 25.3), CANARY_STEPS timed steps a setting (default 200)
+#   ahead:FILE      tools/compile-ahead compile FILE on every core (the records made here, carried): Triton's cache
+#                   filled before a certify phase; ahead_FILE.log
 #   profile:TAG:OP,OP  cProfile of certify-cells on cuda (--no-isolate) and of its implementation host
 #                   (docs/lab/profile_host.py) at EXAMPLES draws a cell (default 40, issue 26's baseline), under
 #                   PROFILE_LIMIT_S; profile_TAG.log, profile_TAG_judge.txt, profile_TAG_host.txt
@@ -90,6 +92,11 @@ for phase in "$@"; do
             --steps "${CANARY_STEPS:-200}" --out "$out/canary_cost_h200.json" > "$out/canary_cost_h200.log" 2>&1
         echo "canary: exit $?"; tail -8 "$out/canary_cost_h200.log"
         ;;
+    ahead:*)
+        records=${phase#ahead:}
+        timeout "${AHEAD_LIMIT_S:-300}" tools/compile-ahead compile "$records" > "$out/ahead_$(basename "$records").log" 2>&1
+        echo "ahead $records: exit $?"; tail -3 "$out/ahead_$(basename "$records").log" | cut -c1-200
+        ;;
     profile:*)
         IFS=: read -r _ tag names <<< "$phase"
         ops=(); for op in ${names//,/ }; do ops+=(--op "$op"); done
@@ -98,7 +105,7 @@ for phase in "$@"; do
             > "$out/profile_$tag.log" 2>&1
         echo "profile $tag: exit $?"; grep -E "^[a-z_0-9]+/[a-z_0-9]+: |^summary" "$out/profile_$tag.log" | cut -c1-200
         ;;
-    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|ncu:OP:KERNEL|tests|pytest:TAG:FILES|layouts|canary|profile:TAG:OPS)" >&2; exit 2 ;;
+    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|ncu:OP:KERNEL|tests|pytest:TAG:FILES|layouts|canary|ahead:FILE|profile:TAG:OPS)" >&2; exit 2 ;;
     esac
     echo "  ($phase: $(( $(date +%s) - start )) s)"
 done
