@@ -6,7 +6,8 @@ extra is asked for (4.8.1): through it a CPU install downloaded both flavours, a
 writing the same ``cutlass`` package over the other.  That wheel's one file is a ``.pth`` putting
 ``nvidia_cutlass_dsl/dsl_packages`` on ``sys.path``; this module does the same, and is harmless where the
 ``.pth`` already did.  Where no flavour is installed, ``import cutlass`` fails as it would anyway
-(``ops.catalog`` then leaves CuTe kernels out, with the reason).
+(``ops.catalog`` then leaves CuTe kernels out, with the reason); so does a missing ``apache-tvm-ffi``,
+through which the compiled kernels are called.
 """
 from __future__ import annotations
 
@@ -25,5 +26,6 @@ else:
 
 import cutlass  # noqa: E402 - after the path above
 import cutlass.cute as cute  # noqa: E402
+import tvm_ffi  # noqa: E402,F401 - the kernels are compiled for TVM FFI calls (cute.compile --enable-tvm-ffi)
 
 __all__ = ["cutlass", "cute"]

@@ -253,8 +253,9 @@ class RmsNormGated:
 
 
 # -- compile (cached per kernel and target) ------------------------------------------------------
-def _pointer(dtype, address: int, align: int) -> cute.Pointer:
-    return make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=align)
+def _pointer_spec(dtype, align: int) -> cute.Pointer:
+    """A global pointer's compile-time spec (its alignment is compiled in; the address comes with each call)."""
+    return make_ptr(dtype, 0, cute.AddressSpace.gmem, assumed_align=align)
 
 
 @functools.cache
@@ -262,13 +263,15 @@ def compiled(plan: LaunchPlan, arch_target: str, options: str = ""):
     """The kernel of ``plan`` compiled for ``arch_target`` (``sm_90a``...); no GPU needed.  ``options``: more
     ``cute.compile`` options (``--keep-ptx --dump-dir DIR`` puts the PTX in the result's ``artifacts.PTX``)."""
     align = 2 * plan.vector
+    # called through TVM FFI (plain ints and floats in, a few microseconds), as quack's kernels are: the DSL's
+    # own executor marshals each argument in Python, about half a millisecond a call (docs/ops/rms_norm_gated.md)
     return cute.compile(
         RmsNormGated(plan),
-        _pointer(BFloat16, 0, align), _pointer(BFloat16, 0, align), _pointer(BFloat16, 0, align),
-        _pointer(BFloat16, 0, align), _pointer(Int32, 0, 4),
+        _pointer_spec(BFloat16, align), _pointer_spec(BFloat16, align), _pointer_spec(BFloat16, align),
+        _pointer_spec(BFloat16, align), _pointer_spec(Int32, 4),
         Int32(0), Int32(0), Int32(0), Int64(0), Int64(0), Int64(0), Float32(0.0), Int32(0),
         cuda.CUstream(0),
-        options=f"--gpu-arch {arch_target} {options}".strip(),
+        options=f"--gpu-arch {arch_target} --enable-tvm-ffi {options}".strip(),
     )
 
 
@@ -302,16 +305,14 @@ def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
         raise NotImplementedError(f"rms_norm_gated_cute runs on {sorted(a.value for a in ARCH_TARGETS)}, "
                                   f"not on {x.device} ({arch.value if arch else 'unknown architecture'})")
     plan, x, gate_input, weight = operands(x, z, weight, y, group_size, norm_before_gate)
-    align = 2 * plan.vector
     amax_bits = y if amax is None else amax  # never written when write_amax is 0
     kernel = compiled(plan, ARCH_TARGETS[arch])
-    # the DSL launches on the current device's context: make it x's, whose stream is passed
+    # the DSL launches on the current device's context: make it x's, whose stream is passed; pointers and the
+    # stream cross TVM FFI as integer addresses
     with torch.cuda.device(x.device):
-        kernel(_pointer(BFloat16, x.data_ptr(), align), _pointer(BFloat16, gate_input.data_ptr(), align),
-               _pointer(BFloat16, weight.data_ptr(), align), _pointer(BFloat16, y.data_ptr(), align),
-               _pointer(Int32, amax_bits.data_ptr(), 4),
+        kernel(x.data_ptr(), gate_input.data_ptr(), weight.data_ptr(), y.data_ptr(), amax_bits.data_ptr(),
                rows, width, group_size, x.stride(0), gate_input.stride(0), y.stride(0), float(eps),
-               int(amax is not None), cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream))
+               int(amax is not None), torch.cuda.current_stream(x.device).cuda_stream)
     return y
 
 

@@ -45,6 +45,15 @@ def test_launch_plan_sends_what_it_cannot_hold_to_the_triton_kernel(width, group
         cute_kernel.launch_plan(width, group_size, "none", True)
 
 
+@pytest.mark.cpu
+def test_kernels_are_compiled_for_tvm_ffi_calls():
+    """The host calls the kernel with plain integers through TVM FFI (issue 28: the DSL's own executor took
+    about half a millisecond a call); a plan compiled without ``--enable-tvm-ffi`` would take them as its
+    executor's pointer objects only."""
+    plan = cute_kernel.LaunchPlan(whole_row=False, vector=8, gate="none", threads=32)
+    assert type(cute_kernel.compiled(plan, "sm_90a")).__name__.startswith("TVMFFIJitCompiledFunction")
+
+
 # -- what the compiled code can wait on: issue 28 (the H200 runs that never returned) ------------
 def ptx_hang_sources(ptx: str, threads: int) -> list[str]:
     """Why a CTA of this PTX might never end, one line each; none when every thread runs a bounded path and
