@@ -213,16 +213,14 @@ def test_a_log_shows_each_new_kind_of_note_and_the_rest_once_a_minute():
         "  [gpu0.0] op/a: parity failed after 9 examples; shrinking it", "  [gpu0.1] op/b: 30/40 examples"]
 
 
-def test_a_logged_run_says_when_a_cell_starts_shrinking():
-    """The whole path, worker to log, in a process whose stderr is a pipe; negative control: a passing
+def test_a_logged_run_says_when_a_cell_starts_shrinking(capsys):
+    """The whole path, worker to log (stderr captured: not a terminal); negative control: a passing
     implementation's log has no shrink line."""
     impl = "suites.sampling.greedy_argmax_impls"
-    command = [sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu", "--cell", CELL,
-               "--max-examples", "2"]
-    environment = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
-    wrong = subprocess.run([*command, "--impl", f"{impl}:last_index_on_ties"], cwd=REPO, capture_output=True,
-                           text=True, timeout=300, env=environment)
-    right = subprocess.run([*command, "--impl", f"{impl}:correct_via_max"], cwd=REPO, capture_output=True,
-                           text=True, timeout=300, env=environment)
-    assert wrong.returncode == 1 and f"greedy_argmax/{CELL}: parity failed after" in wrong.stderr, wrong.stderr
-    assert right.returncode == 0 and "shrinking" not in right.stderr and f"greedy_argmax/{CELL}: 1/" in right.stderr
+    words = ["--op", "greedy_argmax", "--device", "cpu", "--cell", CELL, "--max-examples", "2"]
+    assert certify_cells.main([*words, "--impl", f"{impl}:last_index_on_ties"]) == 1
+    wrong = capsys.readouterr().err
+    assert certify_cells.main([*words, "--impl", f"{impl}:correct_via_max"]) == 0
+    right = capsys.readouterr().err
+    assert f"greedy_argmax/{CELL}: parity failed after" in wrong, wrong
+    assert "shrinking" not in right and f"greedy_argmax/{CELL}: 1/" in right, right
