@@ -29,10 +29,9 @@ import os
 import shlex
 import sys
 import time
-from typing import Iterable
 
 from tools.cli import ArgumentParser, UsageError
-from tools.compile_receipts import H200_SMS, TARGETS, TargetDriver
+from tools.compile_receipts import TARGETS, TargetDriver, error_in_one_line, planning_for_h200, triton_entries
 
 FORMAT = 1
 
@@ -98,32 +97,18 @@ def battery_calls(entry, impl, kwargs: dict, oracle=lambda name: None) -> None:
             call()
 
 
-def triton_entries(ops: Iterable[str] | None = None) -> list:
-    """The catalog's Triton kernels of ``ops`` (default: every op that has one)."""
-    from ops import catalog
-
-    names = list(ops) if ops else list(catalog.entries())
-    return [entry for name in names for entry in catalog.kernels(name) if entry.backend == "triton"]
-
-
 def record(entries, examples: dict[str, int], seed: int, target: str = "sm_90a", progress=None) -> list[tuple]:
     """``(kernel, specialisation data)`` of every distinct launch the cells of ``entries`` make at
     ``examples[op]`` draws a cell (after the corners), in the order first met."""
     import torch
 
-    import ops.triton_backend
     from ops import catalog
     from oracles.battery import Implementation
     from oracles.draws import cell_draws
 
     gpu, cpu = torch.device("cuda"), torch.device("cpu")
     found: dict = {}
-    planned_sm_count, ops.triton_backend.sm_count = ops.triton_backend.sm_count, lambda device: H200_SMS
-    modules = {importlib.import_module(entry.kernel.__module__) for entry in entries}
-    kept = {module: module.sm_count for module in modules if hasattr(module, "sm_count")}
-    for module in kept:
-        module.sm_count = lambda device: H200_SMS
-    try:
+    with planning_for_h200():
         for entry in entries:
             impl = Implementation.of_kernels(entry, catalog.kernels)
             strategy = entry.strategy_module
@@ -136,10 +121,6 @@ def record(entries, examples: dict[str, int], seed: int, target: str = "sm_90a",
                 if progress:
                     progress(f"{entry.name}/{cell.id}: {len(recipes)} examples, {len(found) - before} new keys "
                              f"in {time.monotonic() - started:.0f} s")
-    finally:
-        ops.triton_backend.sm_count = planned_sm_count
-        for module, sm_count in kept.items():
-            module.sm_count = sm_count
     return list(found)
 
 
@@ -187,16 +168,16 @@ def _compile_share(records: list[tuple], target: str | None) -> list[str]:
             with contextlib.redirect_stdout(sys.stderr):
                 _kernel_of(kernel).preload(data)
         except Exception as error:  # noqa: BLE001 - reported; the run would compile (or fail) it itself
-            failures.append(f"{kernel}: {type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}")
+            failures.append(f"{kernel}: {error_in_one_line(error)}")
     return failures
 
 
 def compile_records(records: list[tuple], jobs: int, target: str | None) -> list[str]:
     """Every record compiled into Triton's cache over ``jobs`` processes (``target``: with no GPU, the stand-in
     driver's; None: this machine's GPU); the failures."""
-    shares = [records[index::jobs] for index in range(jobs)]
     if jobs == 1:
         return _compile_share(records, target)
+    shares = [records[index::jobs] for index in range(jobs)]
     # spawn: a forked child of a process that initialised CUDA cannot use it
     import multiprocessing
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -219,7 +200,8 @@ def main(argv=None) -> int:
     recording.add_argument("--op", action="append", metavar="NAME", help="only this op (repeatable; default every "
                            "op with a Triton kernel)")
     recording.add_argument("--max-examples", type=int, default=100, metavar="N",
-                           help="Hypothesis draws a cell after its corners, as certify-cells --max-examples (default 100)")
+                           help="Hypothesis draws a cell after its corners, as certify-cells --max-examples "
+                                "(default 100)")
     recording.add_argument("--examples", action="append", default=[], metavar="OP=N",
                            help="another number of draws for one op (repeatable)")
     recording.add_argument("--seed", type=int, default=0, help="the run's salt, as certify-cells --seed (default 0)")

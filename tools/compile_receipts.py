@@ -30,7 +30,7 @@ import pathlib
 import re
 import sys
 import time
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from tools.cli import ArgumentParser, UsageError
 
@@ -55,6 +55,37 @@ def kernel_name(kernel) -> str:
     return f"{kernel.fn.__module__}.{kernel.fn.__name__}"
 
 
+@contextlib.contextmanager
+def planning_for_h200():
+    """While open, every kernel module's host code plans its launches for an H200's SM count, not this
+    machine's (the interpreter's few): the modules of the catalog that took ``sm_count`` from
+    ``ops.triton_backend``."""
+    import ops.catalog  # noqa: F401 - imports every kernel module
+    import ops.triton_backend as backend
+
+    planned = [module for name, module in list(sys.modules.items())
+               if name.startswith("ops.") and getattr(module, "sm_count", None) is backend.sm_count]
+    for module in planned:
+        module.sm_count = lambda device: H200_SMS
+    try:
+        yield
+    finally:
+        for module in planned:
+            module.sm_count = backend.sm_count
+
+
+def error_in_one_line(error: Exception) -> str:
+    """``Type: the first line of its message`` (at most 200 characters of it)."""
+    return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:200]}"
+
+
+def triton_entries(ops: Iterable[str] | None = None) -> list:
+    """The catalog's Triton kernels of ``ops`` (default: every op that has one)."""
+    from ops.catalog import entries, kernels
+
+    return [entry for name in (ops or entries()) for entry in kernels(name) if entry.backend == "triton"]
+
+
 def recorded_launches(ops: list[str] | None = None, variants: bool = False) -> Iterator[list[Launch]]:
     """The kernel launches each bench case of ``ops`` (default: every op) makes (with ``variants``, its
     ``bench_variants`` plan sweep too), recorded, not run: one list per case, whose inputs are freed
@@ -62,16 +93,9 @@ def recorded_launches(ops: list[str] | None = None, variants: bool = False) -> I
     import torch
     import triton.runtime.jit as jit
 
-    import ops.triton_backend as backend
-    from ops.catalog import entries, kernels
-
-    for name in ops or entries():
-        for entry in kernels(name):
-            if entry.backend != "triton":
-                continue
+    with planning_for_h200():
+        for entry in triton_entries(ops):
             module = importlib.import_module(entry.kernel.__module__)
-            if getattr(module, "sm_count", None) is backend.sm_count:   # plans for an H200, not 4 SMs
-                module.sm_count = lambda device: H200_SMS
             for case in entry.bench:
                 print(f"compile-receipts: {entry.name}: {case.label}", file=sys.stderr, flush=True)
                 with _zeros_for_normals(torch):
@@ -188,8 +212,7 @@ def compile_all(targets: list[str], ops: list[str] | None = None, variants: bool
             try:
                 plan, receipt = compile_launch(launch, target, memo)
             except Exception as error:  # noqa: BLE001 - any failure to compile is the finding
-                line = (str(error).strip().splitlines() or [""])[0][:200]
-                failures.append(f"{name} [{launch.origin}] does not compile for {target}: {type(error).__name__}: {line}")
+                failures.append(f"{name} [{launch.origin}] does not compile for {target}: {error_in_one_line(error)}")
                 continue
             if (target, name, plan) not in seen:
                 seen.add((target, name, plan))

@@ -54,16 +54,12 @@ from triton import knobs  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import make_backend  # noqa: E402
 
-import ops.triton_backend  # noqa: E402
-
-GPU_SMS = 132   # H100 SXM and H200 alike: the plans certification met on both
-# before any kernel module imports it: their launch plans share work out over a GPU's SMs
-ops.triton_backend.sm_count = lambda device: GPU_SMS
-
 from ops import catalog  # noqa: E402
 from oracles.battery import Implementation  # noqa: E402
 from oracles.draws import cell_draws  # noqa: E402
 from tools.compile_ahead import battery_calls  # noqa: E402 - the battery's calls, as tools/compile-ahead makes them
+# the kernels' launch plans for an H200's (and an H100 SXM's) 132 SMs, as the certification met them
+from tools.compile_receipts import planning_for_h200  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
 GPU = torch.device("cuda")   # the device the recipes are drawn for (sizes); inputs are built on the CPU
@@ -300,8 +296,9 @@ def main(argv=None) -> int:
     recorder = LaunchRecorder()
     jit.JITFunction.run = lambda self, *a, **k: recorder.run(self, *a, **k)
     rows = []
-    for op in chosen:
-        rows += record_op(op, examples[op], args.seed, recorder)
+    with planning_for_h200():
+        for op in chosen:
+            rows += record_op(op, examples[op], args.seed, recorder)
     command = "python3 docs/lab/compile_keys.py " + " ".join(map(shlex.quote, argv if argv is not None else sys.argv[1:]))
     args.out.write_text(report(rows, recorder, command.strip(), examples))
     print(f"compile_keys: wrote {args.out}", file=sys.stderr)

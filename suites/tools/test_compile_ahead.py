@@ -34,23 +34,23 @@ def launch_path(cache: str) -> None:
     import triton.runtime.jit as jit
     from triton.runtime import driver
 
-    import ops.triton_backend
     from ops import catalog
     from oracles.battery import Implementation
     from oracles.draws import cell_draws
-    from tools.compile_ahead import battery_calls, triton_entries
-    from tools.compile_receipts import H200_SMS, TargetDriver
+    from tools.compile_ahead import battery_calls
+    from tools.compile_receipts import TargetDriver, planning_for_h200, triton_entries
 
-    ops.triton_backend.sm_count = lambda device: H200_SMS
     driver.set_active(TargetDriver(90))
     real_run = jit.JITFunction.run
     jit.JITFunction.run = lambda self, *args, grid, warmup, **kwargs: real_run(self, *args, grid=grid, warmup=True,
                                                                                **kwargs)
     (entry,) = triton_entries([OP])
     impl, gpu = Implementation.of_kernels(entry, catalog.kernels), torch.device("cuda")
-    for cell in entry.cells:
-        for recipe in entry.strategy_module.corners(cell, gpu) + cell_draws(entry.strategy_module, cell, gpu, DRAWS, 0):
-            battery_calls(entry, impl, entry.strategy_module.build(recipe, torch.device("cpu")))
+    with planning_for_h200():   # as the record planned them
+        for cell in entry.cells:
+            for recipe in entry.strategy_module.corners(cell, gpu) + cell_draws(entry.strategy_module, cell, gpu,
+                                                                                DRAWS, 0):
+                battery_calls(entry, impl, entry.strategy_module.build(recipe, torch.device("cpu")))
 
 
 def _launch_path_in_a_process(cache) -> None:
