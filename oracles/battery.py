@@ -480,8 +480,9 @@ class _Called:
                     results.append(stopped)
                     break
             return results
-        return [self._raised(result)
-                if isinstance(result, Exception) and not isinstance(result, (OracleFailure, JudgeError)) else result for result in self._raising(offered, calls)]
+        judges = (OracleFailure, JudgeError)
+        return [self._raised(result) if isinstance(result, Exception) and not isinstance(result, judges) else result
+                for result in self._raising(offered, calls)]
 
     def __getattr__(self, name: str):
         if name not in self.HOSTED:

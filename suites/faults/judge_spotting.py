@@ -160,12 +160,6 @@ _planted: list[list[str]] = []
 PLANTED_KERNEL_KEY = "KPARITYPLANTEDKERNELKEY"
 
 
-def triton_cache_folder() -> str:
-    """Triton's kernel cache as a process of this environment finds it (TRITON_CACHE_DIR, else the default)."""
-    return os.environ.get("TRITON_CACHE_DIR") or os.path.join(
-        os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
-
-
 def plant_triton_kernel(folder: str) -> str | None:
     """A cache entry under a key a later compile could ask for, holding the marker; its path, or None if the
     folder would not take it."""
@@ -182,8 +176,10 @@ def plant_triton_kernel(folder: str) -> str | None:
 def plants_a_triton_kernel(logits):
     """Right answers; on its first call it plants an entry in Triton's kernel cache, which — were the cache
     the judge's — a later host compiling that key would load instead of compiling the kernel's source."""
+    from triton import knobs   # where Triton's own compiles in this process would look
+
     if not _planted_kernels:
-        _planted_kernels.append(plant_triton_kernel(triton_cache_folder()))
+        _planted_kernels.append(plant_triton_kernel(knobs.cache.dir))
     return _right(logits)
 
 

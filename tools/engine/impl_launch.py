@@ -6,9 +6,10 @@ reads code from) unwritable for itself and its children by the first of ``settin
 allows: ``"namespace"``, a mount namespace of its own where they are read-only (as root, else in a user
 namespace), and where each folder of ``settings["own_caches"]`` (Triton's kernel cache) is the host's own:
 the judge's entries seen through an overlay whose writes land in a scratch folder (else an empty scratch
-folder in its place), so that nothing a host compiles, or plants, reaches the judge's cache; ``"uid"``, where no namespace can be made but it runs as root, a separate unprivileged uid
-(``settings["host_ids"]``) that can write none of them (walked, file by file, unless the judge says an
-earlier host walked them: ``settings["walked"]``), with no way back to privileges.  Then it detaches:
+folder in its place), so that nothing a host compiles, or plants, reaches the judge's cache; ``"uid"``,
+where no namespace can be made but it runs as root, a separate unprivileged uid (``settings["host_ids"]``)
+that can write none of them (walked, file by file, unless the judge says an earlier host walked them:
+``settings["walked"]``), with no way back to privileges.  Then it detaches:
 this process ends, its child (the guardian) is no longer the judge's child, and the guardian's child runs
 ``source`` — the host.  The guardian waits for the host to end and tells the judge how
 (``settings["guardian_fd"]``), or ends the process group when the judge goes.  It imports nothing but the
