@@ -46,6 +46,7 @@ from oracles.selection import ORACLE_GROUPS
 from oracles.graph import MIN_REPLAYS, check_graph_parity, graph_parity_applies
 from oracles.aliasing import aliasing, storage_key
 from oracles.judge_errors import JudgeError, Raised, judge_error, out_of_memory
+from oracles.legitimate_orders import legitimate_outputs
 from oracles.parity import check_parity
 from oracles.refusals import check_refusals, is_clear_refusal
 from oracles.stateful import check_properties
@@ -347,8 +348,8 @@ class Battery:
             truth, orders = None, None
             if entry.parity.value == "band":
                 truth = self._judge_side("the float64 truth", lambda: as_outputs(entry.truth(**clone_inputs(kwargs))))
-                orders = self._judge_side("the reference's legitimate orders", lambda: {
-                    name: run_on_copy(order, kwargs, in_place) for name, order in entry.legitimate_orders.items()})
+                orders = self._judge_side("the reference's legitimate orders", legitimate_outputs,
+                                          entry.legitimate_orders, kwargs, in_place)
             _, report = check_parity(entry, kwargs, actual, in_place, stock, explain, expected, truth, orders)
             if entry.parity.value == "bitwise":
                 if result is not None and stock is not None and \

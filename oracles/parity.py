@@ -7,6 +7,7 @@ from oracles.bitwise import check_bitwise
 from oracles.determinism import run_on_copy
 from oracles.failures import OracleFailure
 from oracles.findings import band_detail, bitwise_detail
+from oracles.legitimate_orders import legitimate_outputs
 from oracles.tensors import as_outputs, clone_inputs
 
 
@@ -31,7 +32,7 @@ def check_parity(entry, kwargs: dict, actual: tuple, in_place: tuple[str, ...], 
         return expected, None
     truth = as_outputs(entry.truth(**clone_inputs(kwargs))) if truth is None else truth
     if orders is None:
-        orders = {name: run_on_copy(order, kwargs, in_place) for name, order in entry.legitimate_orders.items()}
+        orders = legitimate_outputs(entry.legitimate_orders, kwargs, in_place)
     try:
         return expected, check_band(actual, stock if stock is not None else expected, truth, "vs float64 truth",
                                     expected=expected, orders=orders, limit=entry.band_limit or DEFAULT_LIMIT)

@@ -61,12 +61,13 @@ def widths_of(entry, recipe: dict, device) -> list[tuple[float, float, str | Non
     """Per judged output: (old band, new band, which implementation set E, vacuous)."""
     from oracles.band import DEFAULT_LIMIT, FLOOR_ULP, LEGITIMATE_FACTOR, band_reports
     from oracles.determinism import run_on_copy
+    from oracles.legitimate_orders import legitimate_outputs
     from oracles.tensors import as_outputs, clone_inputs
 
     kwargs = entry.strategy_module.build(recipe, device)
     in_place = tuple(name for name in entry.in_place if kwargs[name] is not None)
     stock = run_on_copy(entry.stock, kwargs, in_place)
-    orders = {name: run_on_copy(order, kwargs, in_place) for name, order in entry.legitimate_orders.items()}
+    orders = legitimate_outputs(entry.legitimate_orders, kwargs, in_place)
     truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
     reports = band_reports(run_on_copy(entry.reference, kwargs, in_place), stock, truth, orders,
                            entry.band_limit or DEFAULT_LIMIT)

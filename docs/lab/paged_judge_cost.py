@@ -1,13 +1,14 @@
 """What the judge's own side of a paged_decode example costs (issue 26), on the CPU: per recipe drawn from
 the paged cells' strategies, the seconds and the torch ops (each a kernel launch on a GPU) of the float64
-truth, the reference in each legitimate order, the stock op and the band computation.
+truth, the reference's legitimate orders (as the judge computes them: together, ``oracles.legitimate_orders.legitimate_outputs``),
+the stock op and the band computation.
 
     PYTHONPATH=. python docs/lab/paged_judge_cost.py [--draws N] [--caps cpu|cuda] [--max-elements E] [--op OP]
 
 ``--caps cuda`` draws with the GPU's bounds (rows up to 256, long tables, 16 KV heads), each recipe's table
 (and selection) cut so its caches hold at most ``--max-elements`` elements, built on the CPU: the shapes a
 GPU certification judges, scaled down in context only.  Prints a table of the parts (seconds, ops, each
-per example) and the slowest orders.
+per example).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from oracles.band import check_band
 from oracles.draws import cell_draws
+from oracles.legitimate_orders import legitimate_outputs
 from oracles.tensors import as_outputs, clone_inputs
 from ops.attention import paged_decode as dense_op
 from ops.attention import paged_decode_nvfp4kv as nvfp4_op
@@ -56,8 +58,7 @@ def judge_side(entry, kwargs, totals: dict) -> None:
     """The parts of one example's parity oracle that are the judge's own (the kernel's call left out)."""
     truth = timed(totals, "truth", lambda: as_outputs(entry.truth(**clone_inputs(kwargs))))
     stock = timed(totals, "stock", lambda: as_outputs(entry.stock(**clone_inputs(kwargs))))
-    orders = {name: timed(totals, f"order {name}", lambda order=order: as_outputs(order(**clone_inputs(kwargs))))
-              for name, order in entry.legitimate_orders.items()}
+    orders = timed(totals, "orders (all)", lambda: legitimate_outputs(entry.legitimate_orders, kwargs, ()))
     # the stock op's output stands for the kernel's: the band's cost does not depend on which it judges
     timed(totals, "band", lambda: check_band(stock, stock, truth, "vs float64 truth", orders=orders,
                                              limit=entry.band_limit))
@@ -91,18 +92,13 @@ def main() -> None:
             for recipe in recipes:
                 judge_side(entry, strategy.build(recipe, "cpu"), totals)
                 examples += 1
-    orders = {part: value for part, value in totals.items() if part.startswith("order ")}
-    parts = {part: totals[part] for part in ("truth", "stock", "band")}
-    parts["orders (all)"] = [sum(v[0] for v in orders.values()), sum(v[1] for v in orders.values())]
+    parts = {part: totals[part] for part in ("truth", "stock", "band", "orders (all)")}
     whole = [sum(v[0] for v in parts.values()), sum(v[1] for v in parts.values())]
     print(f"{examples} examples ({args.caps} caps), one thread")
     print("| part | seconds | ops | ms an example | ops an example |")
     print("|---|---|---|---|---|")
     for part, (seconds, ops) in {**parts, "judge side (all)": whole}.items():
         print(f"| {part} | {seconds:.2f} | {ops} | {1e3 * seconds / examples:.1f} | {ops / examples:.0f} |")
-    print("\nslowest orders:")
-    for part, (seconds, ops) in sorted(orders.items(), key=lambda item: -item[1][0])[:6]:
-        print(f"  {part}: {1e3 * seconds / examples:.1f} ms, {ops / examples:.0f} ops an example")
 
 
 if __name__ == "__main__":

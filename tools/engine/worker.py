@@ -234,9 +234,12 @@ def _labelled(entry, activity: Activity):
     """``entry`` and its strategy, their parts of the judge (the reference, the truth, the legitimate orders,
     the stock op, drawing) recorded in ``activity`` while they run: a cell killed at its time limit in one of
     them is the judge's delay, never the implementation's."""
+    from oracles.legitimate_orders import LegitimateOrders
+
     truth = entry.truth and activity.labelled("float64 truth", entry.truth)
-    orders = {name: activity.labelled(f"reference in its {name} order", order)
-              for name, order in entry.legitimate_orders.items()}
+    orders = LegitimateOrders.of(entry.legitimate_orders).relabelled(
+        lambda name, order: activity.labelled(f"reference in its {name} order" if name else
+                                              "reference in all its orders", order))
     labelled = dataclasses.replace(entry, reference=activity.labelled("reference", entry.reference), truth=truth,
                                    stock=activity.labelled("stock op", entry.stock), legitimate_orders=orders)
     return labelled, _Strategy(entry.strategy_module, activity)
