@@ -21,6 +21,10 @@
 #   canary          docs/lab/canary_cost.py on cuda (issue 25.3), CANARY_STEPS timed steps a setting (default 200)
 #   ahead:FILE      tools/compile-ahead compile FILE on every core (the records made here, carried): Triton's cache
 #                   filled before a certify phase; ahead_FILE.log
+#   against:FOLDER  docs/lab/paged_orders_against.py (from docs/lab/pending/judge-side-2026-12-05d.patch) on cuda: the
+#                   paged references' orders and truth against the earlier ones in FOLDER (carried: `git archive
+#                   HEAD references/attention | tar x -C FOLDER` here), AGAINST_DRAWS draws a cell (default 5);
+#                   against_h200.log
 #   profile:TAG:OP,OP  cProfile of certify-cells on cuda (--no-isolate) and of its implementation host
 #                   (docs/lab/profile_host.py) at EXAMPLES draws a cell (default 40, issue 26's baseline), under
 #                   PROFILE_LIMIT_S; profile_TAG.log, profile_TAG_judge.txt, profile_TAG_host.txt
@@ -97,6 +101,11 @@ for phase in "$@"; do
         timeout "${AHEAD_LIMIT_S:-300}" tools/compile-ahead compile "$records" > "$out/ahead_$(basename "$records").log" 2>&1
         echo "ahead $records: exit $?"; tail -3 "$out/ahead_$(basename "$records").log" | cut -c1-200
         ;;
+    against:*)
+        PYTHONPATH=. timeout "${AGAINST_LIMIT_S:-150}" python3 docs/lab/paged_orders_against.py "${phase#against:}" \
+            --device cuda --draws "${AGAINST_DRAWS:-5}" > "$out/against_h200.log" 2>&1
+        echo "against: exit $?"; tail -12 "$out/against_h200.log"
+        ;;
     profile:*)
         IFS=: read -r _ tag names <<< "$phase"
         ops=(); for op in ${names//,/ }; do ops+=(--op "$op"); done
@@ -105,7 +114,7 @@ for phase in "$@"; do
             > "$out/profile_$tag.log" 2>&1
         echo "profile $tag: exit $?"; grep -E "^[a-z_0-9]+/[a-z_0-9]+: |^summary" "$out/profile_$tag.log" | cut -c1-200
         ;;
-    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|ncu:OP:KERNEL|tests|pytest:TAG:FILES|layouts|canary|ahead:FILE|profile:TAG:OPS)" >&2; exit 2 ;;
+    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|ncu:OP:KERNEL|tests|pytest:TAG:FILES|layouts|canary|ahead:FILE|against:FOLDER|profile:TAG:OPS)" >&2; exit 2 ;;
     esac
     echo "  ($phase: $(( $(date +%s) - start )) s)"
 done
