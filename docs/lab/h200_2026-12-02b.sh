@@ -23,8 +23,9 @@
 #                   filled before a certify phase; ahead_FILE.log
 #   against:FOLDER  docs/lab/paged_orders_against.py (from docs/lab/pending/judge-side-2026-12-05d.patch) on cuda: the
 #                   paged references' orders and truth against the earlier ones in FOLDER (carried: `git archive
-#                   HEAD references/attention | tar x -C FOLDER` here), AGAINST_DRAWS draws a cell (default 5);
-#                   against_h200.log
+#                   HEAD references/attention | tar x -C FOLDER` here), AGAINST_DRAWS draws a cell (default 5),
+#                   recipes round the cells until AGAINST_SECONDS an op (default 50); against_h200.log, with the
+#                   orders' milliseconds an example computed together and one at a time
 #   profile:TAG:OP,OP  cProfile of certify-cells on cuda (--no-isolate) and of its implementation host
 #                   (docs/lab/profile_host.py) at EXAMPLES draws a cell (default 40, issue 26's baseline), under
 #                   PROFILE_LIMIT_S; profile_TAG.log, profile_TAG_judge.txt, profile_TAG_host.txt
@@ -103,7 +104,7 @@ for phase in "$@"; do
         ;;
     against:*)
         PYTHONPATH=. timeout "${AGAINST_LIMIT_S:-150}" python3 docs/lab/paged_orders_against.py "${phase#against:}" \
-            --device cuda --draws "${AGAINST_DRAWS:-5}" > "$out/against_h200.log" 2>&1
+            --device cuda --draws "${AGAINST_DRAWS:-5}" --seconds "${AGAINST_SECONDS:-50}" > "$out/against_h200.log" 2>&1
         echo "against: exit $?"; tail -12 "$out/against_h200.log"
         ;;
     profile:*)
