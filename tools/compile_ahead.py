@@ -156,6 +156,23 @@ def read_records(path) -> tuple[dict, list[tuple]]:
     return header, records
 
 
+def libraries_here(data: str) -> str:
+    """``data`` with the libraries its options name at paths this machine lacks (the recording machine's
+    libdevice: Triton records where its own lies) left to this Triton's defaults.  The cache key hashes a
+    library's contents, not its path, so the key stays the one the run computes here."""
+    specialization = json.loads(data)
+    options = specialization.get("options") or {}
+    libraries = options.get("extern_libs") or []
+    if all(os.path.exists(path) for _, path in libraries):
+        return data
+    kept = [[name, path] for name, path in libraries if os.path.exists(path)]
+    if kept:
+        options["extern_libs"] = kept
+    else:
+        del options["extern_libs"]
+    return json.dumps(specialization)
+
+
 def _compile_share(records: list[tuple], target: str | None) -> list[str]:
     """In a pool process: each record preloaded (compiled into Triton's cache); the failures, in words."""
     from triton.runtime import driver
@@ -166,7 +183,7 @@ def _compile_share(records: list[tuple], target: str | None) -> list[str]:
     for kernel, data in records:
         try:
             with contextlib.redirect_stdout(sys.stderr):
-                _kernel_of(kernel).preload(data)
+                _kernel_of(kernel).preload(libraries_here(data))
         except Exception as error:  # noqa: BLE001 - reported; the run would compile (or fail) it itself
             failures.append(f"{kernel}: {error_in_one_line(error)}")
     return failures
