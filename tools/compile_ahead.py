@@ -163,9 +163,9 @@ def libraries_here(data: str) -> str:
     specialization = json.loads(data)
     options = specialization.get("options") or {}
     libraries = options.get("extern_libs") or []
-    if all(os.path.exists(path) for _, path in libraries):
-        return data
     kept = [[name, path] for name, path in libraries if os.path.exists(path)]
+    if len(kept) == len(libraries):
+        return data
     if kept:
         options["extern_libs"] = kept
     else:
