@@ -24,6 +24,7 @@ from suites.certification import machine_device
 from suites.claims import REPO
 from tools.engine.certify import certificate_section
 from tools.engine.worker import CellTask, execute
+from tools.engine import isolation
 from tools.engine.isolation import Slot, WorkerStartError, cpu_slots, gpu_slots, run_isolated
 
 pytestmark = [pytest.mark.cpu, pytest.mark.sm90]
@@ -93,15 +94,29 @@ def test_workers_give_the_results_one_process_gives():
         {task.key: execute(task).record() for task in tasks}
 
 
-def test_a_cell_out_of_memory_beside_other_workers_runs_again_alone_then_ends_the_run():
+def test_a_cell_out_of_memory_beside_other_workers_runs_again_alone_then_ends_the_run(monkeypatch):
     """Workers sharing a GPU: a cell out of its memory runs again alone; out of memory alone too, the run ends
     as the judge's internal error (a fact about the machine, no finding against the kernel), after the other
-    cells; on a slot of its own (the control) it ends the run at once, not run again."""
+    cells; on a slot of its own (the control) it ends the run at once, not run again.  Alone means alone: the
+    other workers have ended on their own (exit 0, their implementation hosts ended before them) before the
+    rerun's worker starts; a killed worker (-9) would leave its hosts holding the GPU's memory a moment longer
+    (a 2026-12-05 H100 run's rerun met 73 GB still in use)."""
+    started = []   # per worker started: the exit statuses of the workers started before it, as it starts
+
+    class Recorded(isolation._Worker):
+        def __init__(self, *args, **kwargs):
+            started.append([worker.process.poll() for worker in started_workers])
+            super().__init__(*args, **kwargs)
+            started_workers.append(self)
+
+    started_workers = []
+    monkeypatch.setattr(isolation, "_Worker", Recorded)
     tasks = [CellTask(ENTRY.name, cell, DEVICE, f"{FAULTY}:out_of_memory_on_small_batches", max_examples=1)
              for cell in ("decode_small_batch", "empty_batch")]
     shared = gpu_slots(1, 2) if DEVICE == "cuda" else [Slot(f"gpu0.{i}", {"CUDA_VISIBLE_DEVICES": ""}) for i in (0, 1)]
     for slots, again in ((shared, True), (cpu_slots(1) if DEVICE == "cpu" else gpu_slots(1), False)):
         notes, finished = [], []
+        started.clear(), started_workers.clear()
         with pytest.raises(JudgeError) as raised:
             run_isolated(tasks, slots, cell_timeout=600, on_note=lambda slot, line: notes.append(line),
                          on_result=lambda result, _: finished.append(result))
@@ -115,6 +130,7 @@ def test_a_cell_out_of_memory_beside_other_workers_runs_again_alone_then_ends_th
         rerun = [line for line in notes if "runs again alone" in line]
         assert rerun == (["greedy_argmax/decode_small_batch: out of memory beside other workers; it runs "
                           "again alone at the end"] if again else []), notes
+        assert started == ([[], [None], [0, 0]] if again else [[]]), started
 
 
 def test_the_judges_own_code_slower_than_the_cell_timeout_is_an_internal_error(tmp_path):

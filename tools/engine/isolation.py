@@ -291,6 +291,9 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
                         if on_note:
                             on_note(worker.slot, f"its worker could not start, out of memory; the run goes on "
                                                  f"without {worker.slot.label}")
+            if alone:
+                _end_workers([worker for worker in workers.values() if worker is not None])
+                workers = dict.fromkeys(workers)
         finally:
             for worker in workers.values():
                 if worker is not None:
@@ -299,6 +302,25 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
         results.update(run_isolated(alone, slots[:1], cell_timeout=cell_timeout, sanitize=sanitize, on_note=on_note,
                                     on_result=on_result))
     return results
+
+
+def _end_workers(workers: list[_Worker]) -> None:
+    """Workers whose GPU memory a cell run again alone must not meet: each asked to end at once, then waited
+    for (killed where it will not end).  A worker that ends on its own ends its implementation hosts first
+    (their process groups, waited for), and the memory they held on the GPU with them; a worker killed instead
+    leaves its hosts to their guardians, which end them a moment later, maybe while that cell starts."""
+    for worker in workers:
+        if worker.connection is not None:
+            try:
+                worker.connection.send(("stop",))
+            except OSError:
+                pass
+    for worker in workers:
+        try:
+            worker.process.wait(timeout=EXIT_LIMIT_S if worker.connection is not None else 0)
+        except subprocess.TimeoutExpired:
+            pass
+        worker.kill()
 
 
 @contextlib.contextmanager
@@ -350,7 +372,7 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer, defer=lambda wor
             facts = message[1]
             if defer(worker, facts["message"]):
                 retire(worker)
-                worker.kill()   # (it ends after an internal error anyway)
+                _end_workers([worker])   # it ends after an internal error anyway: its hosts first
                 return
             error = JudgeError(facts["message"], facts["oracle"], facts["recipe"])
             error.op, error.cell_id, error.trace = facts["op"], facts["cell_id"], facts["traceback"]
