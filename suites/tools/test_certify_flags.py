@@ -224,3 +224,35 @@ def test_a_logged_run_says_when_a_cell_starts_shrinking(capsys):
     right = capsys.readouterr().err
     assert f"greedy_argmax/{CELL}: parity failed after" in wrong, wrong
     assert "shrinking" not in right and f"greedy_argmax/{CELL}: 1/" in right, right
+
+
+def test_several_workers_start_the_slowest_cells_first(tmp_path, monkeypatch):
+    """A run on several workers ends with its last cell: the cells the committed reports show slowest a draw
+    start first, a cell of no report before all, the catalog's order among equals; one worker keeps the
+    catalog's order (the control)."""
+    from ops import catalog, certificates
+    from tools.engine import certify
+    from tools.engine.worker import CellTask
+
+    entry = catalog.kernels("greedy_argmax")[0]
+    report = tmp_path / "greedy_argmax.sm90.report.json"
+    report.write_text(json.dumps({"results": [
+        {"op": entry.name, "backend": entry.backend, "cell": "empty_batch", "seconds": 1.0, "examples": 10},
+        {"op": entry.name, "backend": entry.backend, "cell": "decode_small_batch", "seconds": 30.0, "examples": 10},
+        {"op": entry.name, "backend": entry.backend, "cell": "decode_mid_batch", "seconds": 1.0, "examples": 10}]}))
+    monkeypatch.setattr(certificates, "report_path", lambda found, arch: report)
+    costs = certify.seconds_a_draw([entry], catalog.Arch.SM90)
+    assert costs == {(entry.name, "empty_batch"): 0.1, (entry.name, "decode_small_batch"): 3.0,
+                     (entry.name, "decode_mid_batch"): 0.1}
+    tasks = [CellTask(entry.name, cell.id, "cpu") for cell in entry.cells]
+    assert [task.cell_id for task in certify.longest_first(tasks, costs)] == \
+        ["decode_large_batch", "decode_small_batch", "empty_batch", "decode_mid_batch"]
+
+    seen = []
+    monkeypatch.setattr(certify, "run_isolated", lambda tasks, slots, **kw: seen.append([t.cell_id for t in tasks]))
+    for workers in (2, 1):
+        certify.run_tasks(certify.RunOptions(device="cpu", workers=workers, isolate=True), tasks, None, costs)
+    assert seen == [["decode_large_batch", "decode_small_batch", "empty_batch", "decode_mid_batch"],
+                    [cell.id for cell in entry.cells]]
+    report.write_text("not json")
+    assert certify.seconds_a_draw([entry], catalog.Arch.SM90) == {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 import platform
 import sys
@@ -300,8 +301,32 @@ def certificate_section(entry, results: dict, facts: dict, *, command: str, max_
     }
 
 
-def run_tasks(options: RunOptions, tasks, on_result) -> dict:
-    """Every task's result, keyed by ``(op, cell)``: in worker processes, or in this one."""
+def seconds_a_draw(entries, arch) -> dict[tuple[str, str], float]:
+    """``(op, cell)``: the seconds an example each cell took in the report that earned its op's ``arch``
+    section (cells of no readable report left out)."""
+    from ops import certificates
+
+    found = {}
+    for entry in entries:
+        try:
+            rows = json.loads(certificates.report_path(entry, arch).read_text())["results"]
+            found.update({(entry.name, row["cell"]): row["seconds"] / max(1, row["examples"]) for row in rows
+                          if row.get("backend", entry.backend) == entry.backend})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue   # no cost known: the cell goes first
+    return found
+
+
+def longest_first(tasks: list, costs: dict[tuple[str, str], float]) -> list:
+    """Tasks in the order that ends a run of several workers soonest: the slowest a draw first, a cell of
+    unknown cost before all (longest-processing-time-first: a slow cell started last keeps the other workers
+    idle until it ends); the catalog's order among equals."""
+    return sorted(tasks, key=lambda task: -costs.get((task.op, task.cell_id), math.inf))
+
+
+def run_tasks(options: RunOptions, tasks, on_result, costs: dict | None = None) -> dict:
+    """Every task's result, keyed by ``(op, cell)``: in worker processes, or in this one; on several workers,
+    the slowest cells (``costs``: :func:`seconds_a_draw`) first."""
 
     if not options.isolate:
         results = {}
@@ -315,6 +340,8 @@ def run_tasks(options: RunOptions, tasks, on_result) -> dict:
     slots = gpu_slots(None if options.gpus == "all" else int(options.gpus or 1), options.workers or 1) \
         if options.device == "cuda" else cpu_slots(options.workers or 1)
 
+    if len(slots) > 1:
+        tasks = longest_first(tasks, costs or {})
     logged = LoggedProgress()
 
     def note(slot, line):
@@ -513,7 +540,7 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
                                                 for entry, cell, _ in planned if entry is row[0])])
 
     try:
-        results.update(run_tasks(options, tasks, announce))
+        results.update(run_tasks(options, tasks, announce, seconds_a_draw(entries, arch)))
     except JudgeError as error:  # the run ends here, no report; how to see it again
         cell = getattr(error, "cell_id", None)
         if cell is not None:
