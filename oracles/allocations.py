@@ -22,6 +22,29 @@ def pooled_bytes(nbytes: int) -> int:
     return 1 << max(9, (nbytes - 1).bit_length()) if nbytes else 0
 
 
+# What a process judging or serving on a shared GPU keeps cached of the memory it freed, at most: the judge
+# and the implementation's host are processes apart, and neither can use what the other's caching allocator
+# holds. A cell's largest example would otherwise stay reserved in the judge through every later example (73
+# GB of an 80 GB H100 on a 2026-12-05 run, where the host then ran out of memory).
+CACHE_KEPT_BYTES = 4 << 30
+
+
+def give_back_cache() -> None:
+    """Release this process's cached, unused CUDA memory once it exceeds :data:`CACHE_KEPT_BYTES` (a few
+    examples of the same sizes keep their cache; a large one's cache goes back)."""
+    if torch.cuda.is_initialized() and \
+            torch.cuda.memory_reserved() - torch.cuda.memory_allocated() > CACHE_KEPT_BYTES:
+        torch.cuda.empty_cache()
+
+
+def memory_held() -> str:
+    """This process's CUDA memory in words, for a message about running out of it ("" where it uses none)."""
+    if not torch.cuda.is_initialized():
+        return ""
+    return f"{torch.cuda.memory_allocated() / 2**30:.2f} GiB allocated, {torch.cuda.memory_reserved() / 2**30:.2f} " \
+           f"GiB reserved"
+
+
 def margin_bytes(itemsize: int) -> int:
     """The margin on each side of an allocation of elements of ``itemsize`` bytes (whole elements)."""
     return MARGIN_BYTES - MARGIN_BYTES % itemsize

@@ -36,6 +36,7 @@ from typing import Callable, Iterable, Mapping
 import hypothesis
 import torch
 
+from oracles import allocations
 from oracles.band import BandReport
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import first_difference
@@ -448,7 +449,9 @@ class _Called:
         """What the implementation raised (in this process, or rebuilt from its host's), as the oracles take
         it; running out of memory is the machine's, not the implementation's: raised as the judge's."""
         if out_of_memory(error):
-            found = JudgeError(f"the implementation's call ran out of memory ({type(error).__name__}: {error})",
+            held = allocations.memory_held()
+            found = JudgeError(f"the implementation's call ran out of memory ({type(error).__name__}: {error}"
+                               f"{'; the judge process: ' + held if held else ''})",
                                self.battery.oracle, self.battery.recipe)
             found.__cause__ = error
             raise found
@@ -637,6 +640,8 @@ def run_cell(entry, impl: Implementation, cell, device, *, max_examples: int, se
         except _Unrunnable as unrunnable:
             result.annotations["not_judged"] = str(unrunnable)
             return
+        finally:
+            allocations.give_back_cache()
         for oracle, failure in found.items():
             failure.recipe = recipe
             result.failures[oracle] = failure

@@ -122,7 +122,9 @@ def test_a_cell_out_of_memory_beside_other_workers_runs_again_alone_then_ends_th
                          on_result=lambda result, _: finished.append(result))
         message = raised.value.message
         assert message.startswith("the implementation's call ran out of memory (OutOfMemoryError: CUDA out of "
-                                  "memory. Tried to allocate 2.00 GiB (a control)); now the "), message
+                                  "memory. Tried to allocate 2.00 GiB (a control)"), message
+        # on a GPU, what the judge's own process held then (its CUDA memory), before the run's end
+        assert ("; the judge process: " in message) == (DEVICE == "cuda") and "); now the " in message, message
         assert message.endswith("nothing is concluded about the implementation"), message
         assert (raised.value.cell_id, raised.value.oracle) == ("decode_small_batch", "parity")
         assert [(result.cell_id, result.status) for result in finished] == \

@@ -251,3 +251,15 @@ def test_a_strategy_drawing_a_refused_input_is_an_internal_error():
     with pytest.raises(JudgeError, match="the strategy built an input the contract refuses"):
         battery.judge(refused, ["parity"])
 
+
+
+def test_the_judge_gives_back_its_cached_memory_after_every_example(monkeypatch):
+    """The implementation runs in another process on the same GPU: after each example, judged or not, the judge
+    gives back what its caching allocator keeps past the limit (``suites/faults/test_cached_memory_on_gpu.py``
+    checks the limit itself on the GPU)."""
+    calls = []
+    monkeypatch.setattr("oracles.allocations.give_back_cache", lambda: calls.append(1))
+    result = run_cell(ARGMAX, Implementation("reference", {ARGMAX.name: argmax_reference}), ARGMAX.cell(CELL), CPU,
+                      max_examples=3, shrink=False, strategy=Corners(ARGMAX.strategy_module, lambda c: c[:2]))
+    assert result.status == "certified", result.record()
+    assert len(calls) == result.examples + result.refused_examples == 5, (len(calls), result.record())

@@ -291,6 +291,7 @@ class Host:
             return ("failed", exception_facts(error))
         if torch.cuda.is_initialized():
             torch.cuda.synchronize()   # the copies into the output buffers are there before the judge reads
+            allocations.give_back_cache()
         # this message's private inputs stay alive until the next message's exist: no call meets its inputs
         # at the address of the call just before it (a cache keyed on addresses answers stale or anew)
         self.held = [back for *_, back, _, _ in ran]
