@@ -135,7 +135,7 @@ def test_a_run_stopped_by_its_time_limit_keeps_the_ops_it_finished(monkeypatch):
     from oracles.battery import CellResult
     from tools.engine import certify
 
-    def stopped_after_greedy_argmax(options, tasks, on_result):
+    def stopped_after_greedy_argmax(options, tasks, on_result, costs=None):
         for task in tasks:
             if task.op == "greedy_argmax":
                 on_result(CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)
@@ -161,7 +161,7 @@ def test_a_run_ended_by_an_internal_error_keeps_the_ops_judged_whole_before_it(m
     from oracles.judge_errors import JudgeError
     from tools.engine import certify
 
-    def judge_error_in_strict_accept(options, tasks, on_result):
+    def judge_error_in_strict_accept(options, tasks, on_result, costs=None):
         for task in tasks:
             if task.op == "greedy_argmax":
                 on_result(CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)
