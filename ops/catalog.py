@@ -35,7 +35,7 @@ import torch
 
 from ops import canary, certificates
 from ops.canary import REQUIRE_CERTIFIED_ENV
-from oracles.band import BandLimit
+from oracles.band_limit import BandLimit
 from references.bounds import OneOf, Span, stable_seed
 from references.validation import Refusal
 

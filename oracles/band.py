@@ -29,23 +29,13 @@ from typing import Mapping
 
 import torch
 
+from oracles.band_limit import DEFAULT_LIMIT, BandLimit
 from oracles.failures import OracleFailure
 from oracles.tensors import as_outputs, check_contract_outputs
 
 LEGITIMATE_FACTOR = 2.0
 FLOOR_ULP = 1.0
 STOCK = "stock"   # the name the stock op's outputs carry among the legitimate implementations
-
-
-@dataclasses.dataclass(frozen=True)
-class BandLimit:
-    """The widest band an op's inputs may need before the band judges nothing, with its reason."""
-
-    ulp: float
-    reason: str
-
-
-DEFAULT_LIMIT = BandLimit(8.0, "the contract's default: 8 output ULP of the row scale")
 
 
 def significand_bits(dtype: torch.dtype) -> int:
@@ -75,22 +65,50 @@ class OutputError:
 
 
 def output_error(output: torch.Tensor, truth: torch.Tensor) -> OutputError:
+    return output_errors([output], truth)[0]
+
+
+STACKED_BYTES = 1 << 30
+
+
+def output_errors(outputs, truth: torch.Tensor) -> list[OutputError]:
+    """The error of each of ``outputs`` (implementations' answers for one output) against ``truth``, all
+    in one pass: the same arithmetic element by element, and one read of the results back to the host,
+    where one output at a time took several device syncs each."""
     truth = truth.to(torch.float64)
-    if output.shape != truth.shape:
-        raise OracleFailure("parity", f"shape {tuple(output.shape)} != {tuple(truth.shape)}")
-    if output.numel() == 0:
-        return OutputError(0.0, 0.0)
-    value = output.to(torch.float64)
+    for output in outputs:
+        if output.shape != truth.shape:
+            raise OracleFailure("parity", f"shape {tuple(output.shape)} != {tuple(truth.shape)}")
+    if truth.numel() == 0:
+        return [OutputError(0.0, 0.0) for _ in outputs]
     finite = truth.isfinite()
-    # NaN truth: any NaN; +-inf truth: the same infinity (NaN != NaN, so not value != truth)
-    matched = torch.where(truth.isnan(), value.isnan(), value == truth)
-    missed = int(((~finite) & ~matched).sum())
-    diff = torch.where(finite, (value - truth).abs(), torch.zeros_like(truth))
-    diff = torch.where(finite & value.isnan(), torch.full_like(diff, math.inf), diff)
-    error_ulp = (diff / row_ulp(truth, output.dtype)).max().item()
-    norm = torch.where(finite, truth, torch.zeros_like(truth)).norm().item()
-    relative_rms = diff.norm().item() / norm if norm > 0 else (0.0 if diff.norm().item() == 0 else math.inf)
-    return OutputError(error_ulp, relative_rms, int((finite & ~value.isfinite()).sum()), missed)
+    norm = torch.where(finite, truth, torch.zeros_like(truth)).norm()
+    by_dtype: dict[torch.dtype, list[int]] = {}
+    for position, output in enumerate(outputs):   # each output's ULP is its own dtype's
+        by_dtype.setdefault(output.dtype, []).append(position)
+    figures = [None] * len(outputs)
+    # as many outputs a pass as keep its float64 copies within STACKED_BYTES (all of them, but for outputs
+    # of hundreds of millions of elements: ten orders of a large gdn_verify checkpoint took 11 GiB a copy)
+    per_pass = max(1, STACKED_BYTES // (truth.numel() * 8))
+    for dtype, positions in by_dtype.items():
+        ulp = row_ulp(truth, dtype)
+        for start in range(0, len(positions), per_pass):
+            chunk = positions[start:start + per_pass]
+            value = torch.stack([outputs[position].to(torch.float64) for position in chunk])
+            # NaN truth: any NaN; +-inf truth: the same infinity (NaN != NaN, so not value != truth)
+            matched = torch.where(truth.isnan(), value.isnan(), value == truth)
+            diff = torch.where(finite, (value - truth).abs(), torch.zeros_like(value))
+            diff = torch.where(finite & value.isnan(), torch.full_like(diff, math.inf), diff)
+            rows = (len(chunk), -1)
+            numbers = torch.stack([(diff / ulp).reshape(rows).amax(dim=1),
+                                   diff.reshape(rows).norm(dim=1),
+                                   (finite & ~value.isfinite()).reshape(rows).sum(dim=1).to(torch.float64),
+                                   ((~finite) & ~matched).reshape(rows).sum(dim=1).to(torch.float64),
+                                   norm.expand(len(chunk))], dim=1)
+            for position, (error_ulp, diff_norm, non_finite, missed, truth_norm) in zip(chunk, numbers.tolist()):
+                relative_rms = diff_norm / truth_norm if truth_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
+                figures[position] = OutputError(error_ulp, relative_rms, int(non_finite), int(missed))
+    return figures
 
 
 @dataclasses.dataclass
@@ -144,8 +162,8 @@ def band_reports(output, stock_output, truth, orders: Mapping[str, object] | Non
             if out.shape != true.shape or not torch.equal(out, true.to(out.dtype)):
                 raise OracleFailure("parity", f"output {position} ({out.dtype}) is not exactly the truth")
             continue
-        kernel = output_error(out, true)
-        errors = {name: output_error(outputs_of[position], true) for name, outputs_of in legitimate.items()}
+        kernel, *others = output_errors([out, *(outputs_of[position] for outputs_of in legitimate.values())], true)
+        errors = dict(zip(legitimate, others))
         failed = [f"{name} {error.error_ulp:.3g} ULP ({error.non_finite} non-finite where the truth is finite, "
                   f"{error.missed_non_finite} non-finite truth missed)"
                   for name, error in errors.items() if not error.usable]

@@ -2,7 +2,8 @@
 (``ops/canary.py``) judges by it without the battery's Hypothesis machinery."""
 from __future__ import annotations
 
-from oracles.band import DEFAULT_LIMIT, check_band
+from oracles.band import check_band
+from oracles.band_limit import DEFAULT_LIMIT
 from oracles.bitwise import check_bitwise
 from oracles.determinism import run_on_copy
 from oracles.failures import OracleFailure

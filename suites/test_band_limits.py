@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from ops.catalog import Parity, entries
-from oracles.band import DEFAULT_LIMIT, BandLimit
+from oracles.band_limit import DEFAULT_LIMIT, BandLimit
 
 pytestmark = [pytest.mark.cpu]
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "band-limits.md"

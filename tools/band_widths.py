@@ -59,7 +59,8 @@ def parse_args(argv):
 
 def widths_of(entry, recipe: dict, device) -> list[tuple[float, float, str | None, bool]]:
     """Per judged output: (old band, new band, which implementation set E, vacuous)."""
-    from oracles.band import DEFAULT_LIMIT, FLOOR_ULP, LEGITIMATE_FACTOR, band_reports
+    from oracles.band import FLOOR_ULP, LEGITIMATE_FACTOR, band_reports
+    from oracles.band_limit import DEFAULT_LIMIT
     from oracles.determinism import run_on_copy
     from oracles.legitimate_orders import legitimate_outputs
     from oracles.tensors import as_outputs, clone_inputs

@@ -159,14 +159,17 @@ PTXAS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads.*?Used (\
 
 
 def plan_label(launch: Launch, compiled) -> str:
-    """The plan: its constexprs, warps and stages in words, and a digest of the specialised signature."""
+    """The plan: its constexprs, warps, stages and register cap (where it has one) in words, and a digest of
+    the specialised signature.  Plans that differ in their cap alone are receipts apart: a capped plan's
+    spills are its own."""
     names = launch.kernel.arg_names
     constexprs = {".".join([names[key[0]], *map(str, key[1:])]): value for key, value in compiled.src.constants.items()}
     metadata = compiled.metadata
     words = ",".join(f"{key}={value}" for key, value in sorted(constexprs.items()))
     digest = hashlib.sha256(repr((sorted(map(str, compiled.src.signature.items())),
                                   sorted(map(str, compiled.src.attrs.items())))).encode()).hexdigest()[:10]
-    return f"{words} warps={metadata.num_warps} stages={metadata.num_stages} sig={digest}"
+    cap = f" maxnreg={metadata.maxnreg}" if getattr(metadata, "maxnreg", None) else ""
+    return f"{words} warps={metadata.num_warps} stages={metadata.num_stages}{cap} sig={digest}"
 
 
 def compile_launch(launch: Launch, target: str, memo: dict | None = None) -> tuple[str, dict]:

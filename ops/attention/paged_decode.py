@@ -694,7 +694,7 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
     """Plans around the default, for ``tools/bench --variants`` to time on the device.
 
     bf16 keeps the default and two plans (the sweeps in docs/ops/paged_decode.md ruled out the rest).
-    e4m3: launch-plan knobs (``split``, ``stages``, ``block``, ``register cap``, ``rows``, ``no ptx
+    e4m3: launch-plan knobs (``split``, ``stages``, ``block``, ``warps``, ``register cap``, ``rows``, ``no ptx
     convert``, ``no lazy rescale``) keep the default's numerics (the last two its bits); ``exp fp32
     Cody-Waite``, ``exp float64 libdevice`` and ``p hi+lo`` change how p is computed or multiplied, each
     within the band by its own derivation; ``round-1 default`` is the e4m3 default before the lean tile
@@ -720,6 +720,12 @@ def bench_variants(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale
             "2 stages": replace(default, num_stages=2),
             "4 stages": replace(default, num_stages=4),
             "register cap 168": replace(default, max_registers=168),
+            # more blocks an SM (ncu: latency-bound at 4 blocks of 4 warps); blocks, warps and SASS of each,
+            # compiled for sm_90a without a GPU: docs/lab/e4m3_occupancy_static.md
+            "2 stages, register cap 96": replace(default, num_stages=2, max_registers=96),
+            "block 32, 2 stages, register cap 80": replace(default, block_n=32, num_stages=2, max_registers=80),
+            "8 warps, 2 stages, register cap none": replace(default, num_warps=8, num_stages=2, max_registers=None),
+            "8 warps, 2 stages, register cap 64": replace(default, num_warps=8, num_stages=2, max_registers=64),
             "2 stages, rows 8": replace(default, num_stages=2, min_dot_rows=8),
             "block 32": replace(default, block_n=32),
             "register cap none": replace(default, max_registers=None),

@@ -17,6 +17,10 @@ and the group size alone, never on T, which keeps the op batch-invariant.  Multi
 (``enable_fp_fusion=False``; a bench variant times fusion): each product and sum rounds on its own, as the
 contract's fp32 arithmetic is written.  Division and square root round to nearest (``div_rn``,
 ``sqrt_rn``) and ``exp`` is libdevice's; bf16 goes through the exact conversions of ``ops/triton_backend``.
+A plan with ``fast_math`` (bench variants only, until certified) takes silu and rstd from the GPU's
+approximations instead (``ex2.approx``, ``rcp.approx``, ``rsqrt.approx``: within 2^-16 of silu and rstd,
+the rounding of exp's argument included), which y's one rounding to bf16 hides: the band is a bf16 ulp,
+2^-8 of the row's largest |y| at least (docs/ops/rms_norm_gated.md).
 x and z are read once: their loads ask to be evicted first, leaving L2 to the weight every row reads.
 
 Cost model (H200 bench case [8192, 4096], group 128, gate, amax): 201 MB move in 47 us at copy
@@ -41,6 +45,7 @@ import dataclasses
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from ops.catalog import ALL_ARCHS
 from ops.norm import rms_norm_gated_cells as claims
@@ -59,6 +64,7 @@ class LaunchPlan:
     evict_first: bool = True     # x and z loads marked evict-first (read once)
     prefetch: bool = False       # persistent: load the next row's x and z before normalizing this one
     fp_fusion: bool = False      # let the compiler fuse multiply-adds (changes y's bits: bench only)
+    fast_math: bool = False      # approximate exp, reciprocal and rsqrt (changes y's bits: bench only)
 
 
 def launch_plan(width: int, group_size: int, elements_per_thread: int = 16, max_warps: int = 8) -> LaunchPlan:
@@ -74,9 +80,10 @@ def launch_plan(width: int, group_size: int, elements_per_thread: int = 16, max_
 
 def bench_variants(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) -> dict:
     """Launch plans around the default, for ``tools/bench --variants``, at 4, 8 and 16 warps a row: one
-    program a row, without evict-first loads, with fused multiply-adds (a numerics
-    change: a winner there needs the band re-certified before it can be the default), and persistent
-    programs (2 or 4 an SM) with and without the next row prefetched."""
+    program a row, without evict-first loads, with fused multiply-adds, and persistent
+    programs (2 or 4 an SM) with and without the next row prefetched; and the prefetching persistent plans
+    with fast math, alone and with fused multiply-adds.  Fusion and fast math change the numerics: a winner
+    there needs the band re-certified before it can be the default."""
     variants = {}
 
     def add(label, plan):
@@ -92,8 +99,13 @@ def bench_variants(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
         for programs_per_sm in (2, 4):
             persistent = dataclasses.replace(plan, programs_per_sm=programs_per_sm)
             add(f"{warps}, {programs_per_sm} persistent programs/SM", persistent)
-            add(f"{warps}, {programs_per_sm} persistent programs/SM, next row prefetched",
-                dataclasses.replace(persistent, prefetch=True))
+            prefetching = dataclasses.replace(persistent, prefetch=True)
+            add(f"{warps}, {programs_per_sm} persistent programs/SM, next row prefetched", prefetching)
+            fast = dataclasses.replace(prefetching, fast_math=True)
+            add(f"{warps}, {programs_per_sm} persistent programs/SM, next row prefetched, fast math (numerics differ)",
+                fast)
+            add(f"{warps}, {programs_per_sm} persistent programs/SM, next row prefetched, fast math, fp fusion "
+                f"(numerics differ)", dataclasses.replace(fast, fp_fusion=True))
     return variants
 
 
@@ -109,6 +121,34 @@ def _load_row(x_ptr, x_row_stride, x_col_stride, z_ptr, z_row_stride, z_col_stri
         z = tl.load(z_ptr + row * z_row_stride + col * z_col_stride, mask=inside, other=0.0,
                     eviction_policy=STREAM)
     return x, z
+
+
+@triton.jit
+def _silu(z, FAST_MATH: tl.constexpr):
+    """silu(z) = z / (1 + exp(-z)), fp32."""
+    if FAST_MATH:
+        # (z/4) / (1/4 + 2^(-z log2(e) - 2)): ex2.approx.ftz and rcp.approx.ftz (fast_dividef of 1), 8
+        # instructions where libdevice's exp and the rounded division issue ~22.  The quarters keep rcp's argument
+        # below 2^126 wherever exp(-z) is finite, so that its result is never subnormal (.ftz would flush it), and
+        # z/4 is exact (z is bf16); the last product does not flush: a subnormal silu stays, as the exact path's.
+        gate = (z * 0.25) * libdevice.fast_dividef(1.0, 0.25 + tl.math.exp2(z * -1.4426950408889634 - 2.0))
+    else:
+        # z * -1 rather than -z (0 - z) lets ptxas fold the sign into exp's first multiply-add
+        gate = tl.math.div_rn(z, 1.0 + exp_fp32(z * -1.0))
+    return gate
+
+
+@triton.jit
+def _rsqrt(value, FAST_MATH: tl.constexpr):
+    """1 / sqrt(value), fp32 (a group's mean square plus eps)."""
+    if FAST_MATH:
+        # tl.math.rsqrt is rsqrt.approx.ftz, which reads a subnormal as 0 (rstd inf where the exact path is
+        # finite, eps 0): such a value is lifted by 2^24 first and its root brought back by 2^12
+        lifted = value < 1.1754943508222875e-38
+        root = tl.math.rsqrt(tl.where(lifted, value * 16777216.0, value)) * tl.where(lifted, 4096.0, 1.0)
+    else:
+        root = tl.math.div_rn(1.0, tl.math.sqrt_rn(value))
+    return root
 
 
 # rows is the persistent loop's bound (bounds and index tensors: one compile per plan); x, z, w and
@@ -127,6 +167,7 @@ def _rms_norm_gated_rows(
     WHOLE_TILE: tl.constexpr,  # the row fills the tile exactly: no padding lanes, no masks
     STREAM: tl.constexpr,      # eviction policy of the read-once x and z loads
     PREFETCH: tl.constexpr,    # load a program's next row before normalizing this one (persistent plans)
+    FAST_MATH: tl.constexpr,   # silu and rstd from the GPU's approximations (_silu, _rsqrt)
 ):
     lane = tl.arange(0, GROUP)[None, :]
     if WHOLE_TILE:
@@ -152,9 +193,7 @@ def _rms_norm_gated_rows(
         x = x_held.to(tl.float32)
         u = x
         if GATE != "none":
-            z = z_held.to(tl.float32)
-            # silu(z); z * -1 rather than -z (0 - z) lets ptxas fold the sign into exp's first multiply-add
-            gate = tl.math.div_rn(z, 1.0 + exp_fp32(z * -1.0))
+            gate = _silu(z_held.to(tl.float32), FAST_MATH)
             if GATE == "gate_then_norm":
                 u = x * gate
         # padding lanes hold 0 and add nothing to a group's sum of squares
@@ -163,7 +202,7 @@ def _rms_norm_gated_rows(
             mean_square = square_sum * (1.0 / GROUP)
         else:
             mean_square = tl.math.div_rn(square_sum, group_divisor)
-        rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(mean_square + eps))
+        rstd = _rsqrt(mean_square + eps, FAST_MATH)
         y = u * rstd[:, None] * w
         if GATE == "norm_then_gate":
             y = y * gate
@@ -202,7 +241,7 @@ def run_plan(plan: LaunchPlan, x, z, weight, eps, group_size, norm_before_gate=T
         rows, width, group_size, float(group_size), float(eps),
         GROUPS=plan.groups, GROUP=plan.group, GATE=gate, WRITE_AMAX=amax is not None,
         WHOLE_TILE=plan.group == group_size and plan.groups * plan.group == width,
-        STREAM="evict_first" if plan.evict_first else "", PREFETCH=plan.prefetch,
+        STREAM="evict_first" if plan.evict_first else "", PREFETCH=plan.prefetch, FAST_MATH=plan.fast_math,
         num_warps=plan.num_warps, enable_fp_fusion=plan.fp_fusion,
     )
     return y

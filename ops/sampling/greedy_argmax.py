@@ -48,7 +48,7 @@ def _floor_power_of_2(n: int) -> int:
 
 
 def launch_plan(rows: int, vocab: int, element_size: int, sms: int,
-                programs_per_sm: int = 16, sweep_bytes: int = 2048, num_warps: int = 8) -> LaunchPlan:
+                programs_per_sm: int = 4, sweep_bytes: int = 2048, num_warps: int = 8) -> LaunchPlan:
     vector = 16 // element_size  # columns per 16-byte load
     columns = max(triton.next_power_of_2(vocab), 16)
     if columns <= SHORT_ROW_COLUMNS:
@@ -59,8 +59,9 @@ def launch_plan(rows: int, vocab: int, element_size: int, sms: int,
         return LaunchPlan(num_warps=warps, block=columns, splits=1, chunk=columns, rows_per_program=rows_per_program)
     # Fewer rows than `programs_per_sm` per SM leave SMs idle or short of loads in flight: split rows,
     # keeping chunks of at least 1024 columns so the merge stays negligible.  (H200, 2026-11-29, bf16:
-    # 16 programs per SM and 2 KB sweeps timed best of 32 plans at [1024, 262144], 137 us = 92% of copy
-    # bandwidth, and at [256, 152064], 25 us = 2.1x torch.argmax; docs/results/bench_greedy_variants.md)
+    # 4 programs per SM and 2 KB sweeps timed best of 32 plans at both bench shapes, [1024, 262144] in
+    # 125.6 us, one program a row, and [256, 152064] in 23.5 us, 3 splits; 16 an SM, the default until
+    # 2026-12-05d, 137.2 and 25.3 us; docs/results/bench_greedy_variants.md)
     splits = 1
     if rows < programs_per_sm * sms:
         splits = max(1, min(triton.cdiv(programs_per_sm * sms, max(rows, 1)), triton.cdiv(vocab, 1024)))

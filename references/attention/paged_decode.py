@@ -27,6 +27,11 @@ carries the scores' error, so the reduction over D, and the arithmetic of its ad
 choice as the reduction over tokens.  Only the scores are taken on the tensor core's arithmetic: o is
 bf16, 2^16 times coarser than the fp32 truncations of ``p @ v``.
 
+The judge takes every order from one call (``LEGITIMATE_ORDERS.together``, ``attention_in_orders``): the rows
+are gathered once, in groups of similar lengths, the scores of each kind computed once, and the orders that walk a
+running state walk it together, each over its own scores; about 4,200 torch ops an example on GPU-shaped draws where
+one order at a time took 38,700 (``docs/lab/pending/README.md``).
+
 The truth is computed in float64 over exactly the attended tokens (gathered, never masked, so NaN
 garbage cannot reach it); the reference is that truth rounded once to the contract's output dtypes.
 
@@ -66,13 +71,15 @@ SDPA's cuDNN backend is excluded: it read misaligned memory at D=256 (see ``stoc
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from oracles.band import BandLimit
+from oracles.band_limit import BandLimit
+from oracles.legitimate_orders import LegitimateOrders
 from references import orders
 from references.tensor_core import tensor_core_dot
 from references.validation import (Refusal, refuse, require_dtype, require_ndim, require_number,
@@ -172,61 +179,118 @@ def truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, pag
 def attention_truth(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select):
     """``truth`` on arguments already validated, for caches of any float dtype (the NVFP4-KV contract
     passes its decoded float32 caches)."""
-    return attend_rows(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, torch.float64,
-                       _attend_exactly)
+    o, lse = _empty_outputs(q, torch.float64)
+    for rows in attended_rows(q, k_cache, v_cache, page_table, seq_lens, kv_scale, page_select, torch.float64, 1):
+        scores = rows.masked(element_scores(rows.q, rows.k, kv_scale, sm_scale))
+        row_lse = scores.logsumexp(dim=-1)                                  # [R, Hkv, G]
+        weights = (scores - row_lse[..., None]).exp()                       # 0 past a row's tokens
+        rows.store(o, lse, torch.einsum("rkgn,rnkd->rkgd", weights, rows.v), row_lse)
+    return o, lse
 
 
-def _attend_exactly(scores: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    row_lse = scores.logsumexp(dim=-1)                                      # [Hkv, G]
-    weights = (scores - row_lse[..., None]).exp()
-    return torch.einsum("kgn,nkd->kgd", weights, v), row_lse
+def _empty_outputs(q: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of rows that attend nothing: 0 and -inf."""
+    batch, query_heads, head_dim = q.shape
+    return (torch.zeros(batch, query_heads, head_dim, dtype=dtype, device=q.device),
+            torch.full((batch, query_heads), -torch.inf, dtype=dtype, device=q.device))
 
 
 def one_dot(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``q . k`` over D by one matmul: q ``[Hkv, G, D]``, k ``[n, Hkv, D]`` -> ``[Hkv, G, n]``."""
-    return torch.einsum("kgd,nkd->kgn", q, k)
+    """``q . k`` over D by one matmul a row and KV head: q ``[R, Hkv, G, D]``, k ``[R, n, Hkv, D]`` ->
+    ``[R, Hkv, G, n]``."""
+    return torch.einsum("rkgd,rnkd->rkgn", q, k)
 
 
 def element_scores(q, k, kv_scale, sm_scale, dot=one_dot):
     """The contract read literally: ``sm_scale * dot(q, k_t)`` of the elements ``float(x) * kv_scale``
-    (``k`` the cache's raw elements ``[n, Hkv, D]`` in the working dtype)."""
+    (``k`` the cache's raw elements ``[R, n, Hkv, D]`` in the working dtype)."""
     return dot(q, k * kv_scale) * sm_scale
 
 
-def attend_rows(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, dtype, attend,
-                scores_of=element_scores):
-    """(o, lse) in ``dtype`` over exactly the attended tokens of each row, gathered (never masked, so NaN
-    garbage cannot reach them): ``attend(scores [Hkv, G, n], v [n, Hkv, D]) -> (o [Hkv, G, D], lse [Hkv, G])``,
-    the scores ``scores_of(q [Hkv, G, D], k [n, Hkv, D], kv_scale, sm_scale)`` of the raw cache elements."""
+@dataclasses.dataclass(frozen=True)
+class AttendedRows:
+    """Rows of a batch with their attended tokens gathered, in the working dtype: ``q [R, Hkv, G, D]``, the
+    cache's raw K elements ``k [R, n, Hkv, D]`` and V's values ``float(v) * kv_scale`` ``v [R, n, Hkv, D]``;
+    a row's tokens in position order, then zeros up to the longest row's n (``valid [R, n]``)."""
+
+    index: torch.Tensor     # the rows' places in the batch [R]
+    lengths: list[int]      # attended tokens of each row, all > 0
+    valid: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+
+    def masked(self, scores: torch.Tensor) -> torch.Tensor:
+        """Scores ``[..., R, Hkv, G, n]`` with -inf past each row's tokens (a where: a padding slot's value
+        never reaches a sum)."""
+        return torch.where(self.valid[:, None, None, :], scores,
+                           torch.full((), -torch.inf, dtype=scores.dtype, device=scores.device))
+
+    def store(self, o: torch.Tensor, lse: torch.Tensor, rows_o: torch.Tensor, rows_lse: torch.Tensor) -> None:
+        """Write the rows' ``[R, Hkv, G, D]`` outputs and ``[R, Hkv, G]`` log-sum-exps into the batch's."""
+        o[self.index] = rows_o.reshape(len(self.lengths), *o.shape[1:]).to(o.dtype)
+        lse[self.index] = rows_lse.reshape(len(self.lengths), lse.shape[1]).to(lse.dtype)
+
+
+# gathered elements a group of rows may hold (k or v, and each stacked copy of the scores): rows of a
+# long context are gathered apart from short ones, the rest together (a few launches a group, not a row)
+ROWS_ELEMENTS = 2**25
+
+
+def attended_rows(q, k_cache, v_cache, page_table, seq_lens, kv_scale, page_select, dtype: torch.dtype,
+                  stacked_scores: int):
+    """The rows that attend anything, in groups (``AttendedRows``) gathered over exactly their attended
+    tokens (never masked, so NaN garbage cannot reach them).  A group holds rows of lengths within a factor
+    of two of its longest (its padding stays below its tokens) and at most ``ROWS_ELEMENTS`` gathered
+    elements in k, v and ``stacked_scores`` copies of the scores."""
     batch, query_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
-    group = query_heads // kv_heads
     attended = attended_tokens(page_table, seq_lens, page_size, page_select)
-    o = torch.zeros(batch, query_heads, head_dim, dtype=dtype, device=q.device)
-    lse = torch.full((batch, query_heads), -torch.inf, dtype=dtype, device=q.device)
-    for row in range(batch):
-        token = attended[row].nonzero()[:, 0]
-        if token.numel() == 0:
-            continue
-        physical = page_table[row, token // page_size].long()
-        slot = token % page_size
-        k = k_cache[physical, slot].to(dtype)                                # [n, Hkv, D]
-        v = v_cache[physical, slot].to(dtype) * kv_scale
-        scores = scores_of(q[row].to(dtype).view(kv_heads, group, head_dim), k, kv_scale, sm_scale)
-        row_o, row_lse = attend(scores, v)
-        o[row], lse[row] = row_o.reshape(query_heads, head_dim), row_lse.reshape(query_heads)
-    return o, lse
+    lengths = attended.sum(dim=1).tolist()
+    by_length = sorted((row for row in range(batch) if lengths[row]), key=lambda row: -lengths[row])
+    per_token = max(kv_heads * head_dim, stacked_scores * query_heads)
+    start = 0
+    while start < len(by_length):
+        longest = lengths[by_length[start]]
+        end = start + 1
+        while (end < len(by_length) and 2 * lengths[by_length[end]] >= longest
+               and (end + 1 - start) * longest * per_token <= ROWS_ELEMENTS):
+            end += 1
+        yield _gathered(q, k_cache, v_cache, page_table, attended, by_length[start:end],
+                        [lengths[row] for row in by_length[start:end]], kv_scale, dtype)
+        start = end
+
+
+def _gathered(q, k_cache, v_cache, page_table, attended, rows: list[int], lengths: list[int], kv_scale,
+              dtype) -> AttendedRows:
+    _, page_size, kv_heads, head_dim = k_cache.shape
+    index = torch.tensor(rows, dtype=torch.long, device=q.device)
+    longest = lengths[0]
+    # a row's attended positions first, in order (a stable sort of "not attended")
+    token = torch.sort((~attended[index]).to(torch.uint8), dim=1, stable=True).indices[:, :longest]
+    valid = torch.arange(longest, device=q.device)[None, :] < torch.tensor(lengths, device=q.device)[:, None]
+    physical = torch.where(valid, page_table[index[:, None], token // page_size].long(), 0)
+    slot = torch.where(valid, token % page_size, 0)
+    zero = torch.zeros((), dtype=dtype, device=q.device)
+
+    def gather(cache):
+        return torch.where(valid[:, :, None, None], cache[physical, slot].to(dtype), zero)   # [R, n, Hkv, D]
+
+    group = q.shape[1] // kv_heads
+    return AttendedRows(index, lengths, valid, q[index].to(dtype).view(len(rows), kv_heads, group, head_dim),
+                        gather(k_cache), gather(v_cache) * kv_scale)
 
 
 # -- the legitimate implementations: fp32 attention in the orders decode kernels use ---------------------
 BLOCK_TOKENS = 64   # tokens a decode kernel's inner loop takes at a time (BLOCK_N of sglang's and FlashInfer's)
 
 
-def _partial(scores: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(max, sum of exp(s - max), sum of exp(s - max) v) of scores ``[Hkv, G, n]`` over values ``[n, Hkv, D]``."""
+def _partial(scores: torch.Tensor, v: torch.Tensor, equation: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(max, sum of exp(s - max), sum of exp(s - max) v) over the last axis of ``scores``, the values
+    contracted with the weights by ``equation``; -inf scores weigh 0."""
     top = scores.amax(dim=-1)
     weights = torch.exp(scores - top[..., None])
-    return top, weights.sum(dim=-1), torch.einsum("kgn,nkd->kgd", weights, v)
+    return top, weights.sum(dim=-1), torch.einsum(equation, weights, v)
 
 
 def _rescaled(first, second):
@@ -237,42 +301,88 @@ def _rescaled(first, second):
     return top, sum_a * scale_a + sum_b * scale_b, acc_a * scale_a[..., None] + acc_b * scale_b[..., None]
 
 
-def _merge_lse(parts):
-    """Split-KV's merge: each split's normalized fp32 output and log-sum-exp, combined by (max, lse)."""
-    outputs = [acc / total[..., None] for _, total, acc in parts]
-    lses = [top + torch.log(total) for top, total, _ in parts]
-    top = torch.stack(lses).amax(dim=0)
-    weights = [torch.exp(lse - top) for lse in lses]
-    total = weights[0]
-    for weight in weights[1:]:
-        total = total + weight
-    o = outputs[0] * (weights[0] / total)[..., None]
-    for output, weight in zip(outputs[1:], weights[1:]):
-        o = o + output * (weight / total)[..., None]
-    return o, top + torch.log(total)
+def _kept(merged, state, live: torch.Tensor):
+    """``merged`` where ``live`` (``[..., R, 1, 1]``, aligned with a partial's ``[..., R, Hkv, G]``), ``state``
+    elsewhere."""
+    (top, total, acc), (old_top, old_total, old_acc) = merged, state
+    return (torch.where(live, top, old_top), torch.where(live, total, old_total),
+            torch.where(live[..., None], acc, old_acc))
 
 
-def _attend(scores: torch.Tensor, v: torch.Tensor, order: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, lse) in fp32 over one row's attended tokens, the token reduction in ``order``."""
-    tokens = scores.shape[-1]
-    if order == "one_pass":
-        parts = [_partial(scores, v)]
-    elif order in ("online_blocks", "tree_blocks"):
-        parts = [_partial(scores[..., first:first + BLOCK_TOKENS], v[first:first + BLOCK_TOKENS])
-                 for first in range(0, tokens, BLOCK_TOKENS)]
-        while len(parts) > 1 and order == "tree_blocks":   # neighbours merged level by level
-            parts = [_rescaled(*parts[i:i + 2]) if i + 1 < len(parts) else parts[i] for i in range(0, len(parts), 2)]
-        merged = parts[0]
-        for part in parts[1:]:   # online_blocks: one running state walks the blocks in order
-            merged = _rescaled(merged, part)
-        parts = [merged]
-    else:
-        splits = int(order.removeprefix("split_kv_"))
-        length = -(-tokens // splits)
-        return _merge_lse([_partial(scores[..., first:first + length], v[first:first + length])
-                           for first in range(0, tokens, length)])
-    top, total, acc = parts[0]
+def _finished(partial) -> tuple[torch.Tensor, torch.Tensor]:
+    top, total, acc = partial
     return acc / total[..., None], top + torch.log(total)
+
+
+def _one_pass(scores, rows: AttendedRows):
+    return _finished(_partial(scores, rows.v, "rkgn,rnkd->rkgd"))
+
+
+def _online_blocks(stacked_scores, rows: AttendedRows):
+    """One running (max, sum, acc) state walking each row's blocks of ``BLOCK_TOKENS`` in order, for every
+    scores ``[X, R, Hkv, G, n]`` at once; a row's state stops at its last block."""
+    blocks = -(-torch.tensor(rows.lengths) // BLOCK_TOKENS)
+    state = None
+    for first in range(0, rows.valid.shape[1], BLOCK_TOKENS):
+        step = slice(first, first + BLOCK_TOKENS)
+        part = _partial(stacked_scores[..., step], rows.v[:, step], "xrkgn,rnkd->xrkgd")
+        if state is None:
+            state = part
+            continue
+        merged = _rescaled(state, part)
+        index = first // BLOCK_TOKENS
+        if index < int(blocks.min()):
+            state = merged
+        else:   # a row past its last block keeps its state (its block is all -inf: NaN once merged)
+            state = _kept(merged, state, (index < blocks).to(rows.valid.device)[:, None, None])
+    return _finished(state)
+
+
+def _tree_blocks(scores, rows: AttendedRows):
+    """Each row's block states merged in a tree, neighbours level by level (an odd one out carried up)."""
+    width = rows.valid.shape[1]
+    blocks = -(-width // BLOCK_TOKENS)
+    padded = F.pad(scores, (0, blocks * BLOCK_TOKENS - width), value=-torch.inf)
+    values = F.pad(rows.v, (0, 0, 0, 0, 0, blocks * BLOCK_TOKENS - width))
+    parts = _partial(padded.unflatten(-1, (blocks, BLOCK_TOKENS)), values.unflatten(1, (blocks, BLOCK_TOKENS)),
+                     "rkgbn,rbnkd->rkgbd")
+    parts = tuple(part.movedim(3, 0) for part in parts)                    # blocks first
+    count = -(-torch.tensor(rows.lengths) // BLOCK_TOKENS)                 # a row's blocks at this level
+    while parts[0].shape[0] > 1:
+        pairs = parts[0].shape[0] // 2
+        evens = tuple(part[0:2 * pairs:2] for part in parts)
+        odds = tuple(part[1:2 * pairs:2] for part in parts)
+        paired = (2 * torch.arange(pairs)[:, None] + 1 < count[None, :]).to(rows.valid.device)   # [pairs, R]
+        merged = _kept(_rescaled(evens, odds), evens, paired[:, :, None, None])
+        parts = tuple(torch.cat((new, part[2 * pairs:])) for new, part in zip(merged, parts))
+        count = -(-count // 2)
+    return _finished(tuple(part[0] for part in parts))
+
+
+def _split_kv(scores, rows: AttendedRows, splits: int):
+    """Each row's tokens in ``splits`` contiguous splits of ``ceil(n / splits)`` (the last ones shorter or
+    empty), each one pass, merged by (max, lse) in split order."""
+    lengths = torch.tensor(rows.lengths)
+    span = -(-lengths // splits)                                            # [R]
+    position = torch.arange(splits)[None, :, None] * span[:, None, None] + torch.arange(int(span.max()))
+    inside = (torch.arange(int(span.max())) < span[:, None, None]) & (position < lengths[:, None, None])
+    device = rows.valid.device
+    position, inside = position.to(device), inside.to(device)
+    index = torch.where(inside, position, 0).flatten(1)                    # [R, splits * span]
+    picked = scores.gather(-1, index[:, None, None, :].expand(*scores.shape[:-1], -1)).unflatten(-1, inside.shape[1:])
+    picked = torch.where(inside[:, None, None], picked, torch.full((), -torch.inf, dtype=picked.dtype, device=device))
+    values = rows.v.gather(1, index[:, :, None, None].expand(-1, -1, *rows.v.shape[2:])).unflatten(1, inside.shape[1:])
+    outputs, lses = _finished(_partial(picked, values, "rkgsn,rsnkd->rkgsd"))   # [R, Hkv, G, splits(, D)]
+    exists = inside[:, :, 0][:, None, None, :]                             # a split with a token
+    top = torch.where(exists, lses, -torch.inf).amax(dim=-1)
+    weights = torch.exp(lses - top[..., None])
+    total, o = weights[..., 0], None
+    for split in range(1, splits):
+        total = torch.where(exists[..., split], total + weights[..., split], total)
+    for split in range(splits):
+        term = outputs[..., split, :] * (weights[..., split] / total)[..., None]
+        o = term if o is None else torch.where(exists[..., split, None], o + term, o)
+    return o, top + torch.log(total)
 
 
 # tensor-core kernels add one 16-wide partial dot (an MMA's k-step) to the fp32 scores at a time
@@ -291,8 +401,8 @@ def split_dot(q: torch.Tensor, k: torch.Tensor, chunks: int | None) -> torch.Ten
     return total
 
 
-# float64 elements of one block FMA's broadcast terms [Hkv, G, tokens, 16] at a time: a 131072-token row
-# with 16 query heads per KV head would otherwise take gigabytes a temporary
+# float64 elements of one block FMA's broadcast terms [R, Hkv, G, tokens, 16] at a time: a 131072-token
+# row with 16 query heads per KV head would otherwise take gigabytes a temporary
 TENSOR_CORE_TERMS = 2**24
 
 
@@ -300,12 +410,12 @@ def tensor_core_scores(q, k, kv_scale, sm_scale):
     """The scores as a Hopper tensor-core decode kernel makes them: ``q . k`` of the raw elements by block
     FMAs of 16 (``references/tensor_core.py``; bf16 q and bf16 or e4m3 elements are all bf16 numbers), then
     one fp32 multiplication by ``sm_scale * kv_scale``.  Tokens are independent dots, taken in slices."""
-    kv_heads, group, _ = q.shape
+    rows, kv_heads, group, _ = q.shape
     scale = torch.tensor(sm_scale * kv_scale, dtype=torch.float32, device=q.device)
-    keys = k.permute(1, 0, 2)[:, None, :, :]                                 # [Hkv, 1, n, D]
-    tokens = max(1, TENSOR_CORE_TERMS // (kv_heads * group * MMA_K))
-    dots = [tensor_core_dot(q[:, :, None, :], keys[:, :, first:first + tokens])
-            for first in range(0, keys.shape[2], tokens)]
+    keys = k.permute(0, 2, 1, 3)[:, :, None, :, :]                          # [R, Hkv, 1, n, D]
+    tokens = max(1, TENSOR_CORE_TERMS // (rows * kv_heads * group * MMA_K))
+    dots = [tensor_core_dot(q[:, :, :, None, :], keys[:, :, :, first:first + tokens])
+            for first in range(0, keys.shape[3], tokens)]
     return torch.cat(dots, dim=-1) * scale
 
 
@@ -316,43 +426,73 @@ ATTENTION_ORDERS = TOKEN_ORDERS + SCORE_ORDERS
 # the scores on a tensor core's arithmetic: for this contract's 16-bit caches, not the NVFP4-KV contract's
 # decoded fp32 ones
 TENSOR_CORE_ORDER = f"tensor_core_k{MMA_K}"
+ELEMENT = "element"   # the scores of the token orders: one fp32 matmul over D
 
 
-def _order_parts(order: str) -> tuple[str, object]:
-    """(the token order, the scores) a named legitimate order stands for."""
+def _scores_of(kind: str):
+    """The scores named ``kind``: ``ELEMENT``, a score order (split-K over D) or the tensor core's."""
+    if kind == ELEMENT:
+        return element_scores
+    if kind == TENSOR_CORE_ORDER:
+        return tensor_core_scores
+    chunks = None if kind == f"split_d_by_{MMA_K}" else int(kind.removeprefix("split_d_"))
+    return functools.partial(element_scores, dot=functools.partial(split_dot, chunks=chunks))
+
+
+def _token_order(order: str) -> tuple[str, str]:
+    """(the token order, the scores' kind) a named legitimate order stands for."""
     if order in TOKEN_ORDERS:
-        return order, element_scores
-    if order == TENSOR_CORE_ORDER:
-        return "online_blocks", tensor_core_scores
-    if order == f"split_d_by_{MMA_K}":
-        return "online_blocks", functools.partial(element_scores, dot=functools.partial(split_dot, chunks=None))
-    if order in SCORE_ORDERS:
-        chunks = int(order.removeprefix("split_d_"))
-        return "online_blocks", functools.partial(element_scores, dot=functools.partial(split_dot, chunks=chunks))
+        return order, ELEMENT
+    if order in SCORE_ORDERS or order == TENSOR_CORE_ORDER:
+        return "online_blocks", order
     raise ValueError(f"order: {order!r} is none of {(*ATTENTION_ORDERS, TENSOR_CORE_ORDER)}")
 
 
-def attention_in_order(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, order: str):
-    """The contract in fp32 in ``order`` (``ATTENTION_ORDERS``): the scores ``sm_scale * (q . k)`` by an fp32
-    matmul with the token reduction in one pass, one running state over blocks of ``BLOCK_TOKENS``, a tree
-    of block states, or split-KV into 2..8 contiguous splits merged by (max, lse); or the scores' dot split-K
-    over D (``split_dot``), or on a tensor core's arithmetic (``TENSOR_CORE_ORDER``), under the running block
-    state.  Arguments already validated."""
-    token_order, scores_of = _order_parts(order)
-    o, lse = attend_rows(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, torch.float32,
-                         functools.partial(_attend, order=token_order), scores_of)
-    return o.to(torch.bfloat16), lse
+def attention_in_orders(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select, names,
+                        dtype: torch.dtype = torch.float32) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The contract in fp32 in every order of ``names`` (of ``ATTENTION_ORDERS`` and ``TENSOR_CORE_ORDER``),
+    ``{name: (o bf16, lse fp32)}``: the scores ``sm_scale * (q . k)`` by an fp32 matmul with the token
+    reduction in one pass, one running state over blocks of ``BLOCK_TOKENS``, a tree of block states, or
+    split-KV into 2..8 contiguous splits merged by (max, lse); or the scores' dot split-K over D
+    (``split_dot``), or on a tensor core's arithmetic, under the running block state.  The orders share the
+    gathered rows and their scores; the running-state orders walk their blocks together, each with its own
+    scores (a launch a block for all of them, not one each).  In fp32 the contract's working precision, o
+    rounded to bf16; in another ``dtype`` (float64: the bookkeeping checked against the truth) o and lse in
+    it.  Arguments already validated."""
+    parts = {name: _token_order(name) for name in names}
+    online = [kind for token, kind in parts.values() if token == "online_blocks"]
+    kinds = list(dict.fromkeys(kind for _, kind in parts.values()))
+    results = {name: _empty_outputs(q, dtype) for name in names}
+    for rows in attended_rows(q, k_cache, v_cache, page_table, seq_lens, kv_scale, page_select, dtype,
+                              max(1, len(online))):
+        scores = {kind: rows.masked(_scores_of(kind)(rows.q, rows.k, kv_scale, sm_scale)) for kind in kinds}
+        walked = _online_blocks(torch.stack([scores[kind] for kind in online]), rows) if online else None
+        for name, (token, kind) in parts.items():
+            if token == "online_blocks":
+                o, lse = walked[0][online.index(kind)], walked[1][online.index(kind)]
+            elif token == "one_pass":
+                o, lse = _one_pass(scores[kind], rows)
+            elif token == "tree_blocks":
+                o, lse = _tree_blocks(scores[kind], rows)
+            else:
+                o, lse = _split_kv(scores[kind], rows, int(token.removeprefix("split_kv_")))
+            rows.store(*results[name], o, lse)
+    if dtype != torch.float32:
+        return results
+    return {name: (o.to(torch.bfloat16), lse) for name, (o, lse) in results.items()}
 
 
-def paged_decode_in_order(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None, *,
-                          order: str):
+ORDER_NAMES = (*ATTENTION_ORDERS, TENSOR_CORE_ORDER)
+
+
+def paged_decode_in_orders(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    """Every legitimate order's (o, lse), computed together."""
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
-    return attention_in_order(q, k_cache, v_cache, page_table, seq_lens, scale_value(sm_scale), kv_scale,
-                              page_select, order)
+    return attention_in_orders(q, k_cache, v_cache, page_table, seq_lens, scale_value(sm_scale), kv_scale,
+                               page_select, ORDER_NAMES)
 
 
-LEGITIMATE_ORDERS = {order: functools.partial(paged_decode_in_order, order=order)
-                     for order in (*ATTENTION_ORDERS, TENSOR_CORE_ORDER)}
+LEGITIMATE_ORDERS = LegitimateOrders.computed_together(paged_decode_in_orders, ORDER_NAMES)
 # lse ~ max s for a peaked row, so it carries the scores' own fp32 error: on large-score rows (terms of one
 # sign, D = 256, e4m3 cache, kv_scale 0.0173, lse ~ 300) an fp32 dot over D is off by the rounding of its
 # partial sums, up to sqrt(D) of them: the stock op measured 9.67 ULP on the H200 (cuBLAS) and 9.89 on the

@@ -33,10 +33,9 @@ Stock op: what a PyTorch user runs today — decode the whole cache with the Deq
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 
+from oracles.legitimate_orders import LegitimateOrders
 from references.attention import paged_decode as dense_contract
 from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_dequantize
 from references.validation import (Refusal, refuse, require_dtype, require_ndim,
@@ -115,17 +114,17 @@ def paged_decode_nvfp4kv(q, k_packed, k_scales, v_packed, v_scales, kv_global_sc
     return o.to(torch.bfloat16), lse.to(torch.float32)
 
 
-def paged_decode_nvfp4kv_in_order(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
-                                  sm_scale, page_select=None, *, order: str):
-    """``paged_decode``'s fp32 attention in ``order`` over the caches decoded by the Dequant line."""
+def paged_decode_nvfp4kv_in_orders(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
+                                   sm_scale, page_select=None):
+    """``paged_decode``'s fp32 attention in each of its orders over the caches decoded (once) by the Dequant
+    line: ``{order: (o, lse)}``."""
     validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale, page_select)
     k, v = decode_cache(k_packed, k_scales, kv_global_scale), decode_cache(v_packed, v_scales, kv_global_scale)
-    return dense_contract.attention_in_order(q, k, v, page_table, seq_lens, dense_contract.scale_value(sm_scale), 1.0,
-                                             page_select, order)
+    return dense_contract.attention_in_orders(q, k, v, page_table, seq_lens, dense_contract.scale_value(sm_scale),
+                                              1.0, page_select, dense_contract.ATTENTION_ORDERS)
 
 
-LEGITIMATE_ORDERS = {order: functools.partial(paged_decode_nvfp4kv_in_order, order=order)
-                     for order in dense_contract.ATTENTION_ORDERS}
+LEGITIMATE_ORDERS = LegitimateOrders.computed_together(paged_decode_nvfp4kv_in_orders, dense_contract.ATTENTION_ORDERS)
 BAND_LIMIT = dense_contract.BAND_LIMIT   # the same lse, from the same fp32 scores
 
 

@@ -38,7 +38,7 @@ import numbers
 
 import torch
 
-from oracles.band import BandLimit
+from oracles.band_limit import BandLimit
 from oracles.in_place import check_in_place_step
 from oracles.tensors import clone_inputs
 from references import orders

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import torch
 
+from oracles.band_limit import BandLimit
 from oracles.bitwise import check_bitwise
 from oracles.in_place import check_in_place_step
 from oracles.tensors import clone_inputs
-from oracles.band import BandLimit
 from references import orders
 from references.formats.bf16 import round_float64_to_bf16
 from references.ssm.gdn_decode import (GROUPED_HEADS, MISMATCH, live_rows, make_inputs, recurrence, validate_pool,

@@ -6,11 +6,13 @@ copy, an in-place row fill.  Each wrong one breaks exactly the property its orac
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
 
-from oracles.band import BandLimit, band_reports, check_band, row_ulp
+from oracles.band import band_reports, check_band, output_errors, row_ulp
+from oracles.band_limit import BandLimit
 from oracles.batch_invariance import check_batch_invariance
 from oracles.bitwise import check_bitwise
 from oracles.determinism import check_determinism, run_on_copy
@@ -176,6 +178,24 @@ def test_band_vacuous_fails_closed_even_for_an_exact_output():
     assert report.vacuous and not report.passed
     wider = BandLimit(16.0, "control: a recurrence that rounds its state each step")
     assert check_band(truth.to(torch.bfloat16), _sum_stock(x), truth, "control", orders=far, limit=wider).passed
+
+
+def test_errors_of_many_outputs_are_measured_at_once_each_in_its_own_dtype():
+    """``output_errors``: one pass over every implementation's answer for an output, each error in ULPs of its
+    own dtype at the row scale, non-finite answers and missed non-finite truth counted per answer."""
+    truth = torch.tensor([[1.0, 2.0, float("nan"), float("inf")]], dtype=torch.float64)
+    exact = truth.to(torch.float32)
+    bf16_one_off = torch.tensor([[1.0, 2.0 + 2.0 ** -6, float("nan"), float("inf")]]).to(torch.bfloat16)
+    fp32_half_off = torch.tensor([[1.0 + 2.0 ** -23, 2.0, float("nan"), float("inf")]])
+    nan_where_finite = torch.tensor([[float("nan"), 2.0, float("nan"), float("inf")]])
+    misses_inf = torch.tensor([[1.0, 2.0, float("nan"), 7.0]])
+    errors = output_errors([exact, bf16_one_off, fp32_half_off, nan_where_finite, misses_inf], truth)
+    assert [e.error_ulp for e in errors[:3]] == [0.0, 1.0, 0.5]   # the row scale 2: a bf16 ULP 2^-6, fp32 2^-22
+    assert (errors[3].error_ulp, errors[3].non_finite, errors[3].missed_non_finite) == (math.inf, 1, 0)
+    assert (errors[4].error_ulp, errors[4].non_finite, errors[4].missed_non_finite) == (0.0, 0, 1)
+    assert [e.usable for e in errors] == [True, True, True, False, False]
+    assert errors[2].relative_rms == pytest.approx(2.0 ** -23 / math.sqrt(5.0))
+    assert output_errors([exact[:, :0]], truth[:, :0])[0].error_ulp == 0.0
 
 
 def test_row_ulp_is_one_unit_of_the_row_scale():

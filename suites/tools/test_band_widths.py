@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from oracles.band import BandLimit
+from oracles.band_limit import BandLimit
 from tools import band_widths
 from tools.cli import UsageError
 

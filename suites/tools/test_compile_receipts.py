@@ -83,6 +83,34 @@ def test_a_kernel_that_does_not_compile_is_named_with_its_target(tmp_path):
     assert "refused CompilationError" in run.stdout, run.stdout + run.stderr
 
 
+def test_plans_that_differ_in_their_register_cap_alone_are_receipts_apart(tmp_path):
+    """A capped plan's spills are its own: the same kernel and constexprs compiled with and without
+    ``maxnreg`` get two labels (one receipt for both hid a cap's spills from the gate)."""
+    (tmp_path / "toy_capped.py").write_text(textwrap.dedent("""
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _scale(x_ptr, BLOCK: tl.constexpr):
+            offsets = tl.arange(0, BLOCK)
+            tl.store(x_ptr + offsets, tl.load(x_ptr + offsets) * 2.0)
+    """))
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{str(REPO)!r}, {str(tmp_path)!r}]
+        from tools import compile_receipts as tool
+        tool.prepare_environment()
+        import torch, toy_capped
+        for cap in ({{}}, {{"maxnreg": 64}}):
+            launch = tool.Launch(toy_capped._scale, (torch.zeros(64),), {{"BLOCK": 64, **cap}}, "toy")
+            print("label", tool.compile_launch(launch, "sm_90a")[0])
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    labels = [line.removeprefix("label ") for line in run.stdout.splitlines() if line.startswith("label ")]
+    assert len(labels) == 2 and labels[0] != labels[1], run.stdout + run.stderr
+    assert "maxnreg" not in labels[0] and " maxnreg=64 " in labels[1], labels
+
+
 @pytest.mark.parametrize("target", sorted(tool.TARGETS))
 def test_the_committed_receipts_cover_every_kernel_and_say_what_was_run(target):
     receipts = json.loads((REPO / "docs" / "receipts" / f"{target}.json").read_text())
