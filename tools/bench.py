@@ -6,7 +6,9 @@ median time, the stock op's, their ratio, the bytes the op must move, the achiev
 bandwidth as a share of a device-to-device copy measured in the same run (bytes read + written).
 Times are medians of CUDA-graph replays (``triton.testing.do_bench_cudagraph``): serving engines run
 decode steps as graphs, and graph replay keeps the host's launch overhead out of microsecond kernels.
-A call that cannot be captured is timed eagerly (``do_bench``, L2 flushed) and marked so.
+A call that cannot be captured is timed eagerly (``do_bench``, L2 flushed) and marked so. ``--eager`` also
+times every implementation called eagerly, as a server without graphs calls it: the device time of calls one
+after another, and in the ``timed as`` column the host's own time a call (what a graph replay hides).
 ``--variants`` also times the launch-plan variants a kernel module offers (``bench_variants``).
 A third-party implementation's time is its own call: an ``--impl`` adapter that is split in stages
 (``fn.stages(**inputs) -> (call, glue)``, ``suites/thirdparty/staging.py``) is timed as its call alone on
@@ -22,10 +24,13 @@ import json
 import re
 import shlex
 import sys
+import time
 
 from tools.cli import ArgumentParser, UsageError, run_main
 
 COPY_ELEMENTS = 2**30  # fp32: 4 GiB each way, far past the 60 MB L2
+HOST_CALLS = 100       # calls issued back to back, unsynchronised, for the host's time a call (far below the
+                       # launch queue's depth, so the host never waits for the device)
 
 
 @dataclasses.dataclass
@@ -67,6 +72,25 @@ def median_us(fn) -> tuple[float, str]:
     except Exception:  # noqa: BLE001 - not capturable: time it eagerly instead, and say so
         torch.cuda.synchronize()
         return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3, "eager"
+
+
+def eager_us(fn, clock=time.perf_counter) -> tuple[float, str]:
+    """Median device time of ``fn`` called eagerly (``do_bench``, L2 flushed), in microseconds, and how it
+    was taken, with the host's own time a call: :data:`HOST_CALLS` calls issued without a sync, over their
+    number (``clock``: seconds)."""
+    import torch
+    import triton.testing
+
+    fn()  # compile and autotune first
+    torch.cuda.synchronize()
+    device_us = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
+    torch.cuda.synchronize()
+    started = clock()
+    for _ in range(HOST_CALLS):
+        fn()
+    host_us = (clock() - started) / HOST_CALLS * 1e6
+    torch.cuda.synchronize()
+    return device_us, f"eager, host {host_us:.1f} us a call"
 
 
 def copy_bandwidth_gbps(device) -> float:
@@ -172,6 +196,8 @@ def main(argv=None) -> int:
     parser = ArgumentParser(prog="tools/bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--op", action="append", default=[], metavar="NAME", help="op to bench (default: all)")
     parser.add_argument("--variants", action="store_true", help="also time the kernels' launch-plan variants")
+    parser.add_argument("--eager", action="store_true",
+                        help="also time every implementation called eagerly: device time and the host's time a call")
     parser.add_argument("--impl", action="append", default=[], metavar="MODULE:ATTR",
                         help="also time this implementation of the chosen op (repeatable; one --op), e.g. "
                              "suites.thirdparty.liger_rmsnorm:rms_norm_gated")
@@ -207,6 +233,8 @@ def main(argv=None) -> int:
                     _write(args.out, f"{header} (incomplete: stopped in {label}, after its case "
                                      f"{entry_rows[-1].case})\n\n{table(rows + entry_rows)}\n")
             rows += bench_entry(entry, device, copy_gbps, args.variants, case_done, others)
+            if args.eager:
+                rows += bench_entry(entry, device, copy_gbps, args.variants, case_done, others, timer=eager_us)
             print(f"  {name} [{entry.backend}]: done", file=sys.stderr, flush=True)
     text = f"{header}\n\n{table(rows)}\n"
     if args.json:

@@ -101,3 +101,25 @@ def test_a_table_written_before_the_glue_was_timed_apart_still_reads():
     cublaslt = [row for row in read if row["impl"] == "suites.thirdparty.torch_scaled_mm:fp8_gemv"]
     assert cublaslt and all(row["adapter glue (us)"] is None for row in cublaslt)
     assert cublaslt[0]["time (us)"] == 97.15   # the whole adapter's: x cast to e4m3, M padded, the call
+
+
+def test_an_eager_call_reports_its_device_time_and_the_hosts_time_a_call(monkeypatch):
+    """``--eager``: the device's median from do_bench, and the host's own time over HOST_CALLS unsynchronised
+    calls, read on the clock given (here a fake one each call advances by 23 us)."""
+    import torch
+    import triton.testing
+
+    now = [0.0]
+    calls = []
+
+    def call():
+        calls.append(1)
+        now[0] += 23e-6
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kwargs: 0.07)   # 70 us, in ms
+    assert bench.eager_us(call, clock=lambda: now[0]) == (70.0, "eager, host 23.0 us a call")
+    assert len(calls) == 1 + bench.HOST_CALLS   # the warm-up call, then the host's timed calls
+    _, read = bench.read_table("`tools/bench --eager` on X; copy bandwidth 4000 GB/s (same run)\n\n" + bench.table(
+        [bench.Row("op [triton]", "case", "kernel", 70.0, "eager, host 23.0 us a call", 1, 4000.0, 140.0, "")]) + "\n")
+    assert read[0]["timed as"] == "eager, host 23.0 us a call"
