@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -256,3 +257,10 @@ def test_several_workers_start_the_slowest_cells_first(tmp_path, monkeypatch):
                     [cell.id for cell in entry.cells]]
     report.write_text("not json")
     assert certify.seconds_a_draw([entry], catalog.Arch.SM90) == {}
+    # a FIFO in the report's place is refused at once, never waited on for a writer
+    report.unlink()
+    os.mkfifo(report)
+    read = threading.Thread(target=lambda: seen.append(certify.seconds_a_draw([entry], catalog.Arch.SM90)), daemon=True)
+    read.start()
+    read.join(timeout=30)
+    assert not read.is_alive() and seen[-1] == {}, "seconds_a_draw waited on a FIFO"

@@ -305,11 +305,12 @@ def seconds_a_draw(entries, arch) -> dict[tuple[str, str], float]:
     """``(op, cell)``: the seconds an example each cell took in the report that earned its op's ``arch``
     section (cells of no readable report left out)."""
     from ops import certificates
+    from ops.files import read_regular_bytes
 
     found = {}
     for entry in entries:
-        try:
-            rows = json.loads(certificates.report_path(entry, arch).read_text())["results"]
+        try:   # never a FIFO's reader (the certificates' own rule): a malformed report costs nothing but order
+            rows = json.loads(read_regular_bytes(certificates.report_path(entry, arch)))["results"]
             found.update({(entry.name, row["cell"]): row["seconds"] / max(1, row["examples"]) for row in rows
                           if row.get("backend", entry.backend) == entry.backend})
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
