@@ -179,12 +179,27 @@ class _Worker:
 
     def stop(self) -> int:
         """Ask the worker to end, and wait for its exit status (killing it if it will not end)."""
+        return self.wait_stopped(self.ask_to_stop())
+
+    def ask_to_stop(self) -> bool:
+        """Send the worker its stop; whether it went (a worker not connected yet, or gone, cannot take it)."""
+        if self.connection is None:
+            return False
         try:
             self.connection.send(("stop",))
-            self.process.wait(timeout=EXIT_LIMIT_S)
-        except (OSError, subprocess.TimeoutExpired):
-            self.kill()
-        self._close()
+        except OSError:
+            return False
+        return True
+
+    def wait_stopped(self, asked: bool) -> int:
+        """The exit status of a worker ``asked`` to end, waited for; one not asked, or still running after
+        ``EXIT_LIMIT_S``, is killed."""
+        if asked:
+            try:
+                self.process.wait(timeout=EXIT_LIMIT_S)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()   # (an ended worker is only waited for, and its ends closed)
         return self.process.returncode
 
     def _close(self) -> None:
@@ -309,18 +324,9 @@ def _end_workers(workers: list[_Worker]) -> None:
     for (killed where it will not end).  A worker that ends on its own ends its implementation hosts first
     (their process groups, waited for), and the memory they held on the GPU with them; a worker killed instead
     leaves its hosts to their guardians, which end them a moment later, maybe while that cell starts."""
-    for worker in workers:
-        if worker.connection is not None:
-            try:
-                worker.connection.send(("stop",))
-            except OSError:
-                pass
-    for worker in workers:
-        try:
-            worker.process.wait(timeout=EXIT_LIMIT_S if worker.connection is not None else 0)
-        except subprocess.TimeoutExpired:
-            pass
-        worker.kill()
+    asked = [(worker, worker.ask_to_stop()) for worker in workers]
+    for worker, sent in asked:
+        worker.wait_stopped(sent)
 
 
 @contextlib.contextmanager
