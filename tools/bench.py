@@ -71,19 +71,24 @@ def median_us(fn) -> tuple[float, str]:
             return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median") * 1e3, "graph"
     except Exception:  # noqa: BLE001 - not capturable: time it eagerly instead, and say so
         torch.cuda.synchronize()
-        return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3, "eager"
+        return _eager_device_us(fn), "eager"
+
+
+def _eager_device_us(fn) -> float:
+    """Median device time of ``fn`` called eagerly, one call after another (``do_bench``, L2 flushed)."""
+    import triton.testing
+
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
 
 
 def eager_us(fn, clock=time.perf_counter) -> tuple[float, str]:
-    """Median device time of ``fn`` called eagerly (``do_bench``, L2 flushed), in microseconds, and how it
-    was taken, with the host's own time a call: :data:`HOST_CALLS` calls issued without a sync, over their
-    number (``clock``: seconds)."""
+    """Median device time of ``fn`` called eagerly, in microseconds, and how it was taken, with the host's
+    own time a call: :data:`HOST_CALLS` calls issued without a sync, over their number (``clock``: seconds)."""
     import torch
-    import triton.testing
 
     fn()  # compile and autotune first
     torch.cuda.synchronize()
-    device_us = triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
+    device_us = _eager_device_us(fn)
     torch.cuda.synchronize()
     started = clock()
     for _ in range(HOST_CALLS):
