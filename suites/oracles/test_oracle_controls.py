@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+import oracles.band
 from oracles.band import band_reports, check_band, output_errors, row_ulp
 from oracles.band_limit import BandLimit
 from oracles.batch_invariance import check_batch_invariance
@@ -196,6 +197,12 @@ def test_errors_of_many_outputs_are_measured_at_once_each_in_its_own_dtype():
     assert [e.usable for e in errors] == [True, True, True, False, False]
     assert errors[2].relative_rms == pytest.approx(2.0 ** -23 / math.sqrt(5.0))
     assert output_errors([exact[:, :0]], truth[:, :0])[0].error_ulp == 0.0
+    # outputs too large to stack at once go in passes (STACKED_BYTES): the same figures, each in its place
+    # (a pass that lost or shuffled an answer would move the nan and the missed infinity)
+    passes = [exact, bf16_one_off, fp32_half_off, nan_where_finite, misses_inf]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(oracles.band, "STACKED_BYTES", truth.numel() * 8)   # one output a pass
+        assert output_errors(passes, truth) == errors
 
 
 def test_row_ulp_is_one_unit_of_the_row_scale():
