@@ -8,12 +8,13 @@ first opcodes, so the path a tile takes (the rescale skipped while the rows' max
 program chose) is the loop less the regions it skips.  One iteration is one 32-token tile: 32 x 128 K and as many V
 elements, over 128 threads, so thread instructions per K/V element = warp instructions of the path x 128 / 8192.
 
-    python3 docs/lab/nvfp4kv_sass.py [--sass FILE] [--opcodes]
+    python3 docs/lab/nvfp4kv_sass.py [--sass FILE] [--opcodes] [--tensor-core-scores | --q-rows-reloaded]
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import pathlib
 import re
 import sys
@@ -36,7 +37,7 @@ LABEL = re.compile(r"^(\.?L\w+):$")
 BRANCH = re.compile(r"\bBRA\s+(?:`\()?(\.?L\w+)")
 
 
-def bench_plan_compiled():
+def bench_plan_compiled(tensor_core_scores: bool = False, q_rows_reloaded: bool = False):
     """The dense bench case's launch, recorded from the host wrapper (caches of two pages; the plan and the
     specialisation are the bench shape's) and compiled for sm_90a: (plan label, receipt, compiled kernel)."""
     q = torch.zeros(1, KV_HEADS * GROUP, HEAD_DIM, dtype=torch.bfloat16)
@@ -45,7 +46,12 @@ def bench_plan_compiled():
     launches, run = [], jit.JITFunction.run
     jit.JITFunction.run = lambda self, *args, grid, warmup, **kwargs: launches.append(Launch(self, args, kwargs, ""))
     try:
-        kernel.run_plan(kernel.launch_plan(HEAD_DIM), q, codes, scales, codes, scales, torch.tensor([448.0]),
+        plan = kernel.launch_plan(HEAD_DIM)
+        if tensor_core_scores:   # the bench variant "scores on tensor cores (bf16 parts)"
+            plan = dataclasses.replace(plan, scores_on_cuda_cores=False)
+        if q_rows_reloaded:      # the bench variant "q rows reloaded"
+            plan = dataclasses.replace(plan, q_rows_reloaded=True)
+        kernel.run_plan(plan, q, codes, scales, codes, scales, torch.tensor([448.0]),
                         torch.arange(2, dtype=torch.int32).view(1, 2),
                         torch.tensor([2 * PAGE_SIZE], dtype=torch.int32), HEAD_DIM ** -0.5)
     finally:
@@ -86,8 +92,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sass", help="also write the kernel's SASS to this file")
     parser.add_argument("--opcodes", action="store_true", help="the loop's opcodes, most frequent first")
+    parser.add_argument("--tensor-core-scores", action="store_true",
+                        help="the plan with q . k on the tensor cores (K's three bf16 parts), not the default's "
+                             "fp32 CUDA-core scores")
+    parser.add_argument("--q-rows-reloaded", action="store_true",
+                        help="the plan whose CUDA-core scores read q's rows again every tile")
     args = parser.parse_args()
-    label, receipt, compiled = bench_plan_compiled()
+    label, receipt, compiled = bench_plan_compiled(args.tensor_core_scores, args.q_rows_reloaded)
     sass = compiled.asm["sass"]
     if args.sass:
         pathlib.Path(args.sass).write_text(sass)

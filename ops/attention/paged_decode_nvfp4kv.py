@@ -29,12 +29,14 @@ resolved once per row (``selection_metadata``); splits merged in float64 by thei
 - K as the Dequant line decodes it: the exact ``e2m1 * scale`` times ``1 / kv_global_scale``, rounded
   once in fp32, element by element.  lse ~ max s carries the scores' error in fp32 ULPs:
   ``1 / kv_global_scale`` folded into the scores instead of each element put it 1.2 ULP from truth on
-  the H200 where every legitimate fp32 order was within 0.16 (docs/ops/paged_decode_nvfp4kv.md).  The
-  scores stay on the tensor cores all the same: a decoded fp32 element (24 significant bits) is exactly
-  ``k_hi + k_mid + k_lo`` in bf16, and q is bf16, so ``q . k`` is three bf16 dots whose products are
-  exact, accumulated in fp32 (a reduction order of the same values).  The parts are taken from ``K * 2^e``
-  (``2^e`` brings the decode scale to [1, 2): exact, and the lowest part never falls in bf16's
-  subnormals), the dots scaled back in float64 with ``sm_scale`` and rounded once.  ``sm_scale`` reaches
+  the H200 where every legitimate fp32 order was within 0.16 (docs/ops/paged_decode_nvfp4kv.md).  ``q . k``
+  is taken in fp32 on the CUDA cores (``LaunchPlan.scores_on_cuda_cores``): one query row of the group at a
+  time, round-to-nearest FMAs over ``K * 2^e`` (``2^e`` brings the decode scale to [1, 2): exact, and no
+  product falls in fp32's subnormals), an fp32 dot order like the legitimate ones; scaled back in float64
+  with ``sm_scale`` and rounded once.  The plan it replaced (a bench variant now) took three tensor-core
+  dots of K's exact bf16 parts (``k_hi + k_mid + k_lo``): exact products, but a Hopper tensor core's fp32
+  accumulation truncates toward zero (``references/tensor_core.py``), which put lse 2.31 ULP off on an
+  H100 against a 1-ULP band (issue 27; ``docs/lab/nvfp4kv_tensor_core_lse.py``).  ``sm_scale`` reaches
   the kernel as an fp32 hi + lo pair (48 bits) when it is a number, or as a pointer when it is a tensor on
   q's device, read in the kernel: no host sync, graph-capturable, so no limit of its own.
 - A tile is decoded as two half tiles, the even elements (low nibbles) and the odd ones (high nibbles),
@@ -80,6 +82,15 @@ class LaunchPlan:
     num_stages: int
     min_dot_rows: int = 1      # the group's rows padded to a power of two and to at least this many
     cross_pages: bool = False  # tiles of block_n slots across pages; else capped at the page size
+    # q . k in fp32 on the CUDA cores (round-to-nearest FMAs over the decoded fp32 K, one query row at a time),
+    # else three tensor-core dots of K's exact bf16 parts: a Hopper tensor core's fp32 accumulation truncates
+    # toward zero, and put lse 2.31 ULP off on an H100 against a 1-ULP band (issue 27,
+    # docs/ops/paged_decode_nvfp4kv.md)
+    scores_on_cuda_cores: bool = True
+    # with the CUDA-core scores: q's rows read again from L1 every tile, not kept in registers (Triton hoists
+    # them out of the loop: 205 registers at D=128, a group of 4, where the reloads take 115 and ~4 more
+    # instructions an element; docs/ops/paged_decode_nvfp4kv.md)
+    q_rows_reloaded: bool = False
 
     def tile(self, page_size: int) -> int:
         return self.block_n if self.cross_pages else min(self.block_n, page_size)
@@ -99,9 +110,10 @@ def launch_plan(head_dim: int) -> LaunchPlan:
         # Tiles cross pages: pages of 16 would otherwise take four times the tiles.
         return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1, cross_pages=True)
     # The e4m3 plan of paged_decode (splits of 2048, 3 stages, the group's own rows), with 32-token tiles:
-    # a tile's K is decoded to fp32 and split in registers.  ptxas sm_90a, Triton 3.6, compiled on the
-    # CPU: D=128, G=4, 4 warps: 127 registers, no spills (docs/receipts/ hold Triton 3.9's counts).  The
-    # H200 sweep of bench_variants: docs/ops/paged_decode_nvfp4kv.md.
+    # a tile's K is decoded to fp32 in registers, the scores in fp32 on the CUDA cores.  ptxas sm_90a,
+    # Triton 3.6, compiled on the CPU: D=128, G=4, 4 warps: 205 registers, no spills (the tensor-core
+    # scores: 127; docs/receipts/ hold Triton 3.9's counts).  The H200 sweep of bench_variants:
+    # docs/ops/paged_decode_nvfp4kv.md.
     return LaunchPlan(block_n=32, split_tokens=2048, num_warps=8 if head_dim == 256 else 4, num_stages=3)
 
 # -- kernels --------------------------------------------------------------------------------------
@@ -164,7 +176,8 @@ def _decode_splits_nvfp4(
     part_m_ptr, part_l_ptr, part_acc_ptr, splits,
     D: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr,
     PAGE_SIZE: tl.constexpr, SPARSE: tl.constexpr, OPERAND: tl.constexpr, REAL_ROWS: tl.constexpr,
-    CROSS_PAGES: tl.constexpr, SCALE_IN_TENSOR: tl.constexpr,
+    CROSS_PAGES: tl.constexpr, SCALE_IN_TENSOR: tl.constexpr, SCORES_ON_CUDA_CORES: tl.constexpr,
+    Q_ROWS_RELOADED: tl.constexpr,
 ):
     E2M1_UNIT: tl.constexpr = 16384.0   # e2m1(code) per unit of the code's bits placed in an fp16 (2^-14)
     pid = tl.program_id(0)
@@ -181,7 +194,8 @@ def _decode_splits_nvfp4(
     start = split * SPLIT_TOKENS
     end = tl.minimum(start + SPLIT_TOKENS, limit)
 
-    q_rows = q_ptr + row.to(tl.int64) * q_stride_b + (kv_head * group + offs_g) * q_stride_h
+    q_group = q_ptr + row.to(tl.int64) * q_stride_b + kv_head * group * q_stride_h
+    q_rows = q_group + offs_g * q_stride_h
     q_even = tl.load(q_rows[:, None] + (2 * offs_h)[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
     q_odd = tl.load(q_rows[:, None] + (2 * offs_h + 1)[None, :] * q_stride_d, mask=in_group[:, None], other=0.0)
     q_even, q_odd = q_even.to(OPERAND), q_odd.to(OPERAND)
@@ -228,17 +242,38 @@ def _decode_splits_nvfp4(
                                       valid, BLOCK_N, D)
         # K exactly as the Dequant line decodes it (e2m1 * scale exact, then times 1 / kv_global_scale
         # rounded once in fp32: folding that scale into the scores instead put lse 1.2 ULP off on the
-        # H200 where every legitimate fp32 order was within 0.16), then split exactly into three bf16
-        # parts (24 significant bits), each dot with q on the tensor cores exact in its products and
-        # accumulated in fp32, the smallest parts first; scaled in float64, the score rounded once.
-        even_hi, even_mid, even_lo = _split_in_bf16((k_even.to(tl.float32) * E2M1_UNIT) * decode_scale, k_unit)
-        odd_hi, odd_mid, odd_lo = _split_in_bf16((k_odd.to(tl.float32) * E2M1_UNIT) * decode_scale, k_unit)
-        unit_scores = tl.dot(q_even, tl.trans(even_lo.to(OPERAND)))
-        unit_scores = tl.dot(q_odd, tl.trans(odd_lo.to(OPERAND)), unit_scores)
-        unit_scores = tl.dot(q_even, tl.trans(even_mid.to(OPERAND)), unit_scores)
-        unit_scores = tl.dot(q_odd, tl.trans(odd_mid.to(OPERAND)), unit_scores)
-        unit_scores = tl.dot(q_even, tl.trans(even_hi.to(OPERAND)), unit_scores)
-        unit_scores = tl.dot(q_odd, tl.trans(odd_hi.to(OPERAND)), unit_scores)
+        # H200 where every legitimate fp32 order was within 0.16); the dots scaled in float64, the score
+        # rounded once.
+        if SCORES_ON_CUDA_CORES:
+            # fp32 round-to-nearest sums of q times K * k_unit (exact: a power of two on K already rounded),
+            # one query row of the group at a time, its q loaded here (a row of a register tensor cannot be
+            # indexed; Triton hoists these loads out of the loop unless Q_ROWS_RELOADED); the padding rows
+            # past REAL_ROWS keep score 0, as q's zero rows give on the dots
+            k_even = ((k_even.to(tl.float32) * E2M1_UNIT) * decode_scale) * k_unit
+            k_odd = ((k_odd.to(tl.float32) * E2M1_UNIT) * decode_scale) * k_unit
+            unit_scores = tl.zeros([GROUP_PAD, BLOCK_N], tl.float32)
+            # a mask true on every tile that the compiler cannot hoist keeps the rows' loads in the loop
+            q_read = (position < end) if Q_ROWS_RELOADED else True
+            for r in tl.static_range(REAL_ROWS):
+                q_row = q_group + r * q_stride_h
+                q_row_even = tl.load(q_row + (2 * offs_h) * q_stride_d, mask=(r < group) & q_read,
+                                     other=0.0).to(tl.float32)
+                q_row_odd = tl.load(q_row + (2 * offs_h + 1) * q_stride_d, mask=(r < group) & q_read,
+                                    other=0.0).to(tl.float32)
+                row_scores = (tl.sum(q_row_even[None, :] * k_even, axis=1)
+                              + tl.sum(q_row_odd[None, :] * k_odd, axis=1))
+                unit_scores = tl.where(offs_g[:, None] == r, row_scores[None, :], unit_scores)
+        else:
+            # split exactly into three bf16 parts (24 significant bits), each dot with q on the tensor cores
+            # exact in its products and accumulated in fp32 (truncated on sm_90: issue 27), smallest parts first
+            even_hi, even_mid, even_lo = _split_in_bf16((k_even.to(tl.float32) * E2M1_UNIT) * decode_scale, k_unit)
+            odd_hi, odd_mid, odd_lo = _split_in_bf16((k_odd.to(tl.float32) * E2M1_UNIT) * decode_scale, k_unit)
+            unit_scores = tl.dot(q_even, tl.trans(even_lo.to(OPERAND)))
+            unit_scores = tl.dot(q_odd, tl.trans(odd_lo.to(OPERAND)), unit_scores)
+            unit_scores = tl.dot(q_even, tl.trans(even_mid.to(OPERAND)), unit_scores)
+            unit_scores = tl.dot(q_odd, tl.trans(odd_mid.to(OPERAND)), unit_scores)
+            unit_scores = tl.dot(q_even, tl.trans(even_hi.to(OPERAND)), unit_scores)
+            unit_scores = tl.dot(q_odd, tl.trans(odd_hi.to(OPERAND)), unit_scores)
         finite_scores = (unit_scores.to(tl.float64) * score_scale).to(tl.float32)
         scores = tl.where(valid[None, :], finite_scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
@@ -307,6 +342,7 @@ def run_plan(plan: LaunchPlan, q, k_packed, k_scales, v_packed, v_scales, kv_glo
         SPARSE=sparse, OPERAND=_dot_operand(tl.bfloat16), REAL_ROWS=triton.next_power_of_2(group),
         CROSS_PAGES=plan.cross_pages and block_n > page_size,
         SCALE_IN_TENSOR=isinstance(sm_scale, torch.Tensor) and sm_scale.device == q.device,
+        SCORES_ON_CUDA_CORES=plan.scores_on_cuda_cores, Q_ROWS_RELOADED=plan.q_rows_reloaded,
         num_warps=plan.warps(block_n, head_dim), num_stages=plan.num_stages,
     )
     # the decode scale is already in the partials: o is merged with a factor of 1
@@ -355,7 +391,9 @@ def bench_variants(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, p
              "block 64": replace(default, block_n=64),
              "block 16": replace(default, block_n=16),
              "rows 16": replace(default, min_dot_rows=16),
-             "8 warps": replace(default, num_warps=8)}
+             "8 warps": replace(default, num_warps=8),
+             "scores on tensor cores (bf16 parts)": replace(default, scores_on_cuda_cores=False),
+             "q rows reloaded": replace(default, q_rows_reloaded=True)}
     distinct = {}
     for label, plan in plans.items():
         if plan not in distinct.values():

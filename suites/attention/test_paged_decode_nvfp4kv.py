@@ -120,12 +120,14 @@ def test_kernel_decodes_every_code_and_every_kind_of_scale_exactly(head_dim):
 def test_kernel_scores_every_code_against_every_kind_of_scale(head_dim, global_scale):
     """The K side of the decode, through the score dot: one token a row (so lse is its score), each row's K
     bytes over all 256 code pairs under zero, subnormal, normal and 448 block scales, q a row of signed
-    values.  K's three bf16 parts make 3 D exact products, accumulated in fp32 (at most 3 D roundings,
-    each under 2^-23 of the sum of |products| so far: the tensor cores' fp32 accumulation may truncate
-    rather than round), scaled in float64 and rounded once: the bound below.  On sm_90 the nibbles once
+    values.  The default plan's fp32 FMAs over D make at most 2 D roundings, the tensor-core variant's
+    three bf16 parts 3 D exact products accumulated in fp32 (at most 3 D roundings), each under 2^-23 of
+    the sum of |products| so far (the tensor cores' fp32 accumulation may truncate rather than round),
+    scaled in float64 and rounded once: the bound below.  On sm_90 the nibbles once
     reached the per-block dots out of order: relative errors near 1 (docs/ops/paged_decode_nvfp4kv.md).
     ``tiny_k``: an encode scale of 2^124 puts K near 2^-124, where the parts taken from K itself would
-    fall in bf16's subnormals (below 2^-126) and lose up to 2^-10 of each element."""
+    fall in bf16's subnormals (below 2^-126) and lose up to 2^-10 of each element (and q times K itself
+    in fp32's)."""
     device = machine_device()
     rows, bytes_per_row = 256 // (head_dim // 2) * 2, head_dim // 2
     call = _one_token([0] * bytes_per_row, [0x38] * (head_dim // 16), head_dim=head_dim, global_scale=global_scale)
