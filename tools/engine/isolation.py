@@ -247,25 +247,28 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
     """Run every task in worker processes (one per slot at a time); results keyed by ``task.key``.
 
     Where slots share a GPU (or the CPU's memory), a cell that ran out of memory (the judge's side, the
-    host's or the implementation's) says nothing of itself but of its neighbours: it runs again at the end,
-    alone on the first slot (its draws follow from its seed: the result is the one an unshared device
-    gives).  Out of memory alone too, it ends the run as the judge's internal error."""
+    host's or the implementation's) says nothing of itself but of its neighbours (its draws follow from its
+    seed: a run again gives the result an unshared device gives): it runs again beside other workers once
+    the cells it ran beside have ended, and, out of memory again, at the end alone on the first slot.  Out
+    of memory alone too, it ends the run as the judge's internal error."""
     sanitizer = (sanitize, find_sanitizer()) if sanitize else None
-    pending = collections.deque(tasks)
+    queue = _CellQueue(tasks)
     results: dict[tuple, CellResult] = {}
     workers: dict[str, _Worker | None] = {slot.label: None for slot in slots}
     starting = list(slots)   # the slots left: one whose worker could not start for memory is given up
     spawned = 0
-    alone: list[CellTask] = []   # cells to run again without neighbours
+
+    def running(but: _Worker | None = None) -> set:
+        return {w.task.key for w in workers.values() if w is not None and w is not but and w.task is not None}
 
     def defer(worker: _Worker, message: str) -> bool:
         shared = sum(slot.env == worker.slot.env for slot in starting) > 1   # the same GPU, or the CPU
         if not (shared and out_of_memory(message)):
             return False
+        when = queue.defer(worker.task, running(but=worker))
         if on_note:
             on_note(worker.slot, f"{worker.task.op}/{worker.task.cell_id}: out of memory beside other "
-                                 f"workers; it runs again alone at the end")
-        alone.append(worker.task)
+                                 f"workers; it runs again {when}")
         worker.task = None
         return True
 
@@ -280,14 +283,17 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
 
     with tempfile.TemporaryDirectory(prefix="kparity-workers-") as folder, _terminate_raises():
         try:
-            while pending or any(w is not None and w.task is not None for w in workers.values()):
+            while queue or running():
                 for slot in starting:
-                    if workers[slot.label] is None and pending:
+                    idle = sum(w is not None and w.task is None for w in workers.values())   # or starting
+                    if workers[slot.label] is None and queue.startable(running()) > idle:
                         spawned += 1
                         workers[slot.label] = _Worker(slot, tasks[0].device, pathlib.Path(folder), spawned, sanitizer)
                     worker = workers[slot.label]
-                    if worker is not None and worker.ready and worker.task is None and pending:
-                        worker.start(pending.popleft(), cell_timeout)
+                    if worker is not None and worker.ready and worker.task is None:
+                        task = queue.next(running())
+                        if task is not None:
+                            worker.start(task, cell_timeout)
                 live = [w for w in workers.values() if w is not None]
                 readable = wait([w.waitable() for w in live], timeout=1.0)
                 for worker in live:
@@ -306,17 +312,54 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
                         if on_note:
                             on_note(worker.slot, f"its worker could not start, out of memory; the run goes on "
                                                  f"without {worker.slot.label}")
-            if alone:
+            if queue.alone:
                 _end_workers([worker for worker in workers.values() if worker is not None])
                 workers = dict.fromkeys(workers)
         finally:
             for worker in workers.values():
                 if worker is not None:
                     worker.kill()
-    if alone:
-        results.update(run_isolated(alone, slots[:1], cell_timeout=cell_timeout, sanitize=sanitize, on_note=on_note,
-                                    on_result=on_result))
+    if queue.alone:
+        results.update(run_isolated(queue.alone, slots[:1], cell_timeout=cell_timeout, sanitize=sanitize,
+                                    on_note=on_note, on_result=on_result))
     return results
+
+
+class _CellQueue:
+    """The cells still to start, in order; a cell that ran out of memory beside running cells waits until
+    those have ended (the paged cells' float64 truths hold tens of GB of a GPU for minutes: a cell started
+    beside them again would meet the same neighbours), then goes before the rest; one out of memory a
+    second time, or beside no running cell, waits in ``alone`` for the end of the run."""
+
+    def __init__(self, tasks: list[CellTask]):
+        self.pending = collections.deque(tasks)
+        self.waiting: list[tuple[CellTask, frozenset]] = []   # (cell, the cells it waits for)
+        self.deferred: set[tuple] = set()
+        self.alone: list[CellTask] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.waiting)
+
+    def startable(self, running: set) -> int:
+        """How many cells may start while ``running`` (cells' keys) run: workers are started only for them."""
+        return len(self.pending) + sum(not beside & running for _, beside in self.waiting)
+
+    def next(self, running: set) -> CellTask | None:
+        """The next cell to start while ``running`` run, or None for now."""
+        for index, (task, beside) in enumerate(self.waiting):
+            if not beside & running:
+                del self.waiting[index]
+                return task
+        return self.pending.popleft() if self.pending else None
+
+    def defer(self, task: CellTask, beside: set) -> str:
+        """Put back ``task``, out of memory while ``beside`` ran; when it runs again, in words."""
+        if beside and task.key not in self.deferred:
+            self.deferred.add(task.key)
+            self.waiting.append((task, frozenset(beside)))
+            return "once the cells it ran beside have ended"
+        self.alone.append(task)
+        return "alone at the end"
 
 
 def _end_workers(workers: list[_Worker]) -> None:
