@@ -3,7 +3,7 @@
 # with its glue timed apart. One phase a device call (each ends inside the tool's 10 minutes); the queue, its
 # carries and minutes: docs/thirdparty/h200-queue.md. Results go into $OUT/thirdparty.tar AS EACH STEP ENDS
 # (a call cut short still brings back every step it finished) with a one-line summary a step in $OUT/queue.log.
-#   judge GROUP...     certify-cells --impl per adapter of the groups: vllm native norms wheels fla-gdn flashinfer
+#   judge GROUP...     certify-cells --impl per adapter of the groups: vllm vllm-gdn native norms wheels fla-gdn flashinfer
 #   bench GROUP...     tools/bench per op of the groups, our kernels, the stock op and the adapters side by side
 #   flashinfer-setup   install the carried FlashInfer, build its decode kernels (JIT, nvcc), run the probes
 # EXAMPLES draws a cell (default 14, the sm90 policy); LIMIT_SCALE multiplies every step's time limit.
@@ -51,9 +51,11 @@ case "$phase" in
 judge)
     for group in "$@"; do
         case "$group" in
-        vllm)   # the carried vLLM sources (.thirdparty); no wheel
-            judge vllm_rejection 90 --op strict_accept --impl $tp.vllm_rejection:strict_accept
-            judge vllm_decode 240 --op paged_decode --impl $tp.vllm_decode:paged_decode
+        vllm|vllm-gdn)   # the carried vLLM sources (.thirdparty); no wheel. vllm-gdn: its gated delta rule alone
+            if [[ $group == vllm ]]; then
+                judge vllm_rejection 90 --op strict_accept --impl $tp.vllm_rejection:strict_accept
+                judge vllm_decode 240 --op paged_decode --impl $tp.vllm_decode:paged_decode
+            fi
             judge vllm_gdn 240 --op gdn_decode --op gdn_verify --op gdn_commit --impl $tp.vllm_gdn ;;
         native)  # torch's own ops: no wheel
             judge torch_native 240 --op greedy_argmax --op strict_accept --op rollback_save --op rollback_restore \
@@ -73,7 +75,7 @@ judge)
         flashinfer)  # after flashinfer-setup (its kernels built)
             wheels flashinfer || { record "wheels flashinfer" "not installed"; continue; }
             judge flashinfer_decode 300 --op paged_decode --impl $tp.flashinfer_decode:paged_decode ;;
-        *) record "judge $group" "unknown group (vllm native norms wheels fla-gdn flashinfer)" ;;
+        *) record "judge $group" "unknown group (vllm vllm-gdn native norms wheels fla-gdn flashinfer)" ;;
         esac
     done ;;
 bench)

@@ -26,7 +26,8 @@ What the adapter adds, none of it fla's (the glue a serving engine writes around
   tokens ``0..t`` with ``output_final_state`` — the state fla holds after token t, rounded once to the
   pool's dtype; zero past a row's count.  That is fla's multi-token semantics: its running state stays
   fp32 between tokens, where the contract rounds it to the pool's dtype after every token;
-- ``gdn_commit``: a torch copy (fla has none; ``suites/thirdparty/gdn_slots.py``, shared with vLLM's adapter).
+- ``gdn_commit``: a torch copy with the contract's refusals (fla has none; ``suites/thirdparty/gdn_slots.py``,
+  shared with vLLM's adapter).
 """
 from __future__ import annotations
 
@@ -35,11 +36,10 @@ import torch
 import ops  # noqa: F401 - on a CPU, chooses the Triton interpreter before fla imports Triton
 from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule  # noqa: E402 - after ops
 
-from references.ssm import gdn_commit as commit_contract
 from references.ssm import gdn_decode as decode_contract
 from references.ssm import gdn_verify as verify_contract
 from references.ssm.gdn_decode import live_rows
-from suites.thirdparty.gdn_slots import gdn_commit as commit_rows
+from suites.thirdparty.gdn_slots import gdn_commit  # noqa: F401 - the op, all adapter code
 from suites.thirdparty.gdn_slots import write_rows
 
 
@@ -85,8 +85,3 @@ def gdn_verify(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=Fals
                         qk_l2norm, True)
         checkpoints[:, t] = torch.where(drafted[:, t, None, None, None], after.to(state.dtype), 0)
     return o, checkpoints
-
-
-def gdn_commit(state, slots, checkpoints, num_accepted):
-    commit_contract.validate(state, slots, checkpoints, num_accepted)
-    commit_rows(state, slots, checkpoints, num_accepted)

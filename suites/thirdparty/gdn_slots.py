@@ -1,11 +1,13 @@
 """The slot-pool glue of the Gated DeltaNet adapters (fla-core's, vLLM's): what a serving engine writes around
 a recurrent kernel that has no slot pool of the contract's kind, without a host sync (a CUDA graph can
 capture it).  ``gdn_commit`` here is the contract's commit as a torch copy: neither package has one (vLLM
-reads the accepted checkpoint's slot at its next step instead of copying it)."""
+reads the accepted checkpoint's slot at its next step instead of copying it).  Being all adapter code, it
+refuses what the contract refuses: a refusal verdict on it is ours, never a package's."""
 from __future__ import annotations
 
 import torch
 
+from references.ssm import gdn_commit as commit_contract
 from references.ssm.gdn_decode import live_rows
 
 
@@ -21,7 +23,9 @@ def write_rows(state, slots, rows: torch.Tensor, new: torch.Tensor) -> None:
 
 
 def gdn_commit(state, slots, checkpoints, num_accepted) -> None:
-    """``state[slots[b]] = checkpoints[b, num_accepted[b] - 1]`` for live rows with ``num_accepted[b] >= 1``."""
+    """``state[slots[b]] = checkpoints[b, num_accepted[b] - 1]`` for live rows with ``num_accepted[b] >= 1``,
+    after the contract's refusals."""
+    commit_contract.validate(state, slots, checkpoints, num_accepted)
     batch, tokens = checkpoints.shape[:2]
     if batch == 0:
         return

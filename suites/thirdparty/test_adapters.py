@@ -85,3 +85,13 @@ def test_rows_not_16_byte_aligned_are_refused_naming_the_argument_and_aligned_on
                        torch.zeros(4, 16, 2, 64, dtype=torch.bfloat16).transpose(2, 3)):
         with pytest.raises(ValueError, match="^k_cache: rows not 16-byte aligned"):
             require_aligned_rows("k_cache", misaligned)
+
+
+def test_the_adapters_own_gdn_commit_refuses_what_the_contract_refuses():
+    """Neither fla-core nor vLLM has a commit: both adapters' ``gdn_commit`` is this torch copy, all of it ours, so
+    its refusals are ours to meet (the H100's vLLM run of 2026-12-06 failed them before this)."""
+    from suites.thirdparty import gdn_slots
+
+    result = _judge("gdn_commit", gdn_slots, "fp32_state", oracles=("parity", "refusals"))
+    assert result.failing() == [], result.summary()
+    assert result.verdicts["refusals"]["verdict"] == "pass", result.summary()

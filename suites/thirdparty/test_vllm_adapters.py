@@ -10,6 +10,8 @@ import types
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from oracles.battery import Battery, Implementation
 from ops.catalog import entries
@@ -161,3 +163,28 @@ def test_vllms_verify_keeps_its_running_state_in_fp32_where_the_contract_rounds_
     assert _failures("gdn_verify", gdn, "fp32_state", {**EIGHT_TOKENS, "state_dtype": "float32"}) == {}
     found = _failures("gdn_verify", gdn, "bf16_state", EIGHT_TOKENS)
     assert "exceeds the band" in found["parity"].message   # o of later tokens: from an unrounded state
+
+
+# a verify recipe with rows whose only change is a decay g = -80 (q, k, v zero): checkpoint = state * exp(-80)
+STRONG_DECAY = {"B": 15, "Dk": 64, "Dv": 64, "H": 1, "T": 1, "free_slots": 1, "group": 1, "layout": "contiguous",
+                "padding": "none", "qk_l2norm": False, "scale": "inv_sqrt_dk", "seed": 0, "slots": "shuffled",
+                "state_dtype": "float32", "tokens": "full", "values": "edges"}
+
+
+@triton.jit
+def _exp_of_a_rounded_argument(x):
+    """``tl.exp`` as Triton compiles it for an NVIDIA GPU, less ``ex2.approx``'s own error: exp2 of ``x * log2(e)``
+    rounded to fp32."""
+    return tl.exp2(x * 1.4426950408889634)
+
+
+def test_vllms_exp_as_a_gpu_compiles_it_puts_a_strongly_decayed_state_past_the_band(monkeypatch):
+    """On NVIDIA GPUs ``tl.exp`` is ``ex2.approx`` of ``x * log2(e)`` rounded to fp32; at g = -80 that rounding alone
+    moves exp(g) by 4 ULP.  The interpreter takes exp exactly, so the CPU passes; with the GPU's argument rounding
+    (not its approximation, which adds up to 2 ULP more) the checkpoints fail as on the H100 (6 ULP, band 2)."""
+    gdn = _adapter("vllm_gdn")
+    assert _failures("gdn_verify", gdn, "fp32_state", STRONG_DECAY) == {}
+    kernel_module = vendored.load_module("vllm", "vllm/third_party/flash_linear_attention/ops/fused_recurrent.py")
+    monkeypatch.setattr(kernel_module, "exp", _exp_of_a_rounded_argument)
+    found = _failures("gdn_verify", gdn, "fp32_state", STRONG_DECAY)
+    assert "output 1: error" in found["parity"].message and "g[6] = [-80.0]" in found["parity"].message

@@ -17,8 +17,8 @@ What the adapter does, none of it vLLM's:
 - verify: the index ``[B, T]`` of one checkpoint slot per (row, token), 0 past a row's ``num_tokens``;
 - the live rows' slots written back to ``state``, transposed (decode); ``o = 0`` on padding rows and past
   a row's count, checkpoints transposed back and zero there (verify);
-- ``gdn_commit``: a torch copy (``suites/thirdparty/gdn_slots.py``; vLLM reads the accepted checkpoint's
-  slot at its next step instead of copying it).
+- ``gdn_commit``: a torch copy with the contract's refusals (``suites/thirdparty/gdn_slots.py``; vLLM reads
+  the accepted checkpoint's slot at its next step instead of copying it).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ ADAPTER_CODE = {
                   "o = 0 on padding rows",
     "gdn_verify": "the initial state into each row's first checkpoint slot; checkpoint indices 0 past num_tokens; "
                   "checkpoints transposed back; zeros past num_tokens and on padding rows",
-    "gdn_commit": "all of it: a torch copy (vLLM has no commit)",
+    "gdn_commit": "all of it: the contract's refusals and a torch copy (vLLM has no commit)",
 }
 __all__ = ["gdn_commit", "gdn_decode", "gdn_verify"]
 

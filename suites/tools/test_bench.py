@@ -92,7 +92,7 @@ def test_the_bench_table_and_the_verdict_table_show_the_call_and_the_glue_apart(
     assert [(r["impl"], r["time (us)"], r["adapter glue (us)"]) for r in read if r["impl"] != "stock"] == \
         [("kernel", 10.0, None), ("pkg.adapter:fp8_gemv", 19.0, 78.25)]
     verdict = verdict_table.Row("fp8_gemv", "pkg.adapter", {}, None, None, 1)   # a run that judged the module
-    verdict_table.attach_bench([verdict], [(4000.0, read)])
+    verdict_table.attach_bench([verdict], [(None, read)])   # a table that names no device
     assert verdict.bench == "19.0 us (25% of copy; M=16); adapter glue 78.2 us"
 
 

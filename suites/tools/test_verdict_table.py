@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tools.engine.verdict_table import OURS, markdown, rows_of
+from tools.engine.verdict_table import OURS, markdown, rows_of, table
 
 pytestmark = pytest.mark.cpu
 
@@ -36,3 +36,33 @@ def test_the_tool_refuses_a_file_that_is_no_run_report_in_one_line(tmp_path):
     bad.write_text("[1, 2]")
     run = subprocess.run([sys.executable, "tools/verdict-table", str(bad)], capture_output=True, text=True)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+def _bench(tmp_path, name: str, device: str, rows: list[tuple[str, str, float]]) -> str:
+    """A ``tools/bench --out`` table of ``(op label, impl, time us)`` rows, as the tool heads it."""
+    head = "| op | case | impl | time (us) | adapter glue (us) | timed as | vs stock | GB/s | % of copy | target |"
+    lines = [f"`tools/bench --op paged_decode` on {device}, 2026-12-06 02:37 UTC, torch 2.11.0+cu130; copy bandwidth "
+             "3028 GB/s (device-to-device, read + write, same run)", "", head, "|" + "---|" * 10]
+    lines += [f"| {op} | B=64 | {impl} | {us:.2f} |  | graph | 1.00x | 2000 | 66.0% |  |" for op, impl, us in rows]
+    path = tmp_path / f"{name}.md"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_time_names_its_device_and_ours_takes_only_its_own_backends_time(tmp_path):
+    """Times of two machines side by side must say so (issue #29's fair timing), and a backend that was not
+    benched gets no time of another backend's."""
+    ours = tmp_path / "ours.json"
+    ours.write_text(json.dumps({"impl": None, "results": [
+        {"op": "paged_decode", "cell": "c", "backend": backend, "examples": 3, "verdicts": {}}
+        for backend in ("triton", "cute")]}))
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text(json.dumps({"impl": "pkg.mod:paged_decode", "results": [
+        {"op": "paged_decode", "cell": "c", "examples": 3, "verdicts": {}}]}))
+    h200 = _bench(tmp_path, "a", "NVIDIA H200", [("paged_decode [triton]", "kernel", 520.7)])
+    h100 = _bench(tmp_path, "b", "NVIDIA H100 80GB HBM3", [("paged_decode [triton]", "kernel", 729.7),
+                                                           ("paged_decode [triton]", "pkg.mod:paged_decode", 753.1)])
+    rows = {row.implementation: row.bench for row in table([str(ours), str(theirs)], [h200, h100])}
+    assert rows[f"{OURS}, triton"] == "520.7 us (66% of copy; B=64; NVIDIA H200)"
+    assert rows["pkg.mod:paged_decode"] == "753.1 us (66% of copy; B=64; NVIDIA H100 80GB HBM3)"
+    assert rows[f"{OURS}, cute"] == ""   # the table timed the triton kernel only

@@ -12,6 +12,7 @@ import dataclasses
 import html
 import json
 import pathlib
+import re
 
 from oracles.failures import ORACLES
 
@@ -59,22 +60,39 @@ def rows_of(report_paths) -> list[Row]:
     return sorted(rows, key=lambda row: (row.op, not row.implementation.startswith(OURS), row.implementation))
 
 
-def attach_bench(rows: list[Row], tables: list[tuple[float, list[dict]]]) -> None:
-    """Fill each row's ``bench`` from the bench tables (``tools.bench.read_table``'s rows): the op's first
-    case, ours labelled ``kernel``; a third party's own call, with its adapter's glue named apart where the
-    table timed it apart."""
+def attach_bench(rows: list[Row], tables: list[tuple[str | None, list[dict]]]) -> None:
+    """Fill each row's ``bench`` from the bench tables (each its device, or None, and ``tools.bench.read_table``'s
+    rows): the op's first case, ours labelled ``kernel`` (of the row's backend where the table names one); a
+    third party's own call, with its adapter's glue named apart where the table timed it apart.  The device
+    is named, so that times taken on two machines are never read as one comparison."""
     for row in rows:
         op = row.op
-        label = "kernel" if row.implementation.startswith(OURS) else row.implementation
-        for _, table in tables:
+        ours = row.implementation.startswith(OURS)
+        label = "kernel" if ours else row.implementation
+        backend = row.implementation.partition(", ")[2] if ours else ""
+        for device, table in tables:
             # a run that judged MODULE (an op and its siblings) names the module; its bench rows name MODULE:ATTR
-            found = [r for r in table if r["op"].split(" [")[0] == op and label in (r["impl"], r["impl"].split(":")[0])]
+            found = [r for r in table if r["op"].split(" [")[0] == op and label in (r["impl"], r["impl"].split(":")[0])
+                     and (not backend or _backend(r["op"]) in ("", backend))]
             if found:
                 first = found[0]
-                row.bench = f"{first['time (us)']:.1f} us ({first['% of copy']:.0f}% of copy; {first['case']})"
+                row.bench = f"{first['time (us)']:.1f} us ({first['% of copy']:.0f}% of copy; {first['case']}"
+                row.bench += f"; {device})" if device else ")"
                 if first.get("adapter glue (us)") is not None:
                     row.bench += f"; adapter glue {first['adapter glue (us)']:.1f} us"
                 break
+
+
+def _backend(bench_op: str) -> str:
+    """``triton`` of a bench table's ``rms_norm_gated [triton]``; empty where it names none."""
+    return bench_op.partition(" [")[2].rstrip("]")
+
+
+def bench_device(text: str) -> str | None:
+    """The device a ``tools/bench --out`` table names in its first line (``... on NVIDIA H100 80GB HBM3,
+    2026-12-06 02:33 UTC, ...``), None where it names none."""
+    match = re.search(r"` on (.+?), \d{4}-\d\d-\d\d ", text.partition("\n")[0])
+    return match.group(1) if match else None
 
 
 def table(report_paths, bench_paths) -> list[Row]:
@@ -85,8 +103,9 @@ def table(report_paths, bench_paths) -> list[Row]:
     rows = rows_of(report_paths)
     tables = []
     for path in bench_paths:
+        text = pathlib.Path(path).read_text()
         try:
-            tables.append(read_table(pathlib.Path(path).read_text()))
+            tables.append((bench_device(text), read_table(text)[1]))
         except ValueError as error:
             raise ValueError(f"{path}: {error}") from None
     attach_bench(rows, tables)
