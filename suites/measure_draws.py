@@ -77,9 +77,10 @@ def catch_depth(entry, impl, cell, max_depth: int, deadline: float, device: torc
     return None, "", tried
 
 
-def wrong_implementations(op_names, only):
+def wrong_implementations(op_names, only, device: torch.device):
     """(entry, implementation name, its ``--impl`` spec, the cell its row names or None) for every row of
-    every suite's WRONG table (``only``: these implementation names, if any).  The spec is the one the
+    every suite's WRONG table, and on a GPU of its GPU suite's ``WRONG_ON_GPU`` (``test_<op>_on_gpu.py``: wrong
+    by the GPU's own arithmetic only) (``only``: these implementation names, if any).  The spec is the one the
     suite judges (its ``SUITE``'s implementation label: the gdn ops keep theirs in ``gdn_impls.py``), else
     ``suites/<family>/<op>_impls.py``'s function of that name."""
     from ops.catalog import entries
@@ -92,9 +93,15 @@ def wrong_implementations(op_names, only):
         except ImportError:
             continue
         suite = getattr(tests, "SUITE", None)
-        for row in getattr(tests, "WRONG", []):
+        rows = list(getattr(tests, "WRONG", []))
+        if device.type == "cuda":
+            try:
+                rows += importlib.import_module(f"suites.{entry.family}.test_{name}_on_gpu").WRONG_ON_GPU
+            except (ImportError, AttributeError):
+                pass
+        for row in rows:
             if not only or row[0] in only:
-                named = row[1] if len(row) == 3 else None
+                named = row[1] if len(row) >= 3 else None
                 spec = suite.judge(row[0]).label if suite is not None and suite.judge is not None else \
                     f"suites.{entry.family}.{name}_impls:{row[0]}"
                 yield entry, row[0], spec, named
@@ -155,7 +162,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|" + "---|" * len(depths), flush=True)
     spare = ImplementationHost(args.device, call_limit_s=args.seconds_per_impl)
     try:
-        for entry, name, spec, named in wrong_implementations(args.op, args.only):
+        for entry, name, spec, named in wrong_implementations(args.op, args.only, device):
             if run_deadline is not None and time.monotonic() > run_deadline:
                 print(f"| {entry.name} | {name} | ? (the run's time limit) | | " + " | ".join("?" for _ in depths)
                       + " |", flush=True)

@@ -5,14 +5,18 @@ not the reference's ``nvfp4_dequantize``) and attends with ``paged_decode``'s fp
 (``suites/attention/paged_decode_impls.decode_fp32``, scores summed in float64), row by row.  Each wrong one is that with one
 bug an NVFP4 decode kernel has had, in the decode or in the attention; ``test_paged_decode_nvfp4kv.py``
 names the oracle that must reject each.  The batch-invariance control is right to the band, so only
-batch invariance can catch it.
+batch invariance can catch it.  One wrong implementation is wrong on a Hopper GPU only, the kernel's own
+earlier plan (``scores_on_tensor_cores``): the GPU suite judges it (``test_paged_decode_nvfp4kv_on_gpu.py``).
 Judge one yourself: ``tools/certify-cells --op paged_decode_nvfp4kv --impl
 suites.attention.paged_decode_nvfp4kv_impls:NAME --device cpu``.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from ops.attention import paged_decode_nvfp4kv as kernel
 from references.attention.paged_decode_nvfp4kv import validate
 from references.formats.e2m1 import e2m1_decode
 from references.formats.nvfp4 import NVFP4_BLOCK
@@ -101,3 +105,15 @@ def split_from_batch(*args, **kwargs):
     """Split-K in fp32 with enough splits for B * Hkv rows to fill 4 programs per SM: a row's split
     boundaries, and its rounding, move with the batch size."""
     return _decode_nvfp4(*args, **kwargs, split_tokens_of_batch=True)
+
+
+def scores_on_tensor_cores(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
+                           page_select=None):
+    """Wrong on a Hopper GPU, right under the interpreter: the kernel with q . k as three tensor-core dots of K's
+    exact bf16 parts (its default until 2026-12-05e), whose fp32 accumulation the tensor core truncates toward
+    zero: lse biased low, out of the band on about 1 in 100 of ``dense_nvfp4_kv``'s draws (an H100 found it at
+    draw 110; issue 27).  The interpreter's dots are exact fp32 sums."""
+    validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale, page_select)
+    plan = dataclasses.replace(kernel.launch_plan(q.shape[2]), scores_on_cuda_cores=False)
+    return kernel.run_plan(plan, q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens,
+                           sm_scale, page_select)
