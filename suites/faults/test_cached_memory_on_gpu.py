@@ -8,6 +8,9 @@ import pytest
 import torch
 
 from oracles import allocations
+from suites.claims import REPO
+from suites.faults.cache_holding import GIB
+from tools.engine.impl_executor import ImplementationHost
 
 pytestmark = pytest.mark.sm90
 
@@ -25,3 +28,27 @@ def test_a_cache_past_the_limit_goes_back_and_one_within_it_stays():
     allocations.give_back_cache()
     assert torch.cuda.memory_reserved() - torch.cuda.memory_allocated() == 0
     assert "GiB allocated" in allocations.memory_held()
+
+
+def test_the_host_gives_back_its_cache_past_the_limit_after_a_message():
+    """The implementation's host, a process apart: after a call whose temporary stayed within the limit, the
+    GPU's free memory stays lower by about that temporary (the control: the host's cache is visible from
+    here); after one past the limit, it is back to where it was before either (the host gave back its whole
+    cache).  Run alone on the GPU: other processes' allocations would move its free memory."""
+    x = torch.ones(1024, device="cuda")
+    host = ImplementationHost("cuda", call_limit_s=120, warmup=0)
+    try:
+        host.load([str(REPO)], {name: ("suites.faults.cache_holding", name)
+                                for name in ("within_the_limit", "past_the_limit")})
+        host.function("within_the_limit")(x[:1])     # the host's CUDA context, before the baseline
+        host.function("past_the_limit")(x[:1])
+        torch.cuda.synchronize()
+        before = torch.cuda.mem_get_info()[0]
+        assert torch.equal(host.function("within_the_limit")(x), x)
+        within = torch.cuda.mem_get_info()[0]
+        assert before - within > 1.5 * GIB, (before, within)
+        assert torch.equal(host.function("past_the_limit")(x), x)
+        after = torch.cuda.mem_get_info()[0]
+        assert abs(before - after) < 0.5 * GIB, (before, within, after)
+    finally:
+        host.close()
