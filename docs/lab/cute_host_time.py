@@ -55,11 +55,30 @@ def steps(rows: int, width: int = 4096, group_size: int = 128) -> list[tuple[str
         with torch.cuda.device(x.device):
             pass
 
+    targets = {x.device.index: cute_op.ARCH_TARGETS[arch]}
+
+    def lean_call():
+        """A candidate wrapper: the same checks and launch, the device's target looked up by index, no device
+        context where x's device is the current one, the raw stream (as Triton's launcher reads it)."""
+        cute_op.contract.validate(x, z, weight, eps, group_size, True, amax)
+        out = torch.empty((rows, width), dtype=torch.bfloat16, device=x.device)
+        lean_plan, x_lean, gate_lean, weight_lean = cute_op.operands(x, z, weight, out, group_size, True)
+        index = x.device.index
+        assert index == torch.cuda.current_device()
+        compiled_kernel = cute_op.compiled(lean_plan, targets[index])
+        compiled_kernel(x_lean.data_ptr(), gate_lean.data_ptr(), weight_lean.data_ptr(), out.data_ptr(),
+                        amax.data_ptr(), rows, width, group_size, x_lean.stride(0), gate_lean.stride(0),
+                        out.stride(0), float(eps), 1, torch._C._cuda_getCurrentRawStream(index))
+        return out
+
     return [
         ("the whole CuTe call (rms_norm_gated_cute.rms_norm_gated)",
          lambda: cute_op.rms_norm_gated(x, z, weight, eps, group_size, True, amax)),
         ("the whole Triton call (rms_norm_gated.rms_norm_gated)",
          lambda: triton_op.rms_norm_gated(x, z, weight, eps, group_size, True, amax)),
+        ("a candidate lean wrapper (below: no device context, raw stream, target by index)", lean_call),
+        ("torch._C._cuda_getCurrentRawStream(index)", lambda: torch._C._cuda_getCurrentRawStream(x.device.index)),
+        ("torch.cuda.current_device()", torch.cuda.current_device),
         ("contract.validate", lambda: cute_op.contract.validate(x, z, weight, eps, group_size, True, amax)),
         ("torch.empty of the output", lambda: torch.empty((rows, width), dtype=torch.bfloat16, device=x.device)),
         ("arch_of(x.device)", lambda: arch_of(x.device)),
