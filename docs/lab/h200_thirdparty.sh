@@ -93,7 +93,8 @@ bench)
             wheels adapters || { record "wheels adapters" "not installed"; continue; }
             bench rms_norm_gated 75 $tp.liger_rmsnorm:rms_norm_gated $tp.fla_rmsnorm:rms_norm_gated
             bench nvfp4_quantize 45 $tp.torchao_nvfp4:nvfp4_quantize
-            bench paged_decode 90 $tp.sglang_decode:paged_decode ;;
+            bench paged_decode 90 $tp.sglang_decode:paged_decode
+            bench gdn_decode 60 suites.ssm.fla_adapter:gdn_decode ;;
         flashinfer)
             wheels flashinfer || { record "wheels flashinfer" "not installed"; continue; }
             bench paged_decode 120 $tp.flashinfer_decode:paged_decode ;;

@@ -26,6 +26,8 @@ What the adapter adds, none of it fla's (the glue a serving engine writes around
   tokens ``0..t`` with ``output_final_state`` — the state fla holds after token t, rounded once to the
   pool's dtype; zero past a row's count.  That is fla's multi-token semantics: its running state stays
   fp32 between tokens, where the contract rounds it to the pool's dtype after every token;
+- ``gdn_decode`` is split in stages: ``tools/bench`` times fla's own call apart from the gathering and the
+  write-back above;
 - ``gdn_commit``: a torch copy with the contract's refusals (fla has none; ``suites/thirdparty/gdn_slots.py``,
   shared with vLLM's adapter).
 """
@@ -39,6 +41,7 @@ from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule  # noqa: E
 from references.ssm import gdn_decode as decode_contract
 from references.ssm import gdn_verify as verify_contract
 from references.ssm.gdn_decode import live_rows
+from suites.thirdparty import staging
 from suites.thirdparty.gdn_slots import gdn_commit  # noqa: F401 - the op, all adapter code
 from suites.thirdparty.gdn_slots import write_rows
 
@@ -53,19 +56,46 @@ def _fla(q, k, v, g, beta, scale, initial_state, qk_l2norm, final_state):
                                             output_final_state=final_state, use_qk_l2norm_in_kernel=qk_l2norm)
 
 
-def unchecked_gdn_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
-    """fla for one token per row, with no refusals of its own."""
-    if q.shape[0] == 0:
+# -- gdn_decode, in stages (``suites/thirdparty/staging.py``): tools/bench times fla's call apart from the glue --
+def _gathered_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm=False) -> dict:
+    """fla's arguments for one token per row (the live rows' states gathered), and what finishing needs."""
+    live, initial = _initial_states(state, slots) if q.shape[0] else (None, None)
+    return {"fla": (q[:, None], k[:, None], v[:, None], g[:, None], beta[:, None], scale, initial, qk_l2norm, True),
+            "state": state, "slots": slots, "live": live, "v": v}
+
+
+def _prepare_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm=False) -> dict:
+    decode_contract.validate(q, k, v, g, beta, state, slots, scale, qk_l2norm)
+    return _gathered_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm)
+
+
+def _call_decode(prepared):
+    """fla's own call (its final state is a new tensor: the call can run again on the same arguments)."""
+    return None if prepared["live"] is None else _fla(*prepared["fla"])
+
+
+def _finish_decode(prepared, returned):
+    v = prepared["v"]
+    if returned is None:
         return torch.zeros(v.shape, dtype=torch.bfloat16, device=v.device)
-    live, initial = _initial_states(state, slots)
-    o, final = _fla(q[:, None], k[:, None], v[:, None], g[:, None], beta[:, None], scale, initial, qk_l2norm, True)
-    write_rows(state, slots, live, final)
+    o, final = returned
+    live = prepared["live"]
+    write_rows(prepared["state"], prepared["slots"], live, final)
     return torch.where(live[:, None, None], o[:, 0], 0)
 
 
+def unchecked_gdn_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
+    """fla for one token per row, with no refusals of its own."""
+    prepared = _gathered_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm)
+    return _finish_decode(prepared, _call_decode(prepared))
+
+
 def gdn_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
-    decode_contract.validate(q, k, v, g, beta, state, slots, scale, qk_l2norm)
-    return unchecked_gdn_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm)
+    prepared = _prepare_decode(q, k, v, g, beta, state, slots, scale, qk_l2norm)
+    return _finish_decode(prepared, _call_decode(prepared))
+
+
+gdn_decode.stages = staging.stages(_prepare_decode, _call_decode, _finish_decode)
 
 
 def gdn_verify(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False):

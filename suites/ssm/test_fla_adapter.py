@@ -59,3 +59,22 @@ def test_replay_detail_separates_signed_zeros_from_value_differences():
     typical = {**signed_zeros, "values": "typical", "seed": 0}
     token_1 = replay_detail(typical, machine_device())[1]
     assert "the other 0 at most" not in token_1, token_1
+
+
+def test_decode_in_stages_answers_as_the_whole_call():
+    """``gdn_decode.stages`` (tools/bench times fla's call apart from the adapter's glue) gives the whole call's o
+    and state; fla's call alone, run again on the same prepared arguments, leaves the pool as it was."""
+    import torch
+
+    draft = _draft("float32")
+    kwargs = {name: value[:, 0] if name in ("q", "k", "v", "g", "beta") else value
+              for name, value in draft.items() if name != "num_tokens"}
+    whole_inputs, staged_inputs = clone_inputs(kwargs), clone_inputs(kwargs)
+    whole = FLA["gdn_decode"](**whole_inputs)
+    call, glue = FLA["gdn_decode"].stages(**staged_inputs)
+    assert torch.equal(staged_inputs["state"], kwargs["state"])   # prepared and called: nothing written yet
+    call()
+    assert torch.equal(staged_inputs["state"], kwargs["state"])
+    staged = glue()
+    assert torch.equal(staged, whole) and torch.equal(staged_inputs["state"], whole_inputs["state"])
+    assert not torch.equal(whole_inputs["state"], kwargs["state"])   # the control: the whole call writes the pool
