@@ -8,19 +8,20 @@ dataclasses of named, compiled-in options), ``ARCH_TARGETS`` (claimed arch -> co
 ``compiled(plan, target)``.  A failure names the plan and the target.  A block size left to run time
 is a failure too: the compiler can then neither note the thread count (``nvvm.reqntid``) nor bound a
 register budget by it, and the first H200 run of such a kernel never returned
-(docs/ops/rms_norm_gated.md).
+(docs/ops/rms_norm_gated.md).  A (kernel, target) whose every plan another test compiles under the same rule
+(``suites/cute_compiles.py``: the sm90 hang check) is compiled there, not here as well.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import pathlib
-import warnings
 
 import pytest
 
 from ops.catalog import entries, kernels
 from ops.cute_dsl import cute, cutlass
+from suites.cute_compiles import COMPILED_BY, compile_rule
 
 from cutlass.cute.runtime import make_ptr  # noqa: E402,I001 - after ops.cute_dsl, which puts it on the path
 
@@ -41,8 +42,7 @@ def compile_cases(module) -> list:
 def compile_failure(module, plan, target) -> str | None:
     """None when the kernel of ``plan`` compiles for ``target``; else a line naming the plan."""
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("error", message="Dynamic variable in block size")
+        with compile_rule():
             module.compiled(plan, target)
     except Exception as error:  # noqa: BLE001 - any failure to compile is the finding
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
@@ -52,11 +52,26 @@ def compile_failure(module, plan, target) -> str | None:
 
 CASES = [pytest.param(module, plan, target, id=f"{pathlib.Path(module.__file__).stem}-{target}-"
                       + "-".join(map(str, dataclasses.astuple(plan))))
-         for module in cute_kernel_modules() for plan, target in compile_cases(module)]
+         for module in cute_kernel_modules() for plan, target in compile_cases(module)
+         if (module.__name__, target) not in COMPILED_BY]   # compiled by the test named there
 
 
 def test_the_catalog_has_cute_kernels_to_gate():
     assert CASES, "no CuTe DSL kernel in the catalog: the gate below would pass on nothing"
+
+
+@pytest.mark.parametrize("module_name, target", sorted(COMPILED_BY))
+def test_a_target_left_to_another_test_is_compiled_there_for_every_plan_under_the_rule(module_name, target):
+    """The test COMPILED_BY names for a (module, target) the gate leaves out: parametrized by every reachable plan
+    of the module, and compiling for that target under compile_rule (its code names both)."""
+    module = importlib.import_module(module_name)
+    assert module in cute_kernel_modules() and target in module.ARCH_TARGETS.values(), (module_name, target)
+    path, name = COMPILED_BY[module_name, target].split("::")
+    test = getattr(importlib.import_module(path.removesuffix(".py").replace("/", ".")), name)
+    plans = [mark.args[1] for mark in test.pytestmark if mark.name == "parametrize" and mark.args[0] == "plan"]
+    assert len(plans) == 1 and set(plans[0]) == set(module.reachable_plans()), COMPILED_BY[module_name, target]
+    assert target in test.__code__.co_consts and "compile_rule" in test.__code__.co_names, COMPILED_BY[module_name,
+                                                                                                        target]
 
 
 @pytest.mark.parametrize("module, plan, target", CASES)

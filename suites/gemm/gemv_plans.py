@@ -3,11 +3,14 @@
 ``tools/bench --variants`` times every variant on the device and the lead makes the winner the default:
 each must be a correct GEMV before it can be. A design is what a shape's kernel computes differently
 (tensor-core or CUDA-core products at M = 1, NVFP4's decode and loop options; on a GPU also the
-float32 decode). Every design meets every cell's corners (the default plan's in ``test_cell``); on a GPU every
-tile (rows, step, warps) of every design, its own compiled kernel, meets narrow_outputs' corners (tails
+float32 decode). On a GPU every design meets every cell's corners (the default plan's in ``test_cell``), and
+every tile (rows, step, warps) of every design, its own compiled kernel, meets narrow_outputs' corners (tails
 of K, M = 1 and 16, split K) as well; shapes that differ only in pipeline depth or split threshold are
 not judged again. Under the interpreter the block sizes are fixed (``gemv_launch``), so one shape per design stands
-for the rest.
+for the rest, and each design meets narrow_outputs' corners alone: they reach both launch paths (split K and
+one pass) at M = 1 and M = 16 and a tail of K (``test_corners_reach_both_launch_paths...`` checks it), where
+wide_outputs' reach the one-pass path only. A design's wide_outputs corners are judged on the GPU list
+(``test_lists/l0_h200.yml``), where they run in milliseconds; docs/ci.md (2026-12-06) gives the reason.
 """
 from __future__ import annotations
 
@@ -23,21 +26,33 @@ def _design(shape: PlanShape) -> tuple:
             shape.prefetch_scales, shape.stepped)
 
 
+# The cell whose corners reach every launch path of a design (under the interpreter the only one judged).
+EVERY_PATH_CELL = "narrow_outputs"
+
+
 def shapes_to_judge(entry, default: PlanShape, shapes: tuple[PlanShape, ...]) -> list[tuple]:
     """(cell, shape) pairs of the op's variant ``shapes``: one shape per design other than ``default``'s
-    (the op's M = 1 default, whose design ``test_cell`` judges) on every cell, and on a GPU one shape per
-    other tile on narrow_outputs."""
+    (the op's M = 1 default, whose design ``test_cell`` judges) on every cell (under the interpreter on
+    :data:`EVERY_PATH_CELL`), and on a GPU one shape per other tile on narrow_outputs."""
     designs = {_design(default): default}
     for shape in shapes:
         designs.setdefault(_design(shape), shape)
-    pairs = [(cell, shape) for cell in entry.cells for shape in designs.values() if shape is not default]
+    cells = [entry.cell(EVERY_PATH_CELL)] if interpreting() else entry.cells
+    pairs = [(cell, shape) for cell in cells for shape in designs.values() if shape is not default]
     if not interpreting():  # every tile and design; the pipeline depth and the split threshold aside
         tiles = {(default.block_n, default.step_bytes, default.num_warps, _design(default)): default}
         for shape in shapes:
             if shape not in designs.values():
                 tiles.setdefault((shape.block_n, shape.step_bytes, shape.num_warps, _design(shape)), shape)
-        pairs += [(entry.cell("narrow_outputs"), shape) for shape in tiles.values() if shape is not default]
+        pairs += [(entry.cell(EVERY_PATH_CELL), shape) for shape in tiles.values() if shape is not default]
     return pairs
+
+
+def launch_paths(op_module, shape: PlanShape, built: list[dict]) -> set[tuple[str, int]]:
+    """(``split_k`` or ``one_pass``, M) of ``shape``'s plan on each of the ``built`` inputs (``strategy.build``'s)."""
+    def plan(x, **weight):
+        return op_module.plan_for(x, next(iter(weight.values())), shape)
+    return {("split_k" if plan(**kwargs).splits > 1 else "one_pass", kwargs["x"].shape[0]) for kwargs in built}
 
 
 def planned(entry, op_module, shape: PlanShape) -> Implementation:

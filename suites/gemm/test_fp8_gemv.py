@@ -6,12 +6,15 @@ import torch
 
 from ops.gemm import fp8_gemv
 from ops.gemm.fp8_gemv import ENTRY, default_plan
+from ops.triton_backend import interpreting
 from suites.certification import arch_marks, assert_certified, certify_cell, machine_device
 from suites.gemm import fp8_gemv_impls as impls
 from suites.gemm import gemv_plans
 from suites.op_suite import OpSuite
 
 pytestmark = arch_marks(ENTRY.archs)
+# (launch path, M) each variant design meets under the interpreter
+EVERY_PATH = {("split_k", 1), ("one_pass", 1), ("split_k", 16), ("one_pass", 16)}
 
 
 # (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it)
@@ -44,10 +47,12 @@ def test_corners_reach_both_launch_paths_and_every_kind_of_code():
     """On this device: split-K and one-pass plans, K not a multiple of 64 and K = 1, M = 1 and 16, and
     weights with both zeros, subnormals and ±448, all from the corners alone."""
     device, strategy = machine_device(), ENTRY.strategy_module
-    reached = set()
+    reached, every_path_corners = set(), []
     for cell in ENTRY.cells:
         for recipe in strategy.corners(cell, device):
             kwargs = strategy.build(recipe, device)
+            if cell.id == gemv_plans.EVERY_PATH_CELL:
+                every_path_corners.append(kwargs)
             plan = default_plan(kwargs["x"], kwargs["w"])
             codes = kwargs["w"].view(torch.uint8) & 0x7F
             reached |= {"split_k" if plan.splits > 1 else "one_pass", f"M={recipe['M']}", f"K={recipe['K']}"}
@@ -59,3 +64,9 @@ def test_corners_reach_both_launch_paths_and_every_kind_of_code():
     expected = {"split_k", "one_pass", "M=1", "M=16", "K=1", "K_not_a_multiple_of_64", "negative_zero", "subnormal",
                 "saturated", "zero_x_row"}
     assert expected <= reached, f"not reached: {sorted(expected - reached)}"
+    # under the interpreter each variant design meets EVERY_PATH_CELL's corners alone (gemv_plans): on the
+    # design's own plan they must reach both launch paths, at M = 1 and at M = 16
+    if interpreting():
+        for _, shape in gemv_plans.shapes_to_judge(ENTRY, fp8_gemv.DEFAULT_M1_SHAPE, fp8_gemv.VARIANT_SHAPES):
+            paths = gemv_plans.launch_paths(fp8_gemv, shape, every_path_corners)
+            assert EVERY_PATH <= paths, f"{shape.label()}: not reached: {sorted(EVERY_PATH - paths)}"

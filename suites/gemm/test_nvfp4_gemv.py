@@ -11,6 +11,7 @@ import triton.language as tl
 from ops.gemm import nvfp4_gemv
 from ops.gemm.nvfp4_gemv import E2M1_FLOAT32_PTX, E2M1_PAIRS_PTX, E2M1_PLACED_PTX, ENTRY, PLACED_SCALE, \
     default_plan, dequantize_pairs, dequantize_pairs_float32
+from ops.triton_backend import interpreting
 from references.formats import E4M3_MAX, e2m1_decode
 from suites.certification import arch_marks, assert_certified, certify_cell, machine_device
 from suites.gemm import gemv_plans
@@ -18,6 +19,8 @@ from suites.gemm import nvfp4_gemv_impls as impls
 from suites.op_suite import OpSuite
 
 pytestmark = arch_marks(ENTRY.archs)
+# (launch path, M) each variant design meets under the interpreter
+EVERY_PATH = {("split_k", 1), ("one_pass", 1), ("split_k", 16), ("one_pass", 16)}
 
 
 # (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it)
@@ -53,10 +56,12 @@ def test_corners_reach_both_launch_paths_and_the_hard_weights():
     """On this device: split-K and one-pass plans, K not a multiple of 64, M = 1 and 16, and weights
     with zero, subnormal and saturated block scales, all from the corners alone."""
     device, strategy = machine_device(), ENTRY.strategy_module
-    reached = set()
+    reached, every_path_corners = set(), []
     for cell in ENTRY.cells:
         for recipe in strategy.corners(cell, device):
             kwargs = strategy.build(recipe, device)
+            if cell.id == gemv_plans.EVERY_PATH_CELL:
+                every_path_corners.append(kwargs)
             plan = default_plan(kwargs["x"], kwargs["packed"])
             scales = kwargs["block_scales"].float()
             reached |= {"split_k" if plan.splits > 1 else "one_pass", f"M={recipe['M']}"}
@@ -68,6 +73,12 @@ def test_corners_reach_both_launch_paths_and_the_hard_weights():
     expected = {"split_k", "one_pass", "M=1", "M=16", "K_not_a_multiple_of_64", "zero_scale", "subnormal_scale",
                 "saturated_scale", "zero_x_row"}
     assert expected <= reached, f"not reached: {sorted(expected - reached)}"
+    # under the interpreter each variant design meets EVERY_PATH_CELL's corners alone (gemv_plans): on the
+    # design's own plan they must reach both launch paths, at M = 1 and at M = 16
+    if interpreting():
+        for _, shape in gemv_plans.shapes_to_judge(ENTRY, nvfp4_gemv.DEFAULT_M1_SHAPE, nvfp4_gemv.VARIANT_SHAPES):
+            paths = gemv_plans.launch_paths(nvfp4_gemv, shape, every_path_corners)
+            assert EVERY_PATH <= paths, f"{shape.label()}: not reached: {sorted(EVERY_PATH - paths)}"
 
 
 
