@@ -249,14 +249,19 @@ def _install_semantics(interpreter) -> None:
         (3.9's refuse other dtypes: std::bad_cast)."""
         return np.dtype(unsigned[dtype.itemsize]) if dtype in exact.values() else dtype
 
+    def as_mask(mask) -> np.ndarray:
+        # an int1 mask: Triton 3.9's interpreter hands ``int1 & True`` over as int32 data (the compiled kernel
+        # sees int1), which its load and store refuse ("mask has unsupported dtype")
+        return mask.data if mask.data.dtype == np.bool_ else mask.data != 0
+
     def create_masked_load(self, ptrs, mask, other, *_, **__):
         kept = np_dtype(ptrs.get_element_ty())
         other = np.zeros_like(ptrs.data, dtype=kept) if other is None else other.data
-        loaded = interpreter._interpreter.load(ptrs.data, mask.data, other.view(raw(kept)), raw(kept))
+        loaded = interpreter._interpreter.load(ptrs.data, as_mask(mask), other.view(raw(kept)), raw(kept))
         return TensorHandle(loaded.view(kept), ptrs.get_element_ty())
 
     def create_masked_store(self, ptrs, value, mask, *_, **__):
-        return interpreter._interpreter.store(ptrs.data, value.data.view(raw(value.data.dtype)), mask.data)
+        return interpreter._interpreter.store(ptrs.data, value.data.view(raw(value.data.dtype)), as_mask(mask))
 
     interpreter._get_np_dtype = np_dtype
     builder_class.binary_op = binary_op
