@@ -8,7 +8,7 @@ first opcodes, so the path a tile takes (the rescale skipped while the rows' max
 program chose) is the loop less the regions it skips.  One iteration is one 32-token tile: 32 x 128 K and as many V
 elements, over 128 threads, so thread instructions per K/V element = warp instructions of the path x 128 / 8192.
 
-    python3 docs/lab/nvfp4kv_sass.py [--sass FILE] [--opcodes] [--tensor-core-scores | --q-rows-reloaded]
+    python3 docs/lab/nvfp4kv_sass.py [--sass FILE] [--opcodes] [--tensor-core-scores | --q-rows-in-registers]
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ LABEL = re.compile(r"^(\.?L\w+):$")
 BRANCH = re.compile(r"\bBRA\s+(?:`\()?(\.?L\w+)")
 
 
-def bench_plan_compiled(tensor_core_scores: bool = False, q_rows_reloaded: bool = False):
+def bench_plan_compiled(tensor_core_scores: bool = False, q_rows_in_registers: bool = False):
     """The dense bench case's launch, recorded from the host wrapper (caches of two pages; the plan and the
     specialisation are the bench shape's) and compiled for sm_90a: (plan label, receipt, compiled kernel)."""
     q = torch.zeros(1, KV_HEADS * GROUP, HEAD_DIM, dtype=torch.bfloat16)
@@ -49,8 +49,8 @@ def bench_plan_compiled(tensor_core_scores: bool = False, q_rows_reloaded: bool 
         plan = kernel.launch_plan(HEAD_DIM)
         if tensor_core_scores:   # the bench variant "scores on tensor cores (bf16 parts)"
             plan = dataclasses.replace(plan, scores_on_cuda_cores=False)
-        if q_rows_reloaded:      # the bench variant "q rows reloaded"
-            plan = dataclasses.replace(plan, q_rows_reloaded=True)
+        if q_rows_in_registers:  # the bench variant "q rows in registers"
+            plan = dataclasses.replace(plan, q_rows_reloaded=False)
         kernel.run_plan(plan, q, codes, scales, codes, scales, torch.tensor([448.0]),
                         torch.arange(2, dtype=torch.int32).view(1, 2),
                         torch.tensor([2 * PAGE_SIZE], dtype=torch.int32), HEAD_DIM ** -0.5)
@@ -95,10 +95,10 @@ def main() -> int:
     parser.add_argument("--tensor-core-scores", action="store_true",
                         help="the plan with q . k on the tensor cores (K's three bf16 parts), not the default's "
                              "fp32 CUDA-core scores")
-    parser.add_argument("--q-rows-reloaded", action="store_true",
-                        help="the plan whose CUDA-core scores read q's rows again every tile")
+    parser.add_argument("--q-rows-in-registers", action="store_true",
+                        help="the plan whose CUDA-core scores keep q's rows in registers, not read again every tile")
     args = parser.parse_args()
-    label, receipt, compiled = bench_plan_compiled(args.tensor_core_scores, args.q_rows_reloaded)
+    label, receipt, compiled = bench_plan_compiled(args.tensor_core_scores, args.q_rows_in_registers)
     sass = compiled.asm["sass"]
     if args.sass:
         pathlib.Path(args.sass).write_text(sass)

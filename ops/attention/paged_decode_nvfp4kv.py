@@ -89,8 +89,8 @@ class LaunchPlan:
     scores_on_cuda_cores: bool = True
     # with the CUDA-core scores: q's rows read again from L1 every tile, not kept in registers (Triton hoists
     # them out of the loop: 205 registers at D=128, a group of 4, where the reloads take 115 and ~4 more
-    # instructions an element; docs/ops/paged_decode_nvfp4kv.md)
-    q_rows_reloaded: bool = False
+    # instructions an element, and 0.85x the time on an H100; docs/ops/paged_decode_nvfp4kv.md)
+    q_rows_reloaded: bool = True
 
     def tile(self, page_size: int) -> int:
         return self.block_n if self.cross_pages else min(self.block_n, page_size)
@@ -110,10 +110,10 @@ def launch_plan(head_dim: int) -> LaunchPlan:
         # Tiles cross pages: pages of 16 would otherwise take four times the tiles.
         return LaunchPlan(block_n=64, split_tokens=128, num_warps=4, num_stages=1, cross_pages=True)
     # The e4m3 plan of paged_decode (splits of 2048, 3 stages, the group's own rows), with 32-token tiles:
-    # a tile's K is decoded to fp32 in registers, the scores in fp32 on the CUDA cores.  ptxas sm_90a,
-    # Triton 3.6, compiled on the CPU: D=128, G=4, 4 warps: 205 registers, no spills (the tensor-core
-    # scores: 127; docs/receipts/ hold Triton 3.9's counts).  The H200 sweep of bench_variants:
-    # docs/ops/paged_decode_nvfp4kv.md.
+    # a tile's K is decoded to fp32 in registers, the scores in fp32 on the CUDA cores, q's rows read again
+    # each tile.  ptxas sm_90a, Triton 3.6, compiled on the CPU: D=128, G=4, 4 warps: 115 registers, no
+    # spills (q's rows kept in registers: 205; docs/receipts/ hold Triton 3.9's counts).  The sweep of
+    # bench_variants: docs/ops/paged_decode_nvfp4kv.md.
     return LaunchPlan(block_n=32, split_tokens=2048, num_warps=8 if head_dim == 256 else 4, num_stages=3)
 
 # -- kernels --------------------------------------------------------------------------------------
@@ -393,7 +393,7 @@ def bench_variants(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, p
              "rows 16": replace(default, min_dot_rows=16),
              "8 warps": replace(default, num_warps=8),
              "scores on tensor cores (bf16 parts)": replace(default, scores_on_cuda_cores=False),
-             "q rows reloaded": replace(default, q_rows_reloaded=True)}
+             "q rows in registers": replace(default, q_rows_reloaded=False)}
     distinct = {}
     for label, plan in plans.items():
         if plan not in distinct.values():
