@@ -14,7 +14,8 @@ refusal table or a corner does, whatever the seed); its row shows the worst of `
 the one ``tools/certify-cells`` uses).  The draws of a run with N examples are the first N of this sequence, so
 the table says which depths catch which implementations.  Each implementation gets at most
 ``--seconds-per-impl`` over all its seeds, the whole run ``--seconds``: what either cuts short is
-reported with the draws it got through.  Prints a markdown table (docs/draws.md).
+reported with the draws it got through.  Prints a markdown table (docs/draws.md), each finished seed's depth
+in its last column.
 """
 from __future__ import annotations
 
@@ -107,10 +108,10 @@ def wrong_implementations(op_names, only, device: torch.device):
                 yield entry, row[0], spec, named
 
 
-def measure(entry, impl, named, depths, seeds, deadline, device, watch) -> tuple[int | None, str, dict, bool]:
+def measure(entry, impl, named, depths, seeds, deadline, device, watch) -> tuple[int | None, str, dict, bool, dict]:
     """(worst catch depth over ``seeds`` or None, what caught it there, draws tried by seed and cell, whether
-    every seed finished in time)."""
-    worst, worst_by, tried = None, "", {}
+    every seed finished in time, each finished seed's catch depth or None)."""
+    worst, worst_by, tried, by_seed = None, "", {}, {}
     for seed in seeds:
         best, oracle = None, ""
         # the cell the suite's row names first: the time limit should not run out on the others
@@ -123,14 +124,21 @@ def measure(entry, impl, named, depths, seeds, deadline, device, watch) -> tuple
             if best == 0 or time.monotonic() > deadline:
                 break
         if time.monotonic() > deadline:
-            return None, "", tried, False
+            return None, "", tried, False, by_seed
+        by_seed[seed] = best
         if best is None:
-            return None, "", tried, True
+            return None, "", tried, True, by_seed
         if worst is None or best > worst:
             worst, worst_by = best, oracle + (f" (seed {seed})" if len(seeds) > 1 and best else "")
         if best == 0:
             break   # the refusal table and the corners do not depend on the seed
-    return worst, worst_by, tried, True
+    return worst, worst_by, tried, True, by_seed
+
+
+def seed_column(by_seed: dict) -> str:
+    """Each finished seed's catch depth ("seed: depth", "missed" where every depth missed): a rare catch's spread,
+    which the worst alone does not show."""
+    return ", ".join(f"{seed}: {'missed' if depth is None else depth}" for seed, depth in by_seed.items())
 
 
 def main(argv=None) -> int:
@@ -158,14 +166,15 @@ def main(argv=None) -> int:
         parser.error("--device cuda: no CUDA device here")
     device = torch.device(args.device)
     run_deadline = None if args.seconds is None else time.monotonic() + args.seconds
-    print(f"| op | wrong implementation | catch depth | caught by | " + " | ".join(f"{d} draws" for d in depths) + " |")
-    print("|---|---|---|---|" + "---|" * len(depths), flush=True)
+    print(f"| op | wrong implementation | catch depth | caught by | " + " | ".join(f"{d} draws" for d in depths)
+          + " | each seed |")
+    print("|---|---|---|---|" + "---|" * (len(depths) + 1), flush=True)
     spare = ImplementationHost(args.device, call_limit_s=args.seconds_per_impl)
     try:
         for entry, name, spec, named in wrong_implementations(args.op, args.only, device):
             if run_deadline is not None and time.monotonic() > run_deadline:
                 print(f"| {entry.name} | {name} | ? (the run's time limit) | | " + " | ".join("?" for _ in depths)
-                      + " |", flush=True)
+                      + " | |", flush=True)
                 continue
             # the next host starts (an interpreter, torch) while this implementation is judged
             host, spare = spare, ImplementationHost(args.device, call_limit_s=args.seconds_per_impl)
@@ -174,14 +183,15 @@ def main(argv=None) -> int:
                 deadline = time.monotonic() + args.seconds_per_impl
                 if run_deadline is not None:
                     deadline = min(deadline, run_deadline)
-                best, oracle, tried, finished = measure(entry, impl, named, depths, seeds, deadline, device,
+                best, oracle, tried, finished, by_seed = measure(entry, impl, named, depths, seeds, deadline, device,
                                                         host.watch)
             finally:
                 host.close()
             shown = str(best) if best is not None else (f"> {max(depths)}" if finished else
                                                         f"? (time limit; draws tried {tried})")
             marks = ["caught" if best is not None and best <= d else ("missed" if finished else "?") for d in depths]
-            print(f"| {entry.name} | {name} | {shown} | {oracle} | " + " | ".join(marks) + " |", flush=True)
+            print(f"| {entry.name} | {name} | {shown} | {oracle} | " + " | ".join(marks)
+                  + f" | {seed_column(by_seed)} |", flush=True)
     finally:
         spare.close()
     return 0

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from suites.attention.test_paged_decode_nvfp4kv import WRONG
-from suites.measure_draws import wrong_implementations
+from suites.measure_draws import seed_column, wrong_implementations
 
 pytestmark = pytest.mark.cpu
 
@@ -19,3 +19,8 @@ def test_gpu_only_wrong_implementations_are_measured_on_a_gpu_only():
     on_cpu, on_gpu = measured("cpu"), measured("cuda")
     assert on_cpu == [(row[0], row[1]) for row in WRONG]
     assert on_gpu == on_cpu + [("scores_on_tensor_cores", "dense_nvfp4_kv")]
+
+
+def test_each_seed_depth_is_shown_missed_included():
+    assert seed_column({0: 6, 1: 28, 2: None}) == "0: 6, 1: 28, 2: missed"
+    assert seed_column({}) == ""

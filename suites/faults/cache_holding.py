@@ -25,3 +25,10 @@ def within_the_limit(x: torch.Tensor) -> torch.Tensor:
 def past_the_limit(x: torch.Tensor) -> torch.Tensor:
     """A temporary of ``CACHE_KEPT_BYTES`` + 1 GiB: past the limit, so the host's whole cache goes back."""
     return _with_temporary(x, CACHE_KEPT_BYTES + GIB)
+
+
+def memory_held(x: torch.Tensor) -> torch.Tensor:
+    """What the process running it holds, as it runs: [bytes reserved by its caching allocator, bytes allocated]
+    (int64, on the input's device).  Called in a message after another, it shows what that message left."""
+    return torch.tensor([torch.cuda.memory_reserved(), torch.cuda.memory_allocated()], dtype=torch.int64,
+                        device=x.device)
