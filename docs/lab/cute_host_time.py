@@ -2,7 +2,8 @@
 
 `tools/bench --eager` measured 36.6 us of host time a call for the CuTe kernel (50.6 for the Triton one) on
 an H100, 2026-12-06, where the issue's bar is about 20 us.  The kernel is already called through TVM FFI
-(plain integers in).  This times each step of the host wrapper alone, the same way (calls issued back to
+(plain integers in); since 2026-12-06b the wrapper looks its target up once a device, enters no device context
+where x's device is current and reads the raw stream (the steps it left are timed here too).  This times each step of the host wrapper alone, the same way (calls issued back to
 back, unsynchronised, HOST_CALLS at a time, the median of REPEATS), on the bench case's tensors and on one
 row (whose kernel is far shorter than any host step, so a queue of launches never throttles the host):
 
@@ -55,38 +56,22 @@ def steps(rows: int, width: int = 4096, group_size: int = 128) -> list[tuple[str
         with torch.cuda.device(x.device):
             pass
 
-    targets = {x.device.index: cute_op.ARCH_TARGETS[arch]}
-
-    def lean_call():
-        """A candidate wrapper: the same checks and launch, the device's target looked up by index, no device
-        context where x's device is the current one, the raw stream (as Triton's launcher reads it)."""
-        cute_op.contract.validate(x, z, weight, eps, group_size, True, amax)
-        out = torch.empty((rows, width), dtype=torch.bfloat16, device=x.device)
-        lean_plan, x_lean, gate_lean, weight_lean = cute_op.operands(x, z, weight, out, group_size, True)
-        index = x.device.index
-        assert index == torch.cuda.current_device()
-        compiled_kernel = cute_op.compiled(lean_plan, targets[index])
-        compiled_kernel(x_lean.data_ptr(), gate_lean.data_ptr(), weight_lean.data_ptr(), out.data_ptr(),
-                        amax.data_ptr(), rows, width, group_size, x_lean.stride(0), gate_lean.stride(0),
-                        out.stride(0), float(eps), 1, torch._C._cuda_getCurrentRawStream(index))
-        return out
-
     return [
         ("the whole CuTe call (rms_norm_gated_cute.rms_norm_gated)",
          lambda: cute_op.rms_norm_gated(x, z, weight, eps, group_size, True, amax)),
         ("the whole Triton call (rms_norm_gated.rms_norm_gated)",
          lambda: triton_op.rms_norm_gated(x, z, weight, eps, group_size, True, amax)),
-        ("a candidate lean wrapper (below: no device context, raw stream, target by index)", lean_call),
         ("torch._C._cuda_getCurrentRawStream(index)", lambda: torch._C._cuda_getCurrentRawStream(x.device.index)),
         ("torch.cuda.current_device()", torch.cuda.current_device),
         ("contract.validate", lambda: cute_op.contract.validate(x, z, weight, eps, group_size, True, amax)),
         ("torch.empty of the output", lambda: torch.empty((rows, width), dtype=torch.bfloat16, device=x.device)),
-        ("arch_of(x.device)", lambda: arch_of(x.device)),
+        ("arch_of(x.device) (the wrapper before 2026-12-06b, each call)", lambda: arch_of(x.device)),
+        ("_target_of(index): the cached target", lambda: cute_op._target_of(x.device.index)),
         ("operands (unit columns, alignment, launch_plan)",
          lambda: cute_op.operands(x, z, weight, y, group_size, True)),
         ("compiled(plan, target): the cache's lookup", lambda: cute_op.compiled(plan, cute_op.ARCH_TARGETS[arch])),
-        ("with torch.cuda.device(x.device)", device_context),
-        ("torch.cuda.current_stream(x.device).cuda_stream",
+        ("with torch.cuda.device(x.device) (before 2026-12-06b, each call)", device_context),
+        ("torch.cuda.current_stream(x.device).cuda_stream (before 2026-12-06b)",
          lambda: torch.cuda.current_stream(x.device).cuda_stream),
         ("data_ptr() and stride(0) of the operands",
          lambda: (x_unit.data_ptr(), gate_input.data_ptr(), weight_unit.data_ptr(), y.data_ptr(), amax.data_ptr(),

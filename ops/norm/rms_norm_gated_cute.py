@@ -294,25 +294,40 @@ def operands(x, z, weight, y, group_size, norm_before_gate) -> tuple:
     return launch_plan(width, group_size, claims.gate_of(z, norm_before_gate), aligned), x, gate_input, weight
 
 
+@functools.cache
+def _target_of(device_index: int) -> str:
+    """The compile target of the GPU of this index (looked up once: an eager call's host time is the budget)."""
+    arch = arch_of(torch.device("cuda", device_index))
+    if arch not in ARCH_TARGETS:
+        raise NotImplementedError(f"rms_norm_gated_cute runs on {sorted(a.value for a in ARCH_TARGETS)}, "
+                                  f"not on cuda:{device_index} ({arch.value if arch else 'unknown architecture'})")
+    return ARCH_TARGETS[arch]
+
+
 def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) -> torch.Tensor:
     contract.validate(x, z, weight, eps, group_size, norm_before_gate, amax)
     rows, width = x.shape
     y = torch.empty((rows, width), dtype=torch.bfloat16, device=x.device)
     if y.numel() == 0:
         return y
-    arch = arch_of(x.device)
-    if arch not in ARCH_TARGETS:
+    if x.device.type != "cuda":
         raise NotImplementedError(f"rms_norm_gated_cute runs on {sorted(a.value for a in ARCH_TARGETS)}, "
-                                  f"not on {x.device} ({arch.value if arch else 'unknown architecture'})")
+                                  f"not on {x.device}")
+    index = x.device.index
     plan, x, gate_input, weight = operands(x, z, weight, y, group_size, norm_before_gate)
+    kernel = compiled(plan, _target_of(index))
     amax_bits = y if amax is None else amax  # never written when write_amax is 0
-    kernel = compiled(plan, ARCH_TARGETS[arch])
-    # the DSL launches on the current device's context: make it x's, whose stream is passed; pointers and the
-    # stream cross TVM FFI as integer addresses
-    with torch.cuda.device(x.device):
-        kernel(x.data_ptr(), gate_input.data_ptr(), weight.data_ptr(), y.data_ptr(), amax_bits.data_ptr(),
-               rows, width, group_size, x.stride(0), gate_input.stride(0), y.stride(0), float(eps),
-               int(amax is not None), torch.cuda.current_stream(x.device).cuda_stream)
+    # pointers and the stream cross TVM FFI as integer addresses; the DSL launches on the current device's
+    # context, so x's device is made current only where it is not (entering a device context costs host time
+    # on every call); the raw stream is read as Triton's launcher reads it, without a Stream object
+    arguments = (x.data_ptr(), gate_input.data_ptr(), weight.data_ptr(), y.data_ptr(), amax_bits.data_ptr(),
+                 rows, width, group_size, x.stride(0), gate_input.stride(0), y.stride(0), float(eps),
+                 int(amax is not None), torch._C._cuda_getCurrentRawStream(index))
+    if index == torch.cuda.current_device():
+        kernel(*arguments)
+    else:
+        with torch.cuda.device(index):
+            kernel(*arguments)
     return y
 
 
