@@ -11,8 +11,9 @@ GIB = 1 << 30
 
 
 def _with_temporary(x: torch.Tensor, size: int) -> torch.Tensor:
+    # the fill writes every byte (eager: nothing leaves it out); no reduction over it, whose int64 upcast would
+    # hold eight times the temporary (a sum made the 2 GiB one 18 GiB, past the limit)
     temporary = torch.ones(size, dtype=torch.uint8, device=x.device)
-    temporary.sum()   # used, so that no compiler or lazy allocator leaves it out
     del temporary
     return x.clone()
 
