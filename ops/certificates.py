@@ -125,10 +125,12 @@ class CertificationPolicy:
 
 POLICY = CertificationPolicy(min_examples={
     "cpu-interp": 24,   # docs/draws.md: the last wrong implementation falls at draw 12; twice that
-    # docs/draws.md: on the H200 the last wrong implementation falls at draw 7; twice that
-    "sm90": 14,
-    # no device to measure on: the CPU's measured depth
-    "sm100": 24, "sm103": 24, "sm107": 24,
+    # docs/draws.md: on sm90 a wrong implementation only a GPU makes wrong (the NVFP4-KV tensor-core scores) fell
+    # between draw 4 and about 110 over twelve draw streams; 100 holds every section to the depth it was earned at
+    # while the rule's depth (twice the deepest catch) is owed: issue 26
+    "sm90": 100,
+    # no device to measure on: the deepest depth measured on a GPU (a GPU's own arithmetic makes rare wrongs)
+    "sm100": 100, "sm103": 100, "sm107": 100,
 }, oracles=ORACLES)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
