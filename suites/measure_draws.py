@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import time
 
 import hypothesis
@@ -135,6 +136,32 @@ def measure(entry, impl, named, depths, seeds, deadline, device, watch) -> tuple
     return worst, worst_by, tried, True, by_seed
 
 
+MISS = 0.01   # the chance of a miss at which a rare catch's depth is read (rare_catch_depth)
+
+
+def rare_catch_depth(by_seed: dict, max_depth: int, miss: float = MISS) -> int | None:
+    """The draws a cell at which a wrong implementation caught on some draws only is missed with chance at most
+    ``miss``, taking each draw as an independent chance p of a catch, p estimated from the finished seeds
+    (``by_seed``: the catch depth, or None where ``max_depth`` draws missed): the geometric law's maximum
+    likelihood, catches over draws tried (a catch at draw d tried d, a miss ``max_depth``).  0 where every seed
+    caught it at depth 0 (the refusal table or a corner: no chance in it); None where no seed caught it."""
+    caught = [depth for depth in by_seed.values() if depth is not None]
+    if not caught:
+        return None
+    if not any(caught):
+        return 0
+    tried = sum(caught) + max_depth * (len(by_seed) - len(caught))
+    chance = len(caught) / tried
+    if chance >= 1:
+        return 1
+    return math.ceil(math.log(miss) / math.log1p(-chance))
+
+
+def rare_column(by_seed: dict, max_depth: int) -> str:
+    depth = rare_catch_depth(by_seed, max_depth)
+    return "" if depth is None or len(by_seed) < 2 else str(depth)
+
+
 def seed_column(by_seed: dict) -> str:
     """Each finished seed's catch depth ("seed: depth", "missed" where every depth missed): a rare catch's spread,
     which the worst alone does not show."""
@@ -167,14 +194,14 @@ def main(argv=None) -> int:
     device = torch.device(args.device)
     run_deadline = None if args.seconds is None else time.monotonic() + args.seconds
     print(f"| op | wrong implementation | catch depth | caught by | " + " | ".join(f"{d} draws" for d in depths)
-          + " | each seed |")
-    print("|---|---|---|---|" + "---|" * (len(depths) + 1), flush=True)
+          + f" | each seed | draws for a {MISS:.0%} miss |")
+    print("|---|---|---|---|" + "---|" * (len(depths) + 2), flush=True)
     spare = ImplementationHost(args.device, call_limit_s=args.seconds_per_impl)
     try:
         for entry, name, spec, named in wrong_implementations(args.op, args.only, device):
             if run_deadline is not None and time.monotonic() > run_deadline:
                 print(f"| {entry.name} | {name} | ? (the run's time limit) | | " + " | ".join("?" for _ in depths)
-                      + " | |", flush=True)
+                      + " | | |", flush=True)
                 continue
             # the next host starts (an interpreter, torch) while this implementation is judged
             host, spare = spare, ImplementationHost(args.device, call_limit_s=args.seconds_per_impl)
@@ -191,7 +218,7 @@ def main(argv=None) -> int:
                                                         f"? (time limit; draws tried {tried})")
             marks = ["caught" if best is not None and best <= d else ("missed" if finished else "?") for d in depths]
             print(f"| {entry.name} | {name} | {shown} | {oracle} | " + " | ".join(marks)
-                  + f" | {seed_column(by_seed)} |", flush=True)
+                  + f" | {seed_column(by_seed)} | {rare_column(by_seed, max(depths))} |", flush=True)
     finally:
         spare.close()
     return 0

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from suites.attention.test_paged_decode_nvfp4kv import WRONG
-from suites.measure_draws import seed_column, wrong_implementations
+from suites.measure_draws import rare_catch_depth, seed_column, wrong_implementations
 
 pytestmark = pytest.mark.cpu
 
@@ -24,3 +24,13 @@ def test_gpu_only_wrong_implementations_are_measured_on_a_gpu_only():
 def test_each_seed_depth_is_shown_missed_included():
     assert seed_column({0: 6, 1: 28, 2: None}) == "0: 6, 1: 28, 2: missed"
     assert seed_column({}) == ""
+
+
+def test_a_rare_catch_is_read_at_the_depth_that_misses_it_once_in_a_hundred():
+    # two catches at draw 10: a chance of 2 in 20 a draw, 0.9 ** 44 < 0.01 <= 0.9 ** 43
+    assert rare_catch_depth({0: 10, 1: 10}, max_depth=50) == 44
+    # a seed that missed all of its 30 draws counts them: 1 catch in 40 draws, 0.975 ** 182 < 0.01
+    assert rare_catch_depth({0: 10, 1: None}, max_depth=30) == 182
+    assert rare_catch_depth({0: 1, 1: 1}, max_depth=30) == 1
+    assert rare_catch_depth({0: 0}, max_depth=30) == 0          # a corner or the refusal table: no chance in it
+    assert rare_catch_depth({0: None, 1: None}, max_depth=30) is None
