@@ -50,9 +50,10 @@ def _judge_side_faults(**faults) -> dict:
 
 def test_a_crash_and_a_hang_fail_their_cells_and_the_run_goes_on(tmp_path):
     report = tmp_path / "report.json"
-    run = _certify("--device", DEVICE, "--isolate", "--impl", f"{FAULTY}:faulty_by_batch", "--max-examples", "1",
-                   "--cell", "decode_small_batch", "--cell", "decode_mid_batch", "--cell", "empty_batch",
-                   "--cell-timeout", str(HANG_LIMIT_S), "--report", str(report))
+    # two workers: the hang's limit runs out while the crash and the cell after it are judged beside it
+    run = _certify("--device", DEVICE, "--isolate", "-n", "2", "--impl", f"{FAULTY}:faulty_by_batch",
+                   "--max-examples", "1", "--cell", "decode_small_batch", "--cell", "decode_mid_batch",
+                   "--cell", "empty_batch", "--cell-timeout", str(HANG_LIMIT_S), "--report", str(report))
     assert run.returncode == 1, run.stdout + run.stderr
     results = {record["cell"]: record for record in json.loads(report.read_text())["results"]}
     crash, hang, after = results["decode_small_batch"], results["decode_mid_batch"], results["empty_batch"]
