@@ -14,8 +14,9 @@ refusal table or a corner does, whatever the seed); its row shows the worst of `
 the one ``tools/certify-cells`` uses).  The draws of a run with N examples are the first N of this sequence, so
 the table says which depths catch which implementations.  Each implementation gets at most
 ``--seconds-per-impl`` over all its seeds, the whole run ``--seconds``: what either cuts short is
-reported with the draws it got through.  Prints a markdown table (docs/draws.md), each finished seed's depth
-in its last column.
+reported with the draws it got through.  Prints a markdown table (docs/draws.md); its last two columns give each
+finished seed's depth and, for a catch some draws miss, the draws a cell at which a miss has a 1% chance
+(:func:`rare_catch_depth`).
 """
 from __future__ import annotations
 
