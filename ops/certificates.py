@@ -83,6 +83,10 @@ class CertificationPolicy:
         """The examples per cell a section of ``arch`` must hold."""
         return self.min_examples[getattr(arch, "value", arch)]
 
+    def examples_on_every_arch(self) -> int:
+        """The most examples per cell any arch asks: a section holding them meets the policy on every arch."""
+        return max(self.min_examples.values())
+
     def section_problem(self, section: dict, digest: str, toolchain: dict | None = None, *,
                         arch: Arch | str) -> str | None:
         """None when the section of ``arch`` as a whole may route; else why not, in words.  ``toolchain``

@@ -103,7 +103,7 @@ def routable_section(entry, cells: dict[str, dict], digest: str | None = None) -
     from ops import certificates
 
     policy = certificates.POLICY
-    least = max(policy.min_examples.values())
+    least = policy.examples_on_every_arch()
     complete = {"status": certificates.CERTIFIED, "examples": least, "oracles": list(policy.oracles), "skipped": {}}
     return {"source_sha256": digest or certificates.source_digest(entry), "versions": certificates.toolchain(),
             "max_examples": least, "report_sha256": "0" * 64,

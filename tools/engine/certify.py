@@ -86,7 +86,7 @@ def check_policy(options: RunOptions) -> None:
     from ops.certificates import POLICY
 
     arch = arch_of(options.device) if options.device == "cpu" or torch.cuda.is_available() else None
-    least = POLICY.examples_on(arch) if arch is not None else max(POLICY.min_examples.values())
+    least = POLICY.examples_on(arch) if arch is not None else POLICY.examples_on_every_arch()
     if options.examples < least:
         raise UsageError(f"--max-examples {options.examples}: a certifying run draws at least {least} "
                          f"examples per cell{f' on {arch.value}' if arch else ''} (ops/certificates.py POLICY); "
