@@ -48,11 +48,26 @@ def shapes_to_judge(entry, default: PlanShape, shapes: tuple[PlanShape, ...]) ->
     return pairs
 
 
+# (launch path, M) each variant design meets on EVERY_PATH_CELL's corners under the interpreter
+EVERY_PATH = {("split_k", 1), ("one_pass", 1), ("split_k", 16), ("one_pass", 16)}
+
+
 def launch_paths(op_module, shape: PlanShape, built: list[dict]) -> set[tuple[str, int]]:
     """(``split_k`` or ``one_pass``, M) of ``shape``'s plan on each of the ``built`` inputs (``strategy.build``'s)."""
     def plan(x, **weight):
         return op_module.plan_for(x, next(iter(weight.values())), shape)
     return {("split_k" if plan(**kwargs).splits > 1 else "one_pass", kwargs["x"].shape[0]) for kwargs in built}
+
+
+def paths_not_reached(entry, op_module, every_path_corners: list[dict]) -> dict[str, list]:
+    """Each variant design judged under the interpreter (on :data:`EVERY_PATH_CELL` alone) whose own plan, on
+    that cell's built corners, misses some of :data:`EVERY_PATH`: its label -> what it misses."""
+    missed = {}
+    for _, shape in shapes_to_judge(entry, op_module.DEFAULT_M1_SHAPE, op_module.VARIANT_SHAPES):
+        paths = launch_paths(op_module, shape, every_path_corners)
+        if not EVERY_PATH <= paths:
+            missed[shape.label()] = sorted(EVERY_PATH - paths)
+    return missed
 
 
 def planned(entry, op_module, shape: PlanShape) -> Implementation:

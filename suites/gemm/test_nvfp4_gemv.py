@@ -19,8 +19,6 @@ from suites.gemm import nvfp4_gemv_impls as impls
 from suites.op_suite import OpSuite
 
 pytestmark = arch_marks(ENTRY.archs)
-# (launch path, M) each variant design meets under the interpreter
-EVERY_PATH = {("split_k", 1), ("one_pass", 1), ("split_k", 16), ("one_pass", 16)}
 
 
 # (wrong implementation, the cell whose corners reach its bug, the oracle that must catch it)
@@ -76,9 +74,7 @@ def test_corners_reach_both_launch_paths_and_the_hard_weights():
     # under the interpreter each variant design meets EVERY_PATH_CELL's corners alone (gemv_plans): on the
     # design's own plan they must reach both launch paths, at M = 1 and at M = 16
     if interpreting():
-        for _, shape in gemv_plans.shapes_to_judge(ENTRY, nvfp4_gemv.DEFAULT_M1_SHAPE, nvfp4_gemv.VARIANT_SHAPES):
-            paths = gemv_plans.launch_paths(nvfp4_gemv, shape, every_path_corners)
-            assert EVERY_PATH <= paths, f"{shape.label()}: not reached: {sorted(EVERY_PATH - paths)}"
+        assert gemv_plans.paths_not_reached(ENTRY, nvfp4_gemv, every_path_corners) == {}
 
 
 
