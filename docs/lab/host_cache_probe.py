@@ -18,14 +18,12 @@ from suites.faults import cache_holding
 from tools.engine.impl_executor import ImplementationHost
 
 PROBE = '''
-import os, torch
-from suites.faults.cache_holding import within_the_limit
+import torch
+from suites.faults.cache_holding import memory_held, within_the_limit
 def within_then_held(x):
     within_the_limit(x)
-    return torch.tensor([torch.cuda.memory_reserved(), torch.cuda.memory_allocated()], dtype=torch.int64,
-                        device=x.device)
+    return memory_held(x)
 def settings(x):
-    print("host env:", {k: v for k, v in os.environ.items() if "CUDA" in k or "TORCH" in k}, file=os.sys.stderr)
     return torch.tensor([len(torch.cuda.get_allocator_backend())], device=x.device)
 '''
 
