@@ -299,9 +299,12 @@ def _target_of(device_index: int) -> str:
     """The compile target of the GPU of this index (looked up once: an eager call's host time is the budget)."""
     arch = arch_of(torch.device("cuda", device_index))
     if arch not in ARCH_TARGETS:
-        raise NotImplementedError(f"rms_norm_gated_cute runs on {sorted(a.value for a in ARCH_TARGETS)}, "
-                                  f"not on cuda:{device_index} ({arch.value if arch else 'unknown architecture'})")
+        raise _not_runnable_on(f"cuda:{device_index} ({arch.value if arch else 'unknown architecture'})")
     return ARCH_TARGETS[arch]
+
+
+def _not_runnable_on(where: str) -> NotImplementedError:
+    return NotImplementedError(f"rms_norm_gated_cute runs on {sorted(a.value for a in ARCH_TARGETS)}, not on {where}")
 
 
 def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=None) -> torch.Tensor:
@@ -311,8 +314,7 @@ def rms_norm_gated(x, z, weight, eps, group_size, norm_before_gate=True, amax=No
     if y.numel() == 0:
         return y
     if x.device.type != "cuda":
-        raise NotImplementedError(f"rms_norm_gated_cute runs on {sorted(a.value for a in ARCH_TARGETS)}, "
-                                  f"not on {x.device}")
+        raise _not_runnable_on(str(x.device))
     index = x.device.index
     plan, x, gate_input, weight = operands(x, z, weight, y, group_size, norm_before_gate)
     kernel = compiled(plan, _target_of(index))
