@@ -68,6 +68,19 @@ Watch = Callable[[str, dict], None]
 process can name the oracle and the example when the process dies (``tools/engine/isolation.py``)."""
 
 
+def run_stock_on_copy(stock: Callable, kwargs: dict, in_place: tuple[str, ...]) -> tuple | None:
+    """:func:`run_on_copy` for the stock op: None when it cannot take this input (PyTorch's own limits, an SDPA
+    backend with no kernel for the shape, are not the kernel's finding: E then comes from the reference's orders).
+    Running out of memory is raised: it is not a limit, and without the stock op the band would narrow, unfairly.
+    Here, not in ``oracles.determinism``: the references import that module, and their digests with it."""
+    try:
+        return run_on_copy(stock, kwargs, in_place)
+    except Exception as error:  # noqa: BLE001 - whatever the stock op raises, bar memory, is its own limit
+        if out_of_memory(error):
+            raise
+        return None
+
+
 @dataclasses.dataclass
 class Implementation:
     """What is being judged: a callable per op name (the op and its contract siblings).
@@ -396,11 +409,9 @@ class Battery:
     def _stock(self, kwargs: dict, in_place: tuple[str, ...]):
         """The stock op's outputs, or None when it cannot take this input (recorded, not a failure)."""
         try:
-            return run_on_copy(self.entry.stock, kwargs, in_place)
-        except Exception as error:  # noqa: BLE001 - the stock op's own limits are not the kernel's finding
-            if out_of_memory(error):   # not a limit: without the stock op the band would narrow, unfairly
-                raise self._internal("the stock op", error) from error
-            return None
+            return run_stock_on_copy(self.entry.stock, kwargs, in_place)
+        except Exception as error:  # noqa: BLE001 - only running out of memory comes back: the judge's failure
+            raise self._internal("the stock op", error) from error
 
     def check_refusals(self) -> tuple[int, list[str]]:
         """Every row of the contract's refusal table: (rows checked, the findings of those that failed)."""

@@ -6,8 +6,10 @@ For every band op's cell, the cell's corners and its first ``--examples`` drawn 
 ``tools/certify-cells --seed`` judges: ``oracles.draws``) are built on ``--device``; per floating output,
 the widths' median, p99 and max in ULP are tabulated before and after, with which legitimate
 implementation set E how often and how many examples the new rule finds vacuous (beyond the op's
-limit).  The kernel is not run: a band is a property of the contract and the input.  Exit 1 when any
-example's band is vacuous.
+limit), and on how many the stock op could not run (an SDPA backend without a kernel for the shape, say):
+certification then takes E from the reference's orders alone (``oracles.battery.run_stock_on_copy``), and so
+does this table, which has no old band for them.  The kernel is not run: a band is a property of the contract
+and the input.  Exit 1 when any example's band is vacuous.
 """
 from __future__ import annotations
 
@@ -57,27 +59,31 @@ def parse_args(argv):
     return args
 
 
-def widths_of(entry, recipe: dict, device) -> list[tuple[float, float, str | None, bool]]:
-    """Per judged output: (old band, new band, which implementation set E, vacuous)."""
+def widths_of(entry, recipe: dict, device) -> list[tuple[float | None, float, str | None, bool]]:
+    """Per judged output: (old band, new band, which implementation set E, vacuous). Where the stock op cannot
+    take the input (certification's rule: E from the reference's orders alone) the old band is None."""
     from oracles.band import FLOOR_ULP, LEGITIMATE_FACTOR, band_reports
     from oracles.band_limit import DEFAULT_LIMIT
+    from oracles.battery import run_stock_on_copy
     from oracles.determinism import run_on_copy
     from oracles.legitimate_orders import legitimate_outputs
     from oracles.tensors import as_outputs, clone_inputs
 
     kwargs = entry.strategy_module.build(recipe, device)
     in_place = tuple(name for name in entry.in_place if kwargs[name] is not None)
-    stock = run_on_copy(entry.stock, kwargs, in_place)
+    stock = run_stock_on_copy(entry.stock, kwargs, in_place)
     orders = legitimate_outputs(entry.legitimate_orders, kwargs, in_place)
     truth = as_outputs(entry.truth(**clone_inputs(kwargs)))
     reports = band_reports(run_on_copy(entry.reference, kwargs, in_place), stock, truth, orders,
                            entry.band_limit or DEFAULT_LIMIT)
-    old = [FLOOR_ULP if not math.isfinite(r.stock_error_ulp) else max(LEGITIMATE_FACTOR * r.stock_error_ulp, FLOOR_ULP)
-           for r in reports]
+    old = [None if stock is None else FLOOR_ULP if not math.isfinite(r.stock_error_ulp)
+           else max(LEGITIMATE_FACTOR * r.stock_error_ulp, FLOOR_ULP) for r in reports]
     return [(before, r.allowed_error_ulp, r.band_set_by, r.vacuous) for before, r in zip(old, reports)]
 
 
 def _quantiles(values: list[float]) -> str:
+    if not values:
+        return "-"
     ordered = sorted(values)
     pick = lambda q: ordered[min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1)]  # noqa: E731
     return " / ".join(f"{v:.3g}" for v in (pick(0.5), pick(0.99), ordered[-1]))
@@ -87,12 +93,12 @@ def table(rows: list[dict], device) -> str:
     lines = [f"Band widths on `{device.type}` (ULP of the output dtype at the row scale; median / p99 / max "
              "over the corners and drawn examples). Before: max(2 x stock, 1). After: max(2 x E, 1), E the "
              "largest error of the legitimate implementations.", "",
-             "| op | cell | output | examples | before | after | E set by | vacuous | seconds |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| op | cell | output | examples | before | after | E set by | vacuous | stock op could not | seconds |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         set_by = ", ".join(f"{name} {count}" for name, count in row["set_by"].most_common())
         lines.append(f"| {row['op']} | {row['cell']} | {row['output']} | {row['examples']} | {_quantiles(row['before'])} "
-                     f"| {_quantiles(row['after'])} | {set_by} | {row['vacuous']} | {row['seconds']:.1f} |")
+                     f"| {_quantiles(row['after'])} | {set_by} | {row['vacuous']} | {row['no_stock']} | {row['seconds']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -109,17 +115,20 @@ def main(argv=None) -> int:
             recipes = entry.strategy_module.corners(cell, args.device)
             recipes += cell_draws(entry.strategy_module, cell, args.device, args.examples, args.seed)
             per_output = collections.defaultdict(lambda: {"before": [], "after": [], "set_by": collections.Counter(),
-                                                          "vacuous": 0})
+                                                          "vacuous": 0, "no_stock": 0})
             for recipe in recipes:
                 for position, (before, after, set_by, vacuous) in enumerate(widths_of(entry, recipe, args.device)):
                     row = per_output[position]
-                    row["before"].append(before)
+                    if before is None:   # the stock op cannot take this input: no old band to show
+                        row["no_stock"] += 1
+                    else:
+                        row["before"].append(before)
                     row["after"].append(after)
                     row["set_by"][set_by or "floor"] += 1
                     row["vacuous"] += vacuous
             seconds = time.monotonic() - started
             for position, row in sorted(per_output.items()):
-                rows.append({"op": entry.name, "cell": cell.id, "output": position, "examples": len(row["before"]),
+                rows.append({"op": entry.name, "cell": cell.id, "output": position, "examples": len(row["after"]),
                              "seconds": seconds, **row})
                 print(f"{entry.name}/{cell.id} output {position}: after {_quantiles(row['after'])}, "
                       f"vacuous {row['vacuous']}", flush=True)
