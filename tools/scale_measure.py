@@ -68,9 +68,10 @@ def main(argv=None) -> int:
         report_path = out.with_name(f"{out.stem}_gpus{gpus}.json")
         seconds, code = certify(gpus, args, report_path)
         runs.append((gpus, seconds, code, json.loads(report_path.read_text())))
-    # a cell's record without its wall time, which is what may differ
+    # a cell's record without what was measured of the machine (its wall time, its peak GPU memory): what may differ
     def records(report):
-        return {(r["op"], r["cell"]): {k: v for k, v in r.items() if k != "seconds"} for r in report["results"]}
+        return {(r["op"], r["cell"]): {k: v for k, v in r.items() if k not in ("seconds", "gpu_peak_bytes")}
+                for r in report["results"]}
 
     def differing(reports):
         first, *others = [records(report) for report in reports]

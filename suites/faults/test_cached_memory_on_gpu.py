@@ -53,3 +53,19 @@ def test_the_host_gives_back_its_cache_past_the_limit_after_a_message():
         assert reserved - allocated < 0.5 * GIB, (reserved, allocated)
     finally:
         host.close()
+
+
+def test_the_host_reports_its_peak_since_the_last_ask():
+    """What the scheduler reads of the host's memory (``peak_memory_reserved``): the most its allocator reserved
+    since the last ask, a temporary given back before the ask included; the ask resets it (the control: the
+    next ask sees only what the host holds now)."""
+    x = torch.ones(1024, device="cuda")
+    host = ImplementationHost("cuda", call_limit_s=120, warmup=0)
+    try:
+        host.load([str(REPO)], {"past_the_limit": ("suites.faults.cache_holding", "past_the_limit")})
+        assert torch.equal(host.function("past_the_limit")(x), x)
+        peak = host.peak_memory_reserved()
+        assert peak >= allocations.CACHE_KEPT_BYTES + GIB, peak
+        assert host.peak_memory_reserved() < 0.5 * GIB
+    finally:
+        host.close()

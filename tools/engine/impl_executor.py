@@ -66,6 +66,7 @@ HOST = REPO / "tools" / "engine" / "impl_host.py"
 LAUNCHER = REPO / "tools" / "engine" / "impl_launch.py"
 PLATFORM_ENV_PREFIXES = ("KPARITY_", "PYTEST", "_PYTEST", "HYPOTHESIS", "COV_CORE_", "PYTHONPYCACHEPREFIX")
 START_LIMIT_S = 300     # importing torch (and, for the catalog, Triton) in a fresh interpreter
+PEAK_MEMORY_LIMIT_S = 10   # reading two allocator counters: a host slower than this says nothing of its memory
 POLL_S = 0.5
 NO_ORACLE = "implementation host"   # what a finding names before any oracle has begun
 # Warm-up calls before the first judged one: log-uniform over 0..2**16 - 1, so that no call count is safe
@@ -437,6 +438,19 @@ class ImplementationHost:
 
     def function(self, name: str) -> "HostedFunction":
         return HostedFunction(self, name)
+
+    def peak_memory_reserved(self) -> int | None:
+        """The most the host's caching allocator reserved since the last ask (or its start), as the host says:
+        the implementation's process may say anything, so the figure only orders cells (``isolation.py``),
+        and any answer but a non-negative int, or none, is None (unknown).  Asked after a cell's verdict: a
+        host that fails to answer is retired like any faulted host, and fails nothing."""
+        if self.fault is not None:
+            return None
+        try:
+            peak = self._ask(("peak_memory",), "peak_memory", PEAK_MEMORY_LIMIT_S)
+        except Exception:  # noqa: BLE001 - whatever the host did instead of answering, its figure is unknown
+            return None
+        return peak if type(peak) is int and peak >= 0 else None
 
     def close(self) -> None:
         """End the host and everything it started (its process group)."""

@@ -32,10 +32,11 @@ Messages, judge -> host: ``("load", {"paths": [...], "functions": {name: (module
 ``("calls", shares, [(name, plain, views, positional, poison or None, moved) or ("replay",), ...])``
 (several calls in one message, run in order, a replay of the captured graph among them; one settle
 after the last), ``("capture", name, plain, views, shares)``,
-``("replay",)``; host -> judge: ``("started", {"unprotected": None or why not})`` first,
+``("replay",)``, ``("peak_memory",)``; host -> judge: ``("started", {"unprotected": None or why not})`` first,
 ``("loaded", {"missing": [...]})``, ``("returned", shares, [("returned",
 outputs) or ("raised", exception facts), ...])`` (the calls after a raising one do not run),
-``("captured", outputs)``, ``("replayed",)``, ``("raised", exception facts)`` (the implementation raised),
+``("captured", outputs)``, ``("replayed",)``, ``("peak_memory", bytes)`` (its caching allocator's most reserved
+since the last ask), ``("raised", exception facts)`` (the implementation raised),
 ``("failed", exception facts)`` (the host's own code did, reading what a call returned: the judge's
 defect).  ``shares``: {buffer number:
 uint8 tensor} for the buffers the other side has not been sent yet; ``views``: {argument: (buffer number or
@@ -314,6 +315,16 @@ class Host:
         self.graph[0].replay()
         torch.cuda.synchronize()
         return ("replayed",)
+
+    @staticmethod
+    def peak_memory() -> tuple:
+        """The most this process's caching allocator reserved since the last ask (or the start), the peak then
+        reset: what the judge schedules cells by (nothing reserved where CUDA was never used)."""
+        if not torch.cuda.is_initialized():
+            return ("peak_memory", 0)
+        peak = torch.cuda.max_memory_reserved()
+        torch.cuda.reset_peak_memory_stats()
+        return ("peak_memory", peak)
 
     @staticmethod
     def _settle() -> None:

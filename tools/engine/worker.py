@@ -11,8 +11,8 @@ recipe before each oracle starts, so that when the process dies (an illegal addr
 assert, a segfault under the interpreter) or hangs, the parent can still say where.
 
 Messages, worker -> parent: ``("ready",)``, ``("oracle", name, recipe)``, ``("note", text)``,
-``("result", record)``, ``("internal", facts)`` (the judge's own code failed: the run ends, exit 3);
-parent -> worker: ``("cell", task)``, ``("stop",)``.
+``("result", record, GPU peak bytes or None)``, ``("internal", facts)`` (the judge's own code failed: the run
+ends, exit 3); parent -> worker: ``("cell", task)``, ``("stop",)``.
 """
 from __future__ import annotations
 
@@ -220,6 +220,24 @@ def execute(task: CellTask, *, progress=None, watch=None, activity: Activity | N
     return _settled(task, host, result)
 
 
+def execute_measured(task: CellTask, **kwargs):
+    """:func:`execute`, and the cell's peak GPU memory: the most this process's caching allocator reserved
+    during the cell plus the most its implementation host's did, as the host says (None on the CPU, or where
+    the host's figure is unknown: a host retired after a failed cell, or one that answered garbage).  The
+    figure goes to the run's report for later runs to schedule by, never into a verdict."""
+    import torch
+
+    # a sanitized run allocates stream-ordered (cudaMallocAsync), not through the caching allocator whose figures
+    # these are, and writes no certificate whose report a later run would schedule by
+    if task.device != "cuda" or task.sanitizer:
+        return execute(task, **kwargs), None
+    torch.cuda.reset_peak_memory_stats()
+    result = execute(task, **kwargs)
+    host = _HOSTS.get((task.impl, task.device, False))
+    hosted = host.peak_memory_reserved() if host is not None else None
+    return result, None if hosted is None else torch.cuda.max_memory_reserved() + hosted
+
+
 class _Strategy:
     """An op's strategy module, its ``build`` recorded as the judge's drawing of the inputs."""
 
@@ -357,15 +375,15 @@ def serve(connection: Connection, device: str, activity: Activity | None = None)
         task = CellTask(**message[1])
         where.update(oracle=NO_ORACLE, recipe={})
         try:
-            result = execute(task, progress=lambda line: connection.send(("note", line)), watch=watch,
-                             activity=activity)
+            result, gpu_peak_bytes = execute_measured(task, progress=lambda line: connection.send(("note", line)),
+                                                      watch=watch, activity=activity)
         except Exception as error:  # noqa: BLE001 - the battery contains the implementation's: this is ours
             found = internal_error(task, error)
             found.trace = "".join(traceback.format_exception(error))
             connection.send(("internal", internal_facts(found)))
             return
         _surface_device_errors(result, device, where["oracle"], where["recipe"])
-        connection.send(("result", result.record()))
+        connection.send(("result", result.record(), gpu_peak_bytes))
         if device == "cuda":
             torch.cuda.empty_cache()   # what the cell kept cached, given back to the workers sharing the GPU
 
