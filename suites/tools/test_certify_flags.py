@@ -86,11 +86,16 @@ def test_a_corner_recipe_replays():
 
 
 def test_workers_on_cuda_share_each_gpu(monkeypatch):
-    """--workers N on cuda: N workers on each GPU --gpus chooses, each seeing only its own GPU (isolated)."""
+    """--workers N on cuda: N workers on each GPU --gpus chooses, each seeing only its own GPU (isolated), each
+    knowing its GPU's memory (what the cells it runs must fit into)."""
+    import types
+
     options = certify_cells.parse_args(["--device", "cuda", "--workers", "3"])
     assert options.workers == 3 and options.isolate
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6")
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace(total_memory=(80 + index) << 30))
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     slots = gpu_slots(2, 2)   # four workers share the 16 cores
@@ -99,6 +104,7 @@ def test_workers_on_cuda_share_each_gpu(monkeypatch):
         ("gpu0.1", {"CUDA_VISIBLE_DEVICES": "3", "OMP_NUM_THREADS": "4"}),
         ("gpu1.0", {"CUDA_VISIBLE_DEVICES": "5", "OMP_NUM_THREADS": "4"}),
         ("gpu1.1", {"CUDA_VISIBLE_DEVICES": "5", "OMP_NUM_THREADS": "4"})]
+    assert [slot.memory_bytes >> 30 for slot in slots] == [80, 80, 81, 81]
     assert [slot.label for slot in gpu_slots(None)] == ["gpu0", "gpu1", "gpu2"]
     with pytest.raises(UsageError, match="expected a positive number"):
         certify_cells.parse_args(["--device", "cuda", "--workers", "0"])
@@ -136,7 +142,7 @@ def test_a_run_stopped_by_its_time_limit_keeps_the_ops_it_finished(monkeypatch):
     from oracles.battery import CellResult
     from tools.engine import certify
 
-    def stopped_after_greedy_argmax(options, tasks, on_result, costs=None):
+    def stopped_after_greedy_argmax(options, tasks, on_result, costs=None, peaks=None):
         for task in tasks:
             if task.op == "greedy_argmax":
                 on_result(CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)
@@ -162,7 +168,7 @@ def test_a_run_ended_by_an_internal_error_keeps_the_ops_judged_whole_before_it(m
     from oracles.judge_errors import JudgeError
     from tools.engine import certify
 
-    def judge_error_in_strict_accept(options, tasks, on_result, costs=None):
+    def judge_error_in_strict_accept(options, tasks, on_result, costs=None, peaks=None):
         for task in tasks:
             if task.op == "greedy_argmax":
                 on_result(CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)

@@ -25,7 +25,7 @@ from tools.cli import UsageError
 from tools.engine.isolation import cpu_slots, find_sanitizer, gpu_slots, run_isolated
 from tools.engine.report import isolation_flags, reproduction, write_outputs
 from tools.engine.shards import Shard, select
-from tools.engine.worker import CellTask, execute, hosted_implementation, implementation_host, retire_host
+from tools.engine.worker import CellTask, execute_measured, hosted_implementation, implementation_host, retire_host
 
 # ops and torch are imported in the functions that use them: the command line's --help and usage errors
 # need neither.
@@ -301,21 +301,40 @@ def certificate_section(entry, results: dict, facts: dict, *, command: str, max_
     }
 
 
-def seconds_a_draw(entries, arch) -> dict[tuple[str, str], float]:
-    """``(op, cell)``: the seconds an example each cell took in the report that earned its op's ``arch``
-    section (cells of no readable report left out)."""
+def earned_rows(entries, arch):
+    """``((op, cell), row)`` for each row of the report that earned each entry's ``arch`` section, of that
+    entry's backend (the rows of no readable report left out: a malformed report costs nothing but order)."""
     from ops import certificates
     from ops.files import read_regular_bytes
 
-    found = {}
     for entry in entries:
-        try:   # never a FIFO's reader (the certificates' own rule): a malformed report costs nothing but order
+        try:   # never a FIFO's reader (the certificates' own rule)
             rows = json.loads(read_regular_bytes(certificates.report_path(entry, arch)))["results"]
-            found.update({(entry.name, row["cell"]): row["seconds"] / max(1, row["examples"]) for row in rows
-                          if row.get("backend", entry.backend) == entry.backend})
+            earned = [((entry.name, row["cell"]), row) for row in rows
+                      if row.get("backend", entry.backend) == entry.backend and isinstance(row["cell"], str)]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue   # no cost known: the cell goes first
+            continue
+        yield from earned
+
+
+def seconds_a_draw(entries, arch) -> dict[tuple[str, str], float]:
+    """``(op, cell)``: the seconds an example each cell took in the report that earned its op's ``arch``
+    section (a cell of no such figure left out: its cost is unknown, and it goes first)."""
+    found = {}
+    for key, row in earned_rows(entries, arch):
+        try:
+            found[key] = row["seconds"] / max(1, row["examples"])
+        except (KeyError, TypeError):
+            continue
     return found
+
+
+def gpu_peaks(entries, arch) -> dict[tuple[str, str], int]:
+    """``(op, cell)``: the cell's peak GPU memory in bytes in the report that earned its op's ``arch`` section
+    (``gpu_peak_bytes``; a cell without one, or with anything but a non-negative int there, left out: its peak
+    is unknown, and it is scheduled as though nothing were known of memory)."""
+    return {key: row["gpu_peak_bytes"] for key, row in earned_rows(entries, arch)
+            if type(row.get("gpu_peak_bytes")) is int and row["gpu_peak_bytes"] >= 0}
 
 
 def longest_first(tasks: list, costs: dict[tuple[str, str], float]) -> list:
@@ -325,18 +344,19 @@ def longest_first(tasks: list, costs: dict[tuple[str, str], float]) -> list:
     return sorted(tasks, key=lambda task: -costs.get((task.op, task.cell_id), math.inf))
 
 
-def run_tasks(options: RunOptions, tasks, on_result, costs: dict | None = None) -> dict:
+def run_tasks(options: RunOptions, tasks, on_result, costs: dict | None = None, peaks: dict | None = None) -> dict:
     """Every task's result, keyed by ``(op, cell)``: in worker processes, or in this one; on several workers,
-    the slowest cells (``costs``: :func:`seconds_a_draw`) first."""
+    the slowest cells (``costs``: :func:`seconds_a_draw`) first, each as its GPU has room for its peak
+    (``peaks``: :func:`gpu_peaks`).  ``on_result(result, seconds, GPU peak bytes or None)`` as each ends."""
 
     if not options.isolate:
         results = {}
         logged = LoggedProgress()
         for task in tasks:
             started = time.monotonic()
-            results[task.key] = execute(task, progress=_progress_line if sys.stderr.isatty()
-                                        else lambda line: logged("", line))
-            on_result(results[task.key], time.monotonic() - started)
+            results[task.key], gpu_peak_bytes = execute_measured(
+                task, progress=_progress_line if sys.stderr.isatty() else lambda line: logged("", line))
+            on_result(results[task.key], time.monotonic() - started, gpu_peak_bytes)
         return results
     slots = gpu_slots(None if options.gpus == "all" else int(options.gpus or 1), options.workers or 1) \
         if options.device == "cuda" else cpu_slots(options.workers or 1)
@@ -354,7 +374,7 @@ def run_tasks(options: RunOptions, tasks, on_result, costs: dict | None = None) 
 
     # a worker that cannot start raises WorkerStartError, an internal error (exit 3): the judge's machine failed
     return run_isolated(tasks, slots, cell_timeout=options.cell_timeout or DEFAULT_CELL_TIMEOUT_S,
-                        sanitize=options.sanitize, on_note=note, on_result=on_result)
+                        sanitize=options.sanitize, on_note=note, on_result=on_result, gpu_peaks=peaks)
 
 
 def certify(options: RunOptions) -> int:
@@ -479,10 +499,11 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
         (["--oracles", oracles_text(options.oracles)] if report["partial"] else [])
 
 
-    durations, finished = {}, {}
+    durations, peaks, finished = {}, {}, {}
 
-    def announce(result, seconds):
+    def announce(result, seconds, gpu_peak_bytes=None):
         durations[result.op, result.cell_id] = seconds or 0.0
+        peaks[result.op, result.cell_id] = gpu_peak_bytes
         finished[result.op, result.cell_id] = result
         if options.impl and result.status == certificates.CERTIFIED:
             result.status = PASSED  # judged, not certified: an --impl run writes no certificate
@@ -505,8 +526,11 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
                           f"(the ledger shrinks when a bug is fixed)", file=sys.stderr)
             else:
                 failed |= result.status not in (certificates.CERTIFIED, PASSED, QUARANTINED)
+            # measured, not judged (what a later run schedules by): beside the seconds, never in the certificate
+            peak = peaks.get((entry.name, cell.id))
             report["results"].append({"op": entry.name, "backend": backend, "cell": cell.id,
-                                      "seconds": round(durations[entry.name, cell.id], 3), **result.record()})
+                                      "seconds": round(durations[entry.name, cell.id], 3),
+                                      **({"gpu_peak_bytes": peak} if peak is not None else {}), **result.record()})
             if options.dump and result.status == FAILED:
                 dump_cell(options, entry, backend, result, flags)
         if writes_certificates(options):
@@ -541,7 +565,7 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
                                                 for entry, cell, _ in planned if entry is row[0])])
 
     try:
-        results.update(run_tasks(options, tasks, announce, seconds_a_draw(entries, arch)))
+        results.update(run_tasks(options, tasks, announce, seconds_a_draw(entries, arch), gpu_peaks(entries, arch)))
     except JudgeError as error:  # the run ends here, no report; how to see it again
         cell = getattr(error, "cell_id", None)
         if cell is not None:

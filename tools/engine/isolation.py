@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from oracles.judge_errors import JudgeError, out_of_memory, out_of_memory_line
 from tools.engine import activity
@@ -52,6 +52,10 @@ STARTUP_LIMIT_S = 300      # importing torch and Triton, and a CUDA context; far
 EXIT_LIMIT_S = 120         # a retired worker's exit (a sanitizer writes its report then)
 SANITIZER_EXIT = 99
 SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
+# What a slot holds of its GPU that no caching allocator counts (a cell's recorded peak is its worker's and its
+# host's ``max_memory_reserved``): two CUDA contexts, the worker's and its host's, each with the kernels it
+# loaded, held whether or not the slot runs a cell.
+CONTEXT_BYTES_A_SLOT = 1 << 30
 
 
 class WorkerStartError(JudgeError):
@@ -60,10 +64,12 @@ class WorkerStartError(JudgeError):
 
 @dataclasses.dataclass(frozen=True)
 class Slot:
-    """Where one worker runs: ``label`` for progress lines, ``env`` added to its environment."""
+    """Where one worker runs: ``label`` for progress lines, ``env`` added to its environment, ``memory_bytes``
+    its GPU's total memory (None on the CPU)."""
 
     label: str
     env: dict
+    memory_bytes: int | None = None
 
 
 def thread_share(workers: int) -> dict:
@@ -96,7 +102,8 @@ def gpu_slots(count: int | None, per_gpu: int = 1) -> list[Slot]:
     ids = ids[:torch.cuda.device_count()]
     chosen = ids[:count] if count else ids
     share = thread_share(len(chosen) * per_gpu)
-    return [Slot(f"gpu{i}" if per_gpu == 1 else f"gpu{i}.{j}", {"CUDA_VISIBLE_DEVICES": gpu, **share})
+    return [Slot(f"gpu{i}" if per_gpu == 1 else f"gpu{i}.{j}", {"CUDA_VISIBLE_DEVICES": gpu, **share},
+                 torch.cuda.get_device_properties(i).total_memory)
             for i, gpu in enumerate(chosen) for j in range(per_gpu)]
 
 
@@ -241,16 +248,38 @@ def _sanitized(result: CellResult, worker: _Worker, sanitizer: tuple, exit_code:
     return result
 
 
+def first_that_fits(waiting: Sequence[tuple], running: Iterable[tuple], peaks: dict[tuple, int],
+                    gpu_bytes: int | None, slots: int) -> int | None:
+    """Which of ``waiting`` (cells' keys, in the order they are to start) may start on a GPU of ``gpu_bytes``
+    shared by ``slots`` workers while the cells ``running`` run there: the index of the first whose known peak
+    (``peaks``: bytes, from an earlier run's report) fits into the GPU less every slot's contexts and the known
+    peaks of the running cells, or None (none fits: wait for a running cell to end).  A cell of unknown peak
+    may always start, as before any figure was known; so may the first when nothing runs there (a cell larger
+    than the GPU runs alone: never a deadlock), and on the CPU (``gpu_bytes`` None)."""
+    if not waiting:
+        return None
+    running = list(running)
+    if gpu_bytes is None or not running:
+        return 0
+    room = gpu_bytes - slots * CONTEXT_BYTES_A_SLOT - sum(peaks.get(key, 0) for key in running)
+    return next((index for index, key in enumerate(waiting) if peaks.get(key) is None or peaks[key] <= room), None)
+
+
 def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: float, sanitize: str | None = None,
                  on_note: Callable[[Slot, str], None] | None = None,
-                 on_result: Callable[[CellResult, float], None] | None = None) -> dict[tuple, CellResult]:
+                 on_result: Callable[[CellResult, float, int | None], None] | None = None,
+                 gpu_peaks: dict[tuple, int] | None = None) -> dict[tuple, CellResult]:
     """Run every task in worker processes (one per slot at a time); results keyed by ``task.key``.
+    ``on_result(result, seconds, GPU peak bytes or None)`` as each cell ends.
 
-    Where slots share a GPU (or the CPU's memory), a cell that ran out of memory (the judge's side, the
-    host's or the implementation's) says nothing of itself but of its neighbours (its draws follow from its
-    seed: a run again gives the result an unshared device gives): it runs again beside other workers once
-    the cells it ran beside have ended, and, out of memory again, at the end alone on the first slot.  Out
-    of memory alone too, it ends the run as the judge's internal error."""
+    Where slots share a GPU, a cell starts only when its peak in an earlier run (``gpu_peaks``, bytes) fits
+    beside the known peaks of the cells running there (:func:`first_that_fits`); until it does, the later cells
+    that fit start in its place.  A cell that ran out of memory all the same (a peak unknown, or larger this
+    time; the judge's side, the host's or the implementation's), on a shared GPU or the CPU's memory, says
+    nothing of itself but of its neighbours (its draws follow from its seed: a run again gives the result an
+    unshared device gives): it runs again beside other workers once the cells it ran beside have ended, and,
+    out of memory again, at the end alone on the first slot.  Out of memory alone too, it ends the run as the
+    judge's internal error."""
     sanitizer = (sanitize, find_sanitizer()) if sanitize else None
     queue = _CellQueue(tasks)
     results: dict[tuple, CellResult] = {}
@@ -272,11 +301,18 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
         worker.task = None
         return True
 
-    def finish(worker: _Worker, result: CellResult) -> None:
+    def finish(worker: _Worker, result: CellResult, gpu_peak_bytes: int | None = None) -> None:
         results[worker.task.key] = result
         worker.task = None
         if on_result:
-            on_result(result, time.monotonic() - worker.started)
+            on_result(result, time.monotonic() - worker.started, gpu_peak_bytes)
+
+    def fitting(slot: Slot) -> Callable[[list[tuple]], int | None]:
+        """Which of the cells free to start may start on ``slot``'s GPU now (``first_that_fits``)."""
+        there = [w.task.key for w in workers.values()
+                 if w is not None and w.task is not None and w.slot.env == slot.env]
+        sharing = sum(other.env == slot.env for other in starting)
+        return lambda keys: first_that_fits(keys, there, gpu_peaks or {}, slot.memory_bytes, sharing)
 
     def retire(worker: _Worker) -> None:
         workers[worker.slot.label] = None
@@ -291,7 +327,7 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
                         workers[slot.label] = _Worker(slot, tasks[0].device, pathlib.Path(folder), spawned, sanitizer)
                     worker = workers[slot.label]
                     if worker is not None and worker.ready and worker.task is None:
-                        task = queue.next(running())
+                        task = queue.next(running(), fitting(slot))
                         if task is not None:
                             worker.start(task, cell_timeout)
                 live = [w for w in workers.values() if w is not None]
@@ -344,13 +380,20 @@ class _CellQueue:
         """How many cells may start while ``running`` (cells' keys) run: workers are started only for them."""
         return len(self.pending) + sum(not beside & running for _, beside in self.waiting)
 
-    def next(self, running: set) -> CellTask | None:
-        """The next cell to start while ``running`` run, or None for now."""
-        for index, (task, beside) in enumerate(self.waiting):
-            if not beside & running:
-                del self.waiting[index]
-                return task
-        return self.pending.popleft() if self.pending else None
+    def next(self, running: set, fitting: Callable[[list[tuple]], int | None] = lambda keys: 0) -> CellTask | None:
+        """The next cell to start while ``running`` run, or None for now: of the cells free to start (those
+        waiting whose neighbours have ended, then the rest in order), the one ``fitting`` picks by its index
+        among their keys (:func:`first_that_fits`; the first where nothing is known of memory)."""
+        ready = [task for task, beside in self.waiting if not beside & running] + list(self.pending)
+        index = fitting([task.key for task in ready]) if ready else None
+        if index is None:
+            return None
+        task = ready[index]
+        if any(waiting is task for waiting, _ in self.waiting):
+            self.waiting = [(waiting, beside) for waiting, beside in self.waiting if waiting is not task]
+        else:
+            self.pending.remove(task)
+        return task
 
     def defer(self, task: CellTask, beside: set) -> str:
         """Put back ``task``, out of memory while ``beside`` ran; when it runs again, in words."""
@@ -429,7 +472,7 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer, defer=lambda wor
         elif kind == "result":
             from oracles.battery import CellResult
 
-            result = CellResult.from_record(worker.task.op, worker.task.cell_id, message[1])
+            result, gpu_peak_bytes = CellResult.from_record(worker.task.op, worker.task.cell_id, message[1]), message[2]
             if result.status not in ("certified", "passed") and defer(worker, " ".join(
                     failure.message for failure in result.failures.values())):
                 worker.stop()
@@ -440,7 +483,7 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer, defer=lambda wor
                 retire(worker)
                 if sanitizer:
                     result = _sanitized(result, worker, sanitizer, exit_code)
-            finish(worker, result)
+            finish(worker, result, gpu_peak_bytes)
             return
 
 
