@@ -334,12 +334,25 @@ def test_a_section_of_another_toolchain_does_not_route(certificate, monkeypatch)
     assert any("earned under triton" in reason for _, reason in FALLBACKS), FALLBACKS
 
 
+def test_a_run_without_a_count_draws_what_the_policy_asks_of_its_arch(monkeypatch):
+    """The plain command certifies: with no --max-examples a run draws the policy's depth for its arch (the
+    deepest of every arch where no GPU is here to say which), never a fixed count the policy has outgrown (on
+    cuda 100 stayed the default after the policy asked 220, and the plain command exited 2)."""
+    from tools.engine import certify
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert certify.RunOptions(device="cpu").examples == certificates.POLICY.examples_on(Arch.CPU_INTERP)
+    assert certify.RunOptions(device="cuda").examples == certificates.POLICY.examples_on_every_arch()
+    assert certify.RunOptions(device="cuda").examples >= certificates.POLICY.examples_on(Arch.SM90)
+    assert certify.RunOptions(device="cuda", max_examples=7).examples == 7
+    certify.check_policy(certify.RunOptions(device="cuda"))   # the default passes its own policy check
+
+
 def test_a_certifying_run_writes_a_section_that_meets_the_policy_and_its_report(certificate, monkeypatch):
     from tools import certify_cells
     from tools.engine import certify
 
-    monkeypatch.setattr(certify, "DEFAULT_MAX_EXAMPLES", {"cpu": certificates.POLICY.examples_on(Arch.CPU_INTERP),
-                                                          "cuda": 100})
+    assert certify.policy_examples("cpu") == certificates.POLICY.examples_on(Arch.CPU_INTERP)   # no flag: the policy's
     monkeypatch.setattr(ENTRY, "cells", (ENTRY.cell("empty_batch"),))  # the quickest cell stands for all
     assert certify_cells.main(["--op", "greedy_argmax", "--device", "cpu", "--no-shrink", "--json"]) == 0
     section = certificates.load(ENTRY)["archs"]["cpu-interp"]

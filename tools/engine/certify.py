@@ -30,8 +30,6 @@ from tools.engine.worker import CellTask, execute_measured, hosted_implementatio
 # ops and torch are imported in the functions that use them: the command line's --help and usage errors
 # need neither.
 
-# cpu: twice the draws the last of the suites' wrong implementations needed (12: docs/draws.md)
-DEFAULT_MAX_EXAMPLES = {"cpu": 24, "cuda": 100}
 DEFAULT_CELL_TIMEOUT_S = 1800  # a hang is a cell that never ends; this only bounds how long CI waits for one
 
 
@@ -43,7 +41,7 @@ class RunOptions:
     backend: str | None = None             # only the kernels of this backend
     impl: str | None = None                # MODULE[:ATTR] judged instead of the catalog kernels
     device: str = "cpu"
-    max_examples: int | None = None        # None: DEFAULT_MAX_EXAMPLES[device]
+    max_examples: int | None = None        # None: the policy's depth on this device's arch (policy_examples)
     seed: int = 0
     cells: tuple[str, ...] = ()            # none: every cell
     replay: dict | None = None             # one recipe, on one op's one cell
@@ -66,7 +64,25 @@ class RunOptions:
 
     @property
     def examples(self) -> int:
-        return DEFAULT_MAX_EXAMPLES[self.device] if self.max_examples is None else self.max_examples
+        return policy_examples(self.device) if self.max_examples is None else self.max_examples
+
+
+def run_arch(device: str):
+    """The arch a run on ``device`` certifies: the CPU's interpreter, this machine's GPU, or None (no GPU here)."""
+    import torch
+
+    from ops.catalog import arch_of
+
+    return arch_of(device) if device == "cpu" or torch.cuda.is_available() else None
+
+
+def policy_examples(device: str) -> int:
+    """Draws a cell when none are asked: what the policy asks of a certificate of the run's arch (the deepest
+    of every arch where the GPU is not known here), so that the plain command certifies (docs/draws.md)."""
+    from ops.certificates import POLICY
+
+    arch = run_arch(device)
+    return POLICY.examples_on(arch) if arch is not None else POLICY.examples_on_every_arch()
 
 
 def writes_certificates(options: RunOptions) -> bool:
@@ -80,13 +96,8 @@ def check_policy(options: RunOptions) -> None:
     """A certifying run must draw as many examples as the policy asks of a certificate of its arch."""
     if not writes_certificates(options) or options.list_only:
         return
-    import torch   # here: a run that writes no certificate (a replay line) starts without it
-
-    from ops.catalog import arch_of
-    from ops.certificates import POLICY
-
-    arch = arch_of(options.device) if options.device == "cpu" or torch.cuda.is_available() else None
-    least = POLICY.examples_on(arch) if arch is not None else POLICY.examples_on_every_arch()
+    # here: a run that writes no certificate (a replay line) starts without torch
+    arch, least = run_arch(options.device), policy_examples(options.device)
     if options.examples < least:
         raise UsageError(f"--max-examples {options.examples}: a certifying run draws at least {least} "
                          f"examples per cell{f' on {arch.value}' if arch else ''} (ops/certificates.py POLICY); "
