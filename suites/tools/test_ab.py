@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from suites.processes import finished, started
 from suites.tools.git_copies import committed_copy
 from tools import ab
 from tools.cli import UsageError
@@ -20,8 +21,12 @@ pytestmark = pytest.mark.cpu
 CELL = ["--op", "gdn_decode", "--cell", "fp32_state", "--max-examples", "0"]
 
 
+def started_tool(root, name: str, *words: str) -> subprocess.Popen:
+    return started([sys.executable, f"tools/{name}", *words], root)
+
+
 def tool(root, name: str, *words: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, f"tools/{name}", *words], cwd=root, capture_output=True, text=True)
+    return finished(started_tool(root, name, *words))
 
 
 def rewrite(path, old: str, new: str) -> None:
@@ -52,14 +57,16 @@ def test_a_reordered_reduction_is_not_bitwise_and_the_gate_says_so(repo):
             "        halves = tl.reshape(h * k[:, None], (2, BLOCK_K // 2, BLOCK_V))\n"
             "        u = beta * (v - tl.sum(tl.sum(halves, axis=1), axis=0))\n")
     try:
-        run = tool(repo, "ab", *CELL, "--baseline", "HEAD", "--json")
+        # both read the same edited tree: the gate runs while ab waits on its hosts
+        processes = [started_tool(repo, "ab", *CELL, "--baseline", "HEAD", "--json"),
+                     started_tool(repo, "gate", "--dry-run", "--bitwise-ab", "--ab-max-examples", "0", "--json")]
+        run, gate = (finished(process) for process in processes)
         assert run.returncode == 1, run.stdout + run.stderr
         found = json.loads(run.stdout)
         (cell,) = found["kernels"]["gdn_decode"]["cells"]
         assert found["verdict"] == "differs" and cell["differing_inputs"] >= 1 and cell["max_ulp"] >= 1
         assert any("ULP; first at (" in text for text in cell["first"]["differences"])
 
-        gate = tool(repo, "gate", "--dry-run", "--bitwise-ab", "--ab-max-examples", "0", "--json")
         verdict = json.loads(gate.stdout)
         assert gate.returncode == 1 and any(
             f.startswith("gdn_decode: not bitwise identical to the base, for a change declared performance-only: "
