@@ -22,6 +22,7 @@ from oracles.battery import CellResult
 from oracles.judge_errors import JudgeError
 from suites.certification import machine_device
 from suites.claims import REPO
+from suites.processes import finished, started
 from tools.engine.certify import certificate_section
 from tools.engine.worker import CellTask, execute
 from tools.engine import isolation
@@ -37,9 +38,12 @@ HANG_LIMIT_S = 12
 JUDGE_SIDE = REPO / "suites" / "faults" / "judge_side"
 
 
+def _certify_command(*words) -> list[str]:
+    return [sys.executable, "tools/certify-cells", "--op", "greedy_argmax", *words]
+
+
 def _certify(*words, env=None):
-    return subprocess.run([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", *words],
-                          capture_output=True, text=True, cwd=REPO, env=env)
+    return subprocess.run(_certify_command(*words), capture_output=True, text=True, cwd=REPO, env=env)
 
 
 def _judge_side_faults(**faults) -> dict:
@@ -50,10 +54,24 @@ def _judge_side_faults(**faults) -> dict:
 
 def test_a_crash_and_a_hang_fail_their_cells_and_the_run_goes_on(tmp_path):
     report = tmp_path / "report.json"
-    # two workers: the hang's limit runs out while the crash and the cell after it are judged beside it
-    run = _certify("--device", DEVICE, "--isolate", "-n", "2", "--impl", f"{FAULTY}:faulty_by_batch",
-                   "--max-examples", "1", "--cell", "decode_small_batch", "--cell", "decode_mid_batch",
-                   "--cell", "empty_batch", "--cell-timeout", str(HANG_LIMIT_S), "--report", str(report))
+    # two workers: the hang's limit runs out while the crash and the cell after it are judged beside it, and
+    # the crash's reproduction is replayed as soon as its line is printed (stderr to a file: a pipe read only
+    # at the end could fill and stop the run)
+    with open(tmp_path / "stderr", "w+") as stderr:
+        run = subprocess.Popen(_certify_command(
+            "--device", DEVICE, "--isolate", "-n", "2", "--impl", f"{FAULTY}:faulty_by_batch", "--max-examples", "1",
+            "--cell", "decode_small_batch", "--cell", "decode_mid_batch", "--cell", "empty_batch",
+            "--cell-timeout", str(HANG_LIMIT_S), "--report", str(report)),
+            stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=REPO)
+        stdout, replay = "", None
+        for line in run.stdout:
+            stdout += line
+            if replay is None and "reproduce:" in line and "decode_small_batch" in line:
+                replay = started(line.split("reproduce:", 1)[1], REPO / "docs", shell=True)  # any directory
+        run.wait()
+        stderr.seek(0)
+        run = subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr.read())
+    replayed = replay and finished(replay)
     assert run.returncode == 1, run.stdout + run.stderr
     results = {record["cell"]: record for record in json.loads(report.read_text())["results"]}
     crash, hang, after = results["decode_small_batch"], results["decode_mid_batch"], results["empty_batch"]
@@ -74,9 +92,7 @@ def test_a_crash_and_a_hang_fail_their_cells_and_the_run_goes_on(tmp_path):
     # a fresh worker passes the next cell (an --impl is judged, never certified): nothing of the dead ones reached it
     assert after["status"] == "passed", after
 
-    reproduce = next(line.split("reproduce:", 1)[1] for line in run.stdout.splitlines()
-                     if "reproduce:" in line and "decode_small_batch" in line)
-    replayed = subprocess.run(reproduce, shell=True, capture_output=True, text=True, cwd=REPO / "docs")  # any directory
+    assert replayed, f"no reproduction of decode_small_batch: {run.stdout}"
     assert replayed.returncode == 1 and "oracle:  parity" in replayed.stdout, replayed.stdout + replayed.stderr
 
 
