@@ -3,8 +3,6 @@ entry whose cell now passes is an error, and every schema problem names ``file:l
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from xml.etree import ElementTree
 
@@ -15,7 +13,7 @@ from ops.catalog import Arch
 from ops.sampling.greedy_argmax import ENTRY
 from oracles.battery import CellResult
 from suites import certification
-from suites.claims import REPO
+from suites.certification import certify_cells_here
 from tools import certify_cells
 from tools.engine.certify import certificate_section
 
@@ -70,18 +68,16 @@ def test_an_arch_the_op_does_not_claim_is_refused(tmp_path, monkeypatch):
         quarantine.load(_ledger(tmp_path, "version: 1\nquarantine:\n" + ENTRY_TEXT))
 
 
-def _certify(*words):
-    return subprocess.run([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--device", "cpu", *words],
-                          capture_output=True, text=True, cwd=REPO)
+def _certify(capsys, *words) -> tuple[int, str, str]:
+    return certify_cells_here(["--op", "greedy_argmax", "--device", "cpu", *words], capsys)
 
 
-def test_a_quarantined_cell_is_not_launched_and_is_reported(tmp_path):
+def test_a_quarantined_cell_is_not_launched_and_is_reported(tmp_path, capsys):
     ledger = _ledger(tmp_path, "version: 1\nquarantine:\n" + ENTRY_TEXT)
-    run = _certify("--quarantine", str(ledger), "--cell", "empty_batch", "--cell", "decode_small_batch",
-                   "--max-examples", "0", "--report", str(tmp_path / "report.json"))
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert f"greedy_argmax/decode_small_batch: QUARANTINED ({ledger}:3: a control; issue 10): not launched" \
-        in run.stdout
+    status, out, err = _certify(capsys, "--quarantine", str(ledger), "--cell", "empty_batch", "--cell",
+                                "decode_small_batch", "--max-examples", "0", "--report", str(tmp_path / "report.json"))
+    assert status == 0, out + err
+    assert f"greedy_argmax/decode_small_batch: QUARANTINED ({ledger}:3: a control; issue 10): not launched" in out
     results = {r["cell"]: r for r in json.loads((tmp_path / "report.json").read_text())["results"]}
     assert results["decode_small_batch"]["status"] == "quarantined"
     assert results["decode_small_batch"]["examples"] == 0 and results["decode_small_batch"]["oracles"] == []
@@ -122,17 +118,17 @@ def test_a_suite_skips_a_quarantined_cell_with_the_reason(tmp_path, monkeypatch)
     ("int32_output", 0, "each still fails"),
     ("correct_via_max", 1, "now passes on cpu-interp: delete its entry"),
 ])
-def test_check_quarantine_fails_when_a_quarantined_cell_passes(tmp_path, impl, code, says):
+def test_check_quarantine_fails_when_a_quarantined_cell_passes(tmp_path, capsys, impl, code, says):
     ledger = _ledger(tmp_path, "version: 1\nquarantine:\n" + ENTRY_TEXT)
-    run = _certify("--quarantine", str(ledger), "--check-quarantine", "--impl", f"{IMPLS}:{impl}",
-                   "--max-examples", "0", "--no-shrink")
-    assert run.returncode == code and says in run.stdout + run.stderr, run.stdout + run.stderr
+    status, out, err = _certify(capsys, "--quarantine", str(ledger), "--check-quarantine", "--impl",
+                                f"{IMPLS}:{impl}", "--max-examples", "0", "--no-shrink")
+    assert status == code and says in out + err, out + err
     if code:
-        assert f"{ledger}:3: greedy_argmax/decode_small_batch now passes" in run.stderr
+        assert f"{ledger}:3: greedy_argmax/decode_small_batch now passes" in err
 
 
-def test_a_broken_ledger_stops_certify_cells_in_one_line(tmp_path):
+def test_a_broken_ledger_stops_certify_cells_in_one_line(tmp_path, capsys):
     ledger = _ledger(tmp_path, "version: 1\nquarantine:\n- {op: greedy_argmax, cell: big, arch: sm90, issue: 1}\n")
-    run = _certify("--quarantine", str(ledger), "--list")
-    assert run.returncode == 2 and f"{ledger}:3: greedy_argmax has no cell 'big'" in run.stderr, run.stderr
-    assert len(run.stderr.strip().splitlines()) == 1
+    status, _, err = _certify(capsys, "--quarantine", str(ledger), "--list")
+    assert status == 2 and f"{ledger}:3: greedy_argmax has no cell 'big'" in err, err
+    assert len(err.strip().splitlines()) == 1
