@@ -20,7 +20,7 @@ import pytest
 from ops.sampling.greedy_argmax import ENTRY
 from oracles.battery import CellResult
 from oracles.judge_errors import JudgeError
-from suites.certification import machine_device
+from suites.certification import certify_cells_here, machine_device
 from suites.claims import REPO
 from suites.processes import finished, started
 from tools.engine.certify import certificate_section
@@ -42,14 +42,16 @@ def _certify_command(*words) -> list[str]:
     return [sys.executable, "tools/certify-cells", "--op", "greedy_argmax", *words]
 
 
-def _certify(*words, env=None):
-    return subprocess.run(_certify_command(*words), capture_output=True, text=True, cwd=REPO, env=env)
+def _certify(*words):
+    return subprocess.run(_certify_command(*words), capture_output=True, text=True, cwd=REPO)
 
 
-def _judge_side_faults(**faults) -> dict:
-    """An environment whose Python processes plant ``faults`` (``judge_side/sitecustomize.py``)."""
+def _plant_judge_side_faults(monkeypatch, **faults) -> None:
+    """The Python processes this test starts load ``judge_side/sitecustomize.py``, with ``faults`` in their
+    environment."""
     path = os.pathsep.join(p for p in (str(JUDGE_SIDE), str(REPO), os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, **faults}
+    for name, value in {"PYTHONPATH": path, **faults}.items():
+        monkeypatch.setenv(name, value)
 
 
 def test_a_crash_and_a_hang_fail_their_cells_and_the_run_goes_on(tmp_path):
@@ -180,20 +182,22 @@ def test_a_cell_out_of_memory_beside_running_cells_waits_for_them_then_goes_firs
     assert [queue.next(set()), queue.next(set()), queue.next(set())] == [small, mid, empty]
 
 
-def test_the_judges_own_code_slower_than_the_cell_timeout_is_an_internal_error(tmp_path):
+def test_the_judges_own_code_slower_than_the_cell_timeout_is_an_internal_error(tmp_path, capsys, monkeypatch):
     """The judge's reference outlasting --cell-timeout (as paged_decode's float64 truth did on an H200): exit 3,
-    naming the judge's part that ran, no finding, no report; the kernel's own hang is the test above."""
+    naming the judge's part that ran, no finding, no report; the kernel's own hang is the test above.  The judge
+    runs in this process (the fault is planted in the worker it starts)."""
     report = tmp_path / "report.json"
-    run = _certify("--device", DEVICE, "--isolate", "--impl", CORRECT, "--cell", "decode_small_batch",
-                   "--max-examples", "0", "--no-shrink", "--cell-timeout", str(HANG_LIMIT_S), "--report", str(report),
-                   env=_judge_side_faults(KPARITY_FAULT_SLOW_REFERENCE_S="600"))
-    assert run.returncode == 3, run.stdout + run.stderr
+    _plant_judge_side_faults(monkeypatch, KPARITY_FAULT_SLOW_REFERENCE_S="600")
+    status, out, err = certify_cells_here(
+        ["--op", "greedy_argmax", "--device", DEVICE, "--isolate", "--impl", CORRECT, "--cell", "decode_small_batch",
+         "--max-examples", "0", "--no-shrink", "--cell-timeout", str(HANG_LIMIT_S), "--report", str(report)], capsys)
+    assert status == 3, out + err
     assert f"internal error: the judge's own reference did not finish within --cell-timeout {HANG_LIMIT_S}s " \
-           f"(after 0 examples; the implementation's calls took " in run.stderr, run.stderr
-    assert "nothing is concluded about the implementation; raise --cell-timeout" in run.stderr, run.stderr
-    reproduce = next(line for line in run.stderr.splitlines() if line.strip().startswith("reproduce: "))
+           f"(after 0 examples; the implementation's calls took " in err, err
+    assert "nothing is concluded about the implementation; raise --cell-timeout" in err, err
+    reproduce = next(line for line in err.splitlines() if line.strip().startswith("reproduce: "))
     assert "--cell decode_small_batch" in reproduce and "--replay" in reproduce, reproduce
-    assert "FAILED" not in run.stdout and not report.exists()
+    assert "FAILED" not in out and not report.exists()
 
 
 @pytest.mark.parametrize("faults, survives", [
@@ -202,7 +206,7 @@ def test_the_judges_own_code_slower_than_the_cell_timeout_is_an_internal_error(t
     (("broken", None), False),                    # the control: any other start failure ends the run at once
 ])
 def test_a_worker_that_cannot_start_out_of_memory_gives_up_its_slot(faults, survives, monkeypatch):
-    monkeypatch.setenv("PYTHONPATH", _judge_side_faults()["PYTHONPATH"])
+    _plant_judge_side_faults(monkeypatch)
     slots = [Slot(f"{DEVICE}{i}", {"KPARITY_FAULT_START": fault} if fault else {}) for i, fault in enumerate(faults)]
     tasks = [CellTask(ENTRY.name, cell, DEVICE, CORRECT, max_examples=0, shrink=False)
              for cell in ("empty_batch", "decode_small_batch")]
