@@ -352,7 +352,7 @@ def test_a_certifying_run_writes_a_section_that_meets_the_policy_and_its_report(
     from tools import certify_cells
     from tools.engine import certify
 
-    assert certify.policy_examples("cpu") == certificates.POLICY.examples_on(Arch.CPU_INTERP)   # no flag: the policy's
+    assert certify.RunOptions(device="cpu").examples == certificates.POLICY.examples_on(Arch.CPU_INTERP)   # no flag
     monkeypatch.setattr(ENTRY, "cells", (ENTRY.cell("empty_batch"),))  # the quickest cell stands for all
     assert certify_cells.main(["--op", "greedy_argmax", "--device", "cpu", "--no-shrink", "--json"]) == 0
     section = certificates.load(ENTRY)["archs"]["cpu-interp"]

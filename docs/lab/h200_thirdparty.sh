@@ -6,7 +6,7 @@
 #   judge GROUP...     certify-cells --impl per adapter of the groups: vllm vllm-gdn native norms wheels fla-gdn flashinfer
 #   bench GROUP...     tools/bench per op of the groups, our kernels, the stock op and the adapters side by side
 #   flashinfer-setup   install the carried FlashInfer, build its decode kernels (JIT, nvcc), run the probes
-# EXAMPLES draws a cell (default: the sm90 policy's, ops/certificates.py POLICY: 220 since 2026-12-06c; the step
+# EXAMPLES draws a cell (default: certify-cells' own, the policy's depth on this GPU: 220 on sm90 since 2026-12-06c; the step
 # limits below were sized at 14); WORKERS cells at once (default 1), CELL_TIMEOUT_S a cell's limit (default 150);
 # LIMIT_SCALE multiplies every step's time limit.
 set -uo pipefail
@@ -16,8 +16,6 @@ phase=$1; shift
 out=${OUT:?set OUT to the folder that comes back}
 # FlashInfer JIT builds and its log live outside the tree: an implementation host sees the tree read-only
 export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-jit MAX_JOBS=16
-examples=${EXAMPLES:-$(python3 -c 'from ops.catalog import Arch; from ops.certificates import POLICY; '\
-'print(POLICY.examples_on(Arch.SM90))')}
 tp=suites.thirdparty
 mkdir -p "$out/steps"
 
@@ -37,7 +35,7 @@ wheels() {  # wheels NAME: install the carried .whl/NAME (tools/pack-wheels part
 judge() {  # judge LABEL SECONDS CERTIFY-ARGS...
     local label=$1 seconds; seconds=$(limit "$2"); shift 2
     local start=$SECONDS
-    timeout "$seconds" tools/certify-cells --device cuda --max-examples "$examples" -n "${WORKERS:-1}" --cell-timeout "${CELL_TIMEOUT_S:-150}" \
+    timeout "$seconds" tools/certify-cells --device cuda ${EXAMPLES:+--max-examples "$EXAMPLES"} -n "${WORKERS:-1}" --cell-timeout "${CELL_TIMEOUT_S:-150}" \
         --report "$out/steps/$label.json" "$@" > "$out/steps/$label.log" 2>&1
     local status=$?
     record "judge $label" "exit $status in $((SECONDS - start)) s of $seconds: $(tail -1 "$out/steps/$label.log")"

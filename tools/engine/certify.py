@@ -64,7 +64,7 @@ class RunOptions:
 
     @property
     def examples(self) -> int:
-        return policy_examples(self.device) if self.max_examples is None else self.max_examples
+        return policy_examples(run_arch(self.device)) if self.max_examples is None else self.max_examples
 
 
 def run_arch(device: str):
@@ -76,12 +76,11 @@ def run_arch(device: str):
     return arch_of(device) if device == "cpu" or torch.cuda.is_available() else None
 
 
-def policy_examples(device: str) -> int:
-    """Draws a cell when none are asked: what the policy asks of a certificate of the run's arch (the deepest
-    of every arch where the GPU is not known here), so that the plain command certifies (docs/draws.md)."""
+def policy_examples(arch) -> int:
+    """Draws a cell when none are asked: what the policy asks of a certificate of the run's ``arch`` (the deepest
+    of every arch where the GPU is not known here, None), so that the plain command certifies (docs/draws.md)."""
     from ops.certificates import POLICY
 
-    arch = run_arch(device)
     return POLICY.examples_on(arch) if arch is not None else POLICY.examples_on_every_arch()
 
 
@@ -97,7 +96,8 @@ def check_policy(options: RunOptions) -> None:
     if not writes_certificates(options) or options.list_only:
         return
     # here: a run that writes no certificate (a replay line) starts without torch
-    arch, least = run_arch(options.device), policy_examples(options.device)
+    arch = run_arch(options.device)
+    least = policy_examples(arch)
     if options.examples < least:
         raise UsageError(f"--max-examples {options.examples}: a certifying run draws at least {least} "
                          f"examples per cell{f' on {arch.value}' if arch else ''} (ops/certificates.py POLICY); "
