@@ -212,7 +212,7 @@ def main(argv=None) -> int:
                 if run_deadline is not None:
                     deadline = min(deadline, run_deadline)
                 best, oracle, tried, finished, by_seed = measure(entry, impl, named, depths, seeds, deadline, device,
-                                                        host.watch)
+                                                                 host.watch)
             finally:
                 host.close()
             shown = str(best) if best is not None else (f"> {max(depths)}" if finished else
