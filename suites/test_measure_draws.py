@@ -34,3 +34,19 @@ def test_a_rare_catch_is_read_at_the_depth_that_misses_it_once_in_a_hundred():
     assert rare_catch_depth({0: 1, 1: 1}, max_depth=30) == 1
     assert rare_catch_depth({0: 0}, max_depth=30) == 0          # a corner or the refusal table: no chance in it
     assert rare_catch_depth({0: None, 1: None}, max_depth=30) is None
+
+
+def test_a_seed_that_misses_leaves_the_worst_a_miss_and_the_later_seeds_measured(monkeypatch):
+    from types import SimpleNamespace
+
+    import suites.measure_draws as measure_draws
+
+    caught_at = {0: 5, 1: None, 2: 7}   # seed 1 misses every draw; seed 2 after it catches
+    monkeypatch.setattr(measure_draws, "catch_depth",
+                        lambda entry, impl, cell, limit, deadline, device, seed, watch: (caught_at[seed], "parity", 9))
+    entry = SimpleNamespace(cells=[SimpleNamespace(id="only")])
+    worst, caught_by, _, finished, by_seed = measure_draws.measure(
+        entry, None, "only", (2, 50), seeds=[0, 1, 2], deadline=float("inf"), device=torch.device("cpu"), watch=None)
+    assert (worst, caught_by, finished) == (None, "", True)
+    assert by_seed == caught_at   # stopping at seed 1's miss would leave seed 2 out of the rare-catch estimate
+    assert measure_draws.rare_catch_depth(by_seed, 50) == measure_draws.rare_catch_depth(caught_at, 50)
