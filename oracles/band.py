@@ -68,46 +68,76 @@ def output_error(output: torch.Tensor, truth: torch.Tensor) -> OutputError:
     return output_errors([output], truth)[0]
 
 
-STACKED_BYTES = 1 << 30
+STACKED_BYTES = 1 << 28   # a pass's temporaries are about four such copies (measured on the CPU): ~1 GiB
+
+
+def _passes(outputs: int, rows: int, row_elements: int) -> list[tuple[slice, slice]]:
+    """(outputs, rows) of each pass of :func:`output_errors`: as many outputs and rows a pass as keep its float64
+    copies within STACKED_BYTES. Every output of a small truth goes in one pass; an output of hundreds of millions
+    of elements goes alone, a block of rows at a time (ten orders of a large gdn_verify checkpoint took 11 GiB a
+    copy; fused_sigmoid_mul's 2^28-element prefill corner 2 GiB a copy and about four copies of temporaries)."""
+    copy_bytes = rows * row_elements * 8
+    if copy_bytes <= STACKED_BYTES:
+        per_pass = max(1, STACKED_BYTES // max(copy_bytes, 1))
+        return [(slice(start, start + per_pass), slice(0, rows)) for start in range(0, outputs, per_pass)]
+    block = max(1, STACKED_BYTES // (row_elements * 8))
+    return [(slice(position, position + 1), slice(start, start + block))
+            for position in range(outputs) for start in range(0, rows, block)]
 
 
 def output_errors(outputs, truth: torch.Tensor) -> list[OutputError]:
-    """The error of each of ``outputs`` (implementations' answers for one output) against ``truth``, all
-    in one pass: the same arithmetic element by element, and one read of the results back to the host,
-    where one output at a time took several device syncs each."""
+    """The error of each of ``outputs`` (implementations' answers for one output) against ``truth``, in few
+    passes: the same arithmetic element by element, one read of each pass's results back to the host, where one
+    output at a time took several device syncs each. A row's ULP depends on its row alone, so a pass may take a
+    block of rows; the norms of the blocks combine exactly as one norm (``math.hypot``)."""
     truth = truth.to(torch.float64)
     for output in outputs:
         if output.shape != truth.shape:
             raise OracleFailure("parity", f"shape {tuple(output.shape)} != {tuple(truth.shape)}")
     if truth.numel() == 0:
         return [OutputError(0.0, 0.0) for _ in outputs]
-    finite = truth.isfinite()
-    norm = torch.where(finite, truth, torch.zeros_like(truth)).norm()
+    row_elements = truth.shape[-1] if truth.dim() else 1
+    truth_rows = truth.reshape(-1, row_elements)
     by_dtype: dict[torch.dtype, list[int]] = {}
     for position, output in enumerate(outputs):   # each output's ULP is its own dtype's
         by_dtype.setdefault(output.dtype, []).append(position)
-    figures = [None] * len(outputs)
-    # as many outputs a pass as keep its float64 copies within STACKED_BYTES (all of them, but for outputs
-    # of hundreds of millions of elements: ten orders of a large gdn_verify checkpoint took 11 GiB a copy)
-    per_pass = max(1, STACKED_BYTES // (truth.numel() * 8))
+    # per output: worst ULPs, the norms of its blocks' differences, non-finite answers, missed non-finite truth
+    worst, diff_norms = [0.0] * len(outputs), [[] for _ in outputs]
+    non_finite, missed = [0] * len(outputs), [0] * len(outputs)
+    truth_norms, flat = {}, {}
     for dtype, positions in by_dtype.items():
-        ulp = row_ulp(truth, dtype)
-        for start in range(0, len(positions), per_pass):
-            chunk = positions[start:start + per_pass]
-            value = torch.stack([outputs[position].to(torch.float64) for position in chunk])
+        for chunk, rows in _passes(len(positions), truth_rows.shape[0], row_elements):
+            chunk = positions[chunk]
+            # each output's rows flattened once (a copy where its strides allow no view), kept for its passes only
+            flat = {position: flat[position] if position in flat else outputs[position].reshape(-1, row_elements)
+                    for position in chunk}
+            block = truth_rows[rows]
+            finite = block.isfinite()
+            ulp = row_ulp(block, dtype)
+            value = torch.stack([flat[position][rows].to(torch.float64) for position in chunk])
             # NaN truth: any NaN; +-inf truth: the same infinity (NaN != NaN, so not value != truth)
-            matched = torch.where(truth.isnan(), value.isnan(), value == truth)
-            diff = torch.where(finite, (value - truth).abs(), torch.zeros_like(value))
+            matched = torch.where(block.isnan(), value.isnan(), value == block)
+            diff = torch.where(finite, (value - block).abs(), torch.zeros_like(value))
             diff = torch.where(finite & value.isnan(), torch.full_like(diff, math.inf), diff)
-            rows = (len(chunk), -1)
-            numbers = torch.stack([(diff / ulp).reshape(rows).amax(dim=1),
-                                   diff.reshape(rows).norm(dim=1),
-                                   (finite & ~value.isfinite()).reshape(rows).sum(dim=1).to(torch.float64),
-                                   ((~finite) & ~matched).reshape(rows).sum(dim=1).to(torch.float64),
-                                   norm.expand(len(chunk))], dim=1)
-            for position, (error_ulp, diff_norm, non_finite, missed, truth_norm) in zip(chunk, numbers.tolist()):
-                relative_rms = diff_norm / truth_norm if truth_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
-                figures[position] = OutputError(error_ulp, relative_rms, int(non_finite), int(missed))
+            stacked = (len(chunk), -1)
+            numbers = torch.stack([(diff / ulp).reshape(stacked).amax(dim=1),
+                                   diff.reshape(stacked).norm(dim=1),
+                                   (finite & ~value.isfinite()).reshape(stacked).sum(dim=1).to(torch.float64),
+                                   ((~finite) & ~matched).reshape(stacked).sum(dim=1).to(torch.float64),
+                                   torch.where(finite, block, torch.zeros_like(block)).norm().expand(len(chunk))],
+                                  dim=1)
+            for position, (error_ulp, diff_norm, infinite, unmatched, truth_norm) in zip(chunk, numbers.tolist()):
+                worst[position] = max(worst[position], error_ulp)
+                diff_norms[position].append(diff_norm)
+                non_finite[position] += int(infinite)
+                missed[position] += int(unmatched)
+                truth_norms[rows.start] = truth_norm
+    truth_norm = math.hypot(*truth_norms.values())
+    figures = []
+    for position in range(len(outputs)):
+        diff_norm = math.hypot(*diff_norms[position])
+        relative_rms = diff_norm / truth_norm if truth_norm > 0 else (0.0 if diff_norm == 0 else math.inf)
+        figures.append(OutputError(worst[position], relative_rms, non_finite[position], missed[position]))
     return figures
 
 

@@ -205,6 +205,40 @@ def test_errors_of_many_outputs_are_measured_at_once_each_in_its_own_dtype():
         assert output_errors(passes, truth) == errors
 
 
+def test_an_output_too_large_for_one_pass_is_measured_a_block_of_rows_at_a_time():
+    """Past STACKED_BYTES an output goes alone, in blocks of rows (each row's ULP is its own row's): the same
+    worst error and counts as in one pass, the norms combined to the same relative RMS. Every row holds its own
+    mark (a worst error, a non-finite answer, a missed infinity), so a block lost or taken twice moves a figure."""
+    rows = torch.tensor([[1.0, 2.0], [4.0, 8.0], [float("inf"), 1.0], [16.0, float("nan")], [32.0, 64.0]],
+                        dtype=torch.float64)
+    truth = torch.stack([rows, rows * 3])                       # [2, 5, 2]: leading dims flattened into rows
+    answer = truth.to(torch.float32).clone()
+    answer[0, 0, 1] += 2.0 ** -22                               # 1 fp32 ULP of row scale 2
+    answer[1, 1, 0] = float("inf")                              # non-finite where the truth is finite
+    answer[1, 4, 1] += 3 * 2.0 ** -15                           # 6 fp32 ULP of row scale 192: the worst finite
+    answer[0, 2, 0] = 7.0                                       # a missed infinity
+    strided = torch.empty(2, 5, 4)[:, :, ::2]                   # a legal output with no flat view: copied once
+    strided.copy_(answer)
+    whole = output_errors([answer, strided, truth.to(torch.bfloat16)], truth)
+    assert (whole[0].error_ulp, whole[0].non_finite, whole[0].missed_non_finite) == (math.inf, 1, 1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(oracles.band, "STACKED_BYTES", 2 * 8)    # one row of two elements a pass
+        assert oracles.band._passes(3, 10, 2)[:2] == [(slice(0, 1), slice(0, 1)), (slice(0, 1), slice(1, 2))]
+        blocked = output_errors([answer, strided, truth.to(torch.bfloat16)], truth)
+    for one, other in zip(whole, blocked):
+        assert (one.error_ulp, one.non_finite, one.missed_non_finite) == \
+            (other.error_ulp, other.non_finite, other.missed_non_finite)
+        assert one.relative_rms == pytest.approx(other.relative_rms, rel=1e-15)
+    finite_answer = answer.clone()
+    finite_answer[1, 1, 0] = 12.0                               # the truth there
+    finite_answer[0, 2, 0] = float("inf")
+    whole = output_errors([finite_answer], truth)[0]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(oracles.band, "STACKED_BYTES", 2 * 8)
+        blocked = output_errors([finite_answer], truth)[0]
+    assert (blocked.error_ulp, blocked.non_finite, blocked.missed_non_finite) == (6.0, 0, 0)   # the last block's
+    assert blocked.relative_rms == pytest.approx(whole.relative_rms, rel=1e-15) and whole.relative_rms > 0
+
 def test_row_ulp_is_one_unit_of_the_row_scale():
     assert row_ulp(torch.tensor([[1.0, -3.0]], dtype=torch.float64), torch.bfloat16).item() == 2.0 ** -6
 
