@@ -10,7 +10,8 @@
 #   bench:OP        tools/bench --op OP (graph-replayed rows with the copy bandwidth of the same run)
 #   variants:OP     tools/bench --op OP --variants (every launch plan of bench_variants, same table)
 #   ncu:OP:KERNEL[:VARIANT]  ncu (full set, clocks free) on one call of OP's first bench case (NCU_CASE=N: the
-#                   N-th; the kernel, or a bench_variants plan), kernels matching KERNEL; ncu_OP.txt
+#                   N-th; the kernel, or a bench_variants plan, or NCU_IMPL=MODULE:ATTR, a third party's adapter),
+#                   kernels matching KERNEL; ncu_OP[_caseN][_IMPL][_VARIANT].txt
 #   tests           the GPU tests of the judge and the defences (canary, interpreter, hostile host, layouts, paged)
 #   pytest:TAG:FILE,FILE  those GPU test files alone (-m sm90; PYTEST_K: a -k expression; PYTEST_N: xdist
 #                   workers), under TESTS_LIMIT_S,
@@ -66,9 +67,9 @@ for phase in "$@"; do
         IFS=: read -r _ op kernel variant <<< "$phase"
         timeout "${NCU_LIMIT_S:-150}" ncu --clock-control none -k "regex:$kernel" --launch-skip 2 --launch-count 1 \
             --set full env PYTHONPATH=. python3 docs/lab/ncu_bench_case.py --op "$op" ${variant:+--variant "$variant"} \
-            ${NCU_CASE:+--case "$NCU_CASE"} \
-            > "$out/ncu_${op}${variant:+_${variant// /_}}.txt" 2>&1
-        echo "ncu $op $variant: exit $?"; grep -E "Duration|Memory Throughput|Compute \(SM\)|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|Issue Slots|L1/TEX Hit|Executed Ipc" "$out/ncu_${op}${variant:+_${variant// /_}}.txt" | head -30
+            ${NCU_CASE:+--case "$NCU_CASE"} ${NCU_IMPL:+--impl "$NCU_IMPL"} \
+            > "$out/ncu_${op}${NCU_CASE:+_case$NCU_CASE}${NCU_IMPL:+_${NCU_IMPL//[:.]/_}}${variant:+_${variant// /_}}.txt" 2>&1
+        echo "ncu $op $variant: exit $?"; grep -E "Duration|Memory Throughput|Compute \(SM\)|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|Issue Slots|L1/TEX Hit|Executed Ipc" "$out/ncu_${op}${NCU_CASE:+_case$NCU_CASE}${NCU_IMPL:+_${NCU_IMPL//[:.]/_}}${variant:+_${variant// /_}}.txt" | head -30
         ;;
     tests)
         timeout "${TESTS_LIMIT_S:-200}" python3 -m pytest -m sm90 -q -p no:cacheprovider -rfEs --tb=short \

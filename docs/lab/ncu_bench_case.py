@@ -4,11 +4,14 @@
         python docs/lab/ncu_bench_case.py --op paged_decode_nvfp4kv --case 0
 
 Builds the inputs of ``ENTRY.bench[case]`` on cuda and calls the op's kernel (or a ``bench_variants``
-plan with ``--variant``) ``--calls`` times, synchronising after each: the first compiles.
+plan with ``--variant``, or another implementation of the contract with ``--impl MODULE:ATTR``, a third party's
+adapter, whose kernel ``-k`` then picks out of its glue) ``--calls`` times, synchronising after each: the first
+compiles.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 import torch
@@ -21,6 +24,7 @@ def main(argv=None) -> int:
     parser.add_argument("--op", required=True)
     parser.add_argument("--case", type=int, default=0)
     parser.add_argument("--variant", help="a label of the kernel module's bench_variants")
+    parser.add_argument("--impl", metavar="MODULE:ATTR", help="another implementation of the op's contract")
     parser.add_argument("--calls", type=int, default=4)
     args = parser.parse_args(argv)
     entry = op(args.op)
@@ -29,10 +33,13 @@ def main(argv=None) -> int:
     if args.variant:
         variants = sys.modules[entry.kernel.__module__].bench_variants(**kwargs)
         call = variants[args.variant]
+    if args.impl:
+        module, _, attr = args.impl.partition(":")
+        call = getattr(importlib.import_module(module), attr or args.op)
     for _ in range(args.calls):
         call(**kwargs)
         torch.cuda.synchronize()
-    print(f"{args.op} case {args.case} ({entry.bench[args.case].label}) {args.variant or 'kernel'}: {args.calls} calls")
+    print(f"{args.op} case {args.case} ({entry.bench[args.case].label}) {args.impl or args.variant or 'kernel'}: {args.calls} calls")
     return 0
 
 
