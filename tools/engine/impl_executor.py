@@ -60,6 +60,7 @@ from oracles.failures import OracleFailure
 from oracles.judge_errors import JudgeError, judge_error, out_of_memory_line
 from oracles.tensors import storage_bytes
 from tools.engine.activity import Activity
+from tools.engine.sessions import keep_niceness
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 HOST = REPO / "tools" / "engine" / "impl_host.py"
@@ -325,6 +326,7 @@ class ImplementationHost:
         launcher = subprocess.Popen([sys.executable, "-u", str(_launcher())], stdin=theirs, stdout=self.log,
                                     stderr=self.log, env=neutral_environment(), start_new_session=True,
                                     pass_fds=(guarding.fileno(),))
+        keep_niceness(launcher.pid)
         theirs.close()
         channel = Connection(ours.detach())
         paths, ids = read_only_paths(), host_ids()

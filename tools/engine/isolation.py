@@ -43,6 +43,7 @@ from oracles.judge_errors import JudgeError, out_of_memory, out_of_memory_line
 from tools.engine import activity
 from tools.engine.worker import NO_ORACLE, CellTask
 from tools.engine.process_end import exit_in_words, last_words
+from tools.engine.sessions import keep_niceness
 
 if TYPE_CHECKING:  # the battery (torch, Hypothesis) loads with the first result, not with --help
     from oracles.battery import CellResult
@@ -154,6 +155,7 @@ class _Worker:
             self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                             start_new_session=True,  # its own group: a kill takes its children
                                             pass_fds=(descriptor,))
+        keep_niceness(self.process.pid)
         os.close(descriptor)
         self.connection: Connection | None = None
         self.ready = False
