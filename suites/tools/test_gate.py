@@ -6,7 +6,6 @@ import json
 import pathlib
 import shutil
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -15,6 +14,7 @@ from ops import certificates
 from ops.catalog import Arch, entries, kernels
 from suites.claims import REPO
 from tools.engine.test_lists import load_lists
+from suites.processes import preloaded_run
 from suites.tools.git_copies import committed_copy, git
 
 pytestmark = pytest.mark.cpu
@@ -25,7 +25,8 @@ def repo(tmp_path) -> pathlib.Path:
 
 
 def gate(root: pathlib.Path, *words: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "tools/gate", *words], cwd=root, capture_output=True, text=True)
+    """tools/gate WORDS in ``root``, a process of its own that finds torch, Triton and the CuTe DSL imported."""
+    return preloaded_run(["tools/gate", *words], root)
 
 
 def verdict(run: subprocess.CompletedProcess) -> dict:
@@ -135,7 +136,7 @@ def gate_without_cutlass(root: pathlib.Path, *words: str) -> subprocess.Complete
     nvidia-cutlass-dsl is not installed (its .pth puts it ahead of PYTHONPATH: it cannot be shadowed there)."""
     argv = ["tools/gate", "--base", "HEAD", "--dry-run", "--json", *words]
     script = f"import runpy, sys; sys.modules['cutlass'] = None; sys.argv = {argv!r}; runpy.run_path('tools/gate', run_name='__main__')"
-    return subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True)
+    return preloaded_run(["-c", script], root)
 
 
 def test_a_kernel_whose_backend_is_missing_here_is_shown_not_judged_and_its_change_is_a_finding(repo, tmp_path):
