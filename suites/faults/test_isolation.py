@@ -249,3 +249,25 @@ def test_isolation_usage_errors_exit_2_in_one_line(words, reason):
     run = _certify(*words)
     assert run.returncode == 2 and reason in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+
+
+# The child's niceness, its new session's (a sleep it leaves to be ended), keep_niceness called or not.
+_SESSION_PROBE = """import os, subprocess, sys
+from tools.engine.sessions import keep_niceness
+os.nice(int(sys.argv[1]))
+child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+if sys.argv[2] == "keep":
+    keep_niceness(child.pid)
+print(open(f"/proc/{child.pid}/autogroup").read().split()[-1])
+child.kill()
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroup scheduling on this machine")
+def test_a_session_the_tools_start_keeps_the_niceness_of_its_starter():
+    """Where Linux schedules by autogroup, a new session's group starts at nice 0 whatever its leader's nice
+    value, so a worker or host of a job run at nice 19 took the cores at full priority (docs/ci.md,
+    2026-12-06d).  Negative control: without ``keep_niceness`` the group of a niced starter's session is at 0."""
+    for how, group in (("keep", "7"), ("leave", "0")):
+        run = subprocess.run([sys.executable, "-c", _SESSION_PROBE, "7", how], cwd=REPO, capture_output=True, text=True)
+        assert run.stdout.split() == [group], (how, run.stdout + run.stderr)
