@@ -1,8 +1,9 @@
 """Hostile implementations (``hostile_impls.py``) never end in exit 0 or a certificate; a correct one does.
 
-Each runs through the real path: ``tools/certify-cells --impl`` as a subprocess where the exit status is
-the point (ending the process, an exit hook), else the engine's ``execute`` (what a certify-cells worker
-runs: the battery here, the implementation in its host).  The cell is greedy_argmax's small-batch one on
+Each runs through the real path: ``tools/certify-cells --impl`` as a process of its own where the exit status
+is the point (ending the process, an exit hook; forked from an interpreter with torch imported:
+``suites.processes.preloaded_run``), else the engine's ``execute`` (what a certify-cells worker runs: the
+battery here, the implementation in its host).  The cell is greedy_argmax's small-batch one on
 its fixed corners, so each takes seconds.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from suites.certification import machine_device
 from suites.claims import REPO
+from suites.processes import preloaded_run
 from tools.engine.impl_executor import WARMUP_MAX_LOG2, ImplementationHost, draw_warmup
 from tools.engine.worker import CellTask, execute
 
@@ -25,9 +27,8 @@ CELL = "decode_small_batch"
 
 
 def _certify(impl: str, device: str = "cpu", *words: str):
-    run = subprocess.run([sys.executable, "tools/certify-cells", "--op", "greedy_argmax", "--cell", CELL,
-                          "--device", device, "--max-examples", "0", "--no-shrink", "--json", "--impl", impl, *words],
-                         capture_output=True, text=True, cwd=REPO)
+    run = preloaded_run(["tools/certify-cells", "--op", "greedy_argmax", "--cell", CELL, "--device", device,
+                         "--max-examples", "0", "--no-shrink", "--json", "--impl", impl, *words], REPO)
     report = json.loads(run.stdout) if run.stdout.strip().startswith("{") else None
     return run, report
 
