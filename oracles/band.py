@@ -104,7 +104,8 @@ def output_errors(outputs, truth: torch.Tensor) -> list[OutputError]:
     # per output: worst ULPs, the norms of its blocks' differences, non-finite answers, missed non-finite truth
     worst, diff_norms = [0.0] * len(outputs), [[] for _ in outputs]
     non_finite, missed = [0] * len(outputs), [0] * len(outputs)
-    truth_norms, flat = {}, {}
+    # what a block of the truth gives every output that meets it, made once: its norm, its rows' ULP a dtype
+    truth_norms, block_norms, ulps, flat = {}, {}, {}, {}
     for dtype, positions in by_dtype.items():
         for chunk, rows in _passes(len(positions), truth_rows.shape[0], row_elements):
             chunk = positions[chunk]
@@ -113,7 +114,11 @@ def output_errors(outputs, truth: torch.Tensor) -> list[OutputError]:
                     for position in chunk}
             block = truth_rows[rows]
             finite = block.isfinite()
-            ulp = row_ulp(block, dtype)
+            if rows.start not in block_norms:
+                block_norms[rows.start] = torch.where(finite, block, torch.zeros_like(block)).norm()
+            if (rows.start, dtype) not in ulps:
+                ulps[rows.start, dtype] = row_ulp(block, dtype)
+            ulp = ulps[rows.start, dtype]
             value = torch.stack([flat[position][rows].to(torch.float64) for position in chunk])
             # NaN truth: any NaN; +-inf truth: the same infinity (NaN != NaN, so not value != truth)
             matched = torch.where(block.isnan(), value.isnan(), value == block)
@@ -124,7 +129,7 @@ def output_errors(outputs, truth: torch.Tensor) -> list[OutputError]:
                                    diff.reshape(stacked).norm(dim=1),
                                    (finite & ~value.isfinite()).reshape(stacked).sum(dim=1).to(torch.float64),
                                    ((~finite) & ~matched).reshape(stacked).sum(dim=1).to(torch.float64),
-                                   torch.where(finite, block, torch.zeros_like(block)).norm().expand(len(chunk))],
+                                   block_norms[rows.start].expand(len(chunk))],
                                   dim=1)
             for position, (error_ulp, diff_norm, infinite, unmatched, truth_norm) in zip(chunk, numbers.tolist()):
                 worst[position] = max(worst[position], error_ulp)
