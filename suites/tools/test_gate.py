@@ -13,9 +13,9 @@ import pytest
 from ops import certificates
 from ops.catalog import Arch, entries, kernels
 from suites.claims import REPO
-from tools.engine.test_lists import load_lists
 from suites.processes import preloaded_run
 from suites.tools.git_copies import committed_copy, git
+from tools.engine.test_lists import load_lists
 
 pytestmark = pytest.mark.cpu
 
