@@ -1,8 +1,8 @@
 """tools/scale-measure: wall time of certifying every op on 1 GPU against N GPUs (``--gpus``), and proof
 that the results do not depend on how many GPUs ran them.
 
-Each run is ``tools/certify-cells --device cuda --gpus G --shard 1/1 --report ...``: the whole run as
-one shard, so that a measurement writes no certificate.  It writes a markdown table (wall time,
+Each run is ``tools/certify-cells --device cuda --gpus G -n N --shard 1/1 --report ...`` (``-n``: workers on
+each GPU, as a certification on one GPU is run): the whole run as one shard, so that a measurement writes no certificate.  It writes a markdown table (wall time,
 cells, speed-up over the first run) and exits 1 when any cell's record differs between the runs
 (a merge that depends on completion order, or a cell that passes on one GPU count only).
 
@@ -32,6 +32,10 @@ def parse_args(argv):
                             epilog="Example: tools/scale-measure --gpus 1,2 --max-examples 10 --out $OUT/scale.md")
     parser.add_argument("--gpus", default="1,2", metavar="G,G,...", help="GPU counts to time, in order (default 1,2)")
     parser.add_argument("--max-examples", type=int, default=10, metavar="N", help="draws per cell (default 10)")
+    parser.add_argument("-n", "--workers", type=int, default=1, metavar="N",
+                        help="worker processes on each GPU (certify-cells -n; default 1)")
+    parser.add_argument("--backend", metavar="NAME", help="only the kernels of this backend (certify-cells --backend)")
+    parser.add_argument("--cell-timeout", type=float, metavar="SECONDS", help="a cell's limit (certify-cells')")
     parser.add_argument("--op", action="append", default=[], metavar="NAME", help="only this op (repeatable)")
     parser.add_argument("--out", required=True, metavar="PATH", help="the markdown table to write")
     parser.add_argument("--warm-up", action=argparse.BooleanOptionalAction, default=True,
@@ -41,12 +45,17 @@ def parse_args(argv):
         args.gpus = [int(g) for g in args.gpus.split(",")]
     except ValueError:
         raise UsageError(f"--gpus {args.gpus!r}: expected counts like 1,2") from None
+    if args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: expected a positive number")
     return args
 
 
 def certify(gpus: int, args, report: pathlib.Path) -> tuple[float, int]:
     command = [sys.executable, str(REPO / "tools" / "certify-cells"), "--device", "cuda", "--gpus", str(gpus),
-               "--shard", "1/1", "--max-examples", str(args.max_examples), "--report", str(report)]
+               "-n", str(args.workers), "--shard", "1/1", "--max-examples", str(args.max_examples),
+               "--report", str(report)]
+    command += ["--backend", args.backend] if args.backend else []
+    command += ["--cell-timeout", f"{args.cell_timeout:g}"] if args.cell_timeout is not None else []
     command += [word for name in args.op for word in ("--op", name)]
     print("$ " + " ".join(command[1:]), flush=True)
     started = time.monotonic()
@@ -84,8 +93,10 @@ def main(argv=None) -> int:
     after_warm_up = differing([runs[0][3], timed[0][3]]) if runs[0][0] == "warm-up" else []
     first = timed[0][1]
     lines = [f"# Certification wall time against GPU count ({runs[0][3]['device']}, {runs[0][3]['arch']})", "",
-             f"{', '.join(args.op) if args.op else 'Every op'}, `--max-examples {args.max_examples}`, one worker per "
-             f"GPU (`tools/certify-cells --device cuda --gpus G --shard 1/1`), "
+             f"{', '.join(args.op) if args.op else 'Every op'}"
+             + (f" ({args.backend} kernels)" if args.backend else "") + f", `--max-examples {args.max_examples}`, "
+             f"{args.workers} worker{'s' if args.workers > 1 else ''} per GPU "
+             f"(`tools/certify-cells --device cuda --gpus G -n {args.workers} --shard 1/1`), "
              + (f"after an untimed warm-up run on {max(args.gpus)} GPUs that filled the shared kernel cache; "
                 if args.warm_up else "no warm-up (the first run compiles every kernel); ") + "measured "
              f"{datetime.date.today().isoformat()} with `tools/scale-measure`.", "",

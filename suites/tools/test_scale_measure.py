@@ -3,10 +3,13 @@ record differs between GPU counts fails the measurement."""
 from __future__ import annotations
 
 import json
+import pathlib
+import subprocess
 
 import pytest
 
 from tools import scale_measure
+from tools.cli import UsageError
 
 
 def _fake_certify(seconds_by_gpus: dict, status_by_gpus: dict, calls: list, warm_up_status: str = "certified"):
@@ -52,3 +55,31 @@ def test_a_warm_up_record_that_differs_is_named_as_such_not_as_a_gpu_count_diffe
     table = out.read_text()
     assert "identical across GPU counts: yes" in table, table
     assert "warm-up run (cold kernel cache) that differ from the timed runs': strict_accept/small_batch" in table
+
+
+@pytest.mark.cpu
+def test_each_run_is_certify_cells_with_the_workers_backend_and_cell_limit_asked_for(tmp_path, monkeypatch):
+    commands = []
+
+    def run(command, cwd):
+        commands.append(command)
+        report = pathlib.Path(command[command.index("--report") + 1])
+        report.write_text(json.dumps({"device": "NVIDIA H200", "arch": "sm90", "results": []}))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(scale_measure.subprocess, "run", run)
+    out = tmp_path / "scale.md"
+    assert scale_measure.main(["--gpus", "1", "-n", "6", "--backend", "triton", "--cell-timeout", "300",
+                               "--max-examples", "100", "--no-warm-up", "--out", str(out)]) == 0
+    (command,) = commands
+    words = " ".join(command[1:])
+    assert "--gpus 1 -n 6 --shard 1/1 --max-examples 100" in words and "--backend triton" in words, words
+    assert "--cell-timeout 300" in words, words
+    assert "6 workers per GPU" in out.read_text() and "(triton kernels)" in out.read_text()
+
+
+@pytest.mark.cpu
+def test_no_workers_is_refused_before_any_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(scale_measure.subprocess, "run", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(UsageError, match="--workers 0"):
+        scale_measure.main(["--gpus", "1", "-n", "0", "--out", str(tmp_path / "scale.md")])
