@@ -98,7 +98,8 @@ def main(argv=None) -> int:
              f"{args.workers} worker{'s' if args.workers > 1 else ''} per GPU "
              f"(`tools/certify-cells --device cuda --gpus G -n {args.workers} --shard 1/1`), "
              + (f"after an untimed warm-up run on {max(args.gpus)} GPUs that filled the shared kernel cache; "
-                if args.warm_up else "no warm-up (the first run compiles every kernel); ") + "measured "
+                if args.warm_up else "no warm-up run (what Triton's cache does not hold yet, a cold cache or one "
+                "`tools/compile-ahead` filled, compiles in the first run); ") + "measured "
              f"{datetime.date.today().isoformat()} with `tools/scale-measure`.", "",
              "| GPUs | wall time (s) | cells | certified | speed-up |", "|---:|---:|---:|---:|---:|"]
     for gpus, seconds, code, report in timed:
