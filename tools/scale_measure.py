@@ -1,10 +1,11 @@
 """tools/scale-measure: wall time of certifying every op on 1 GPU against N GPUs (``--gpus``), and proof
 that the results do not depend on how many GPUs ran them.
 
-Each run is ``tools/certify-cells --device cuda --gpus G -n N --shard 1/1 --report ...`` (``-n``: workers on
-each GPU, as a certification on one GPU is run): the whole run as one shard, so that a measurement writes no certificate.  It writes a markdown table (wall time,
-cells, speed-up over the first run) and exits 1 when any cell's record differs between the runs
-(a merge that depends on completion order, or a cell that passes on one GPU count only).
+Each run is ``tools/certify-cells --device cuda --gpus G -n N --shard 1/1 --report ...`` (``-n``: workers
+on each GPU, as a certification on one GPU is run): the whole run as one shard, so that a measurement
+writes no certificate.  It writes a markdown table (wall time, cells, speed-up over the first run) and
+exits 1 when any cell's record differs between the runs (a merge that depends on completion order, or a
+cell that passes on one GPU count only).
 
 A warm-up run (on the most GPUs asked for, untimed) goes first: it compiles every kernel the timed runs
 will meet into the Triton cache the runs share, with the same seeds and so the same draws.  Without it
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import pathlib
 import subprocess
 import sys
@@ -47,6 +49,8 @@ def parse_args(argv):
         raise UsageError(f"--gpus {args.gpus!r}: expected counts like 1,2") from None
     if args.workers < 1:
         raise UsageError(f"--workers {args.workers}: expected a positive number")
+    if args.cell_timeout is not None and not (math.isfinite(args.cell_timeout) and args.cell_timeout > 0):
+        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not positive and finite (seconds)")
     return args
 
 

@@ -79,7 +79,9 @@ def test_each_run_is_certify_cells_with_the_workers_backend_and_cell_limit_asked
 
 
 @pytest.mark.cpu
-def test_no_workers_is_refused_before_any_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("words, says", [(["-n", "0"], "--workers 0"), (["--cell-timeout", "0"], "--cell-timeout: 0"),
+                                         (["--cell-timeout", "inf"], "--cell-timeout: inf")])
+def test_bad_flags_are_refused_before_any_run(tmp_path, monkeypatch, words, says):
     monkeypatch.setattr(scale_measure.subprocess, "run", lambda *a, **k: pytest.fail("a run started"))
-    with pytest.raises(UsageError, match="--workers 0"):
-        scale_measure.main(["--gpus", "1", "-n", "0", "--out", str(tmp_path / "scale.md")])
+    with pytest.raises(UsageError, match=says):
+        scale_measure.main(["--gpus", "1", *words, "--out", str(tmp_path / "scale.md")])
