@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import pathlib
 import shlex
@@ -45,7 +44,7 @@ import traceback
 from oracles.failures import ORACLES
 from oracles.judge_errors import JudgeError
 from oracles.selection import parse_oracles
-from tools.cli import INTERNAL_ERROR, ArgumentParser, UsageError, run_main
+from tools.cli import INTERNAL_ERROR, ArgumentParser, UsageError, check_cell_timeout, check_workers, run_main
 from tools.engine import commands
 from tools.engine.bytecode import refuse_planted
 from tools.engine.certify import DEFAULT_CELL_TIMEOUT_S, RunOptions, certify
@@ -129,8 +128,7 @@ def parse_args(argv) -> RunOptions:
         raise UsageError(f"--max-examples: {args.max_examples} is negative")
     if args.max_examples is not None and args.max_examples > MAX_EXAMPLES_LIMIT:
         raise UsageError(f"--max-examples: {args.max_examples:.3g} is above {MAX_EXAMPLES_LIMIT} draws per cell")
-    if args.cell_timeout is not None and not (math.isfinite(args.cell_timeout) and args.cell_timeout > 0):
-        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not positive and finite (seconds)")
+    check_cell_timeout(args.cell_timeout)
     for flag, path in (("--report", args.report), ("--junit", args.junit)):
         if path is not None:
             check_writable(flag, path)
@@ -139,9 +137,7 @@ def parse_args(argv) -> RunOptions:
             raise UsageError("--gpus needs --device cuda")
         if args.gpus != "all" and not (args.gpus.isdigit() and int(args.gpus) > 0):
             raise UsageError(f"--gpus {args.gpus!r}: expected 'all' or a positive number")
-    if args.workers is not None:
-        if args.workers < 1:
-            raise UsageError(f"--workers {args.workers}: expected a positive number")
+    check_workers(args.workers)
     if args.sanitize and args.device != "cuda":
         raise UsageError(f"--sanitize {args.sanitize}: compute-sanitizer checks CUDA kernels; it needs --device cuda")
     if args.dump is not None:

@@ -3,6 +3,7 @@ tool (``tools/certify-cells``) exits 3 when its own code failed, which is never 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Callable
 
@@ -38,3 +39,15 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def check_workers(workers: int | None) -> None:
+    """``-n``/``--workers`` of the tools that start worker processes: not given, or a positive count."""
+    if workers is not None and workers < 1:
+        raise UsageError(f"--workers {workers}: expected a positive number")
+
+
+def check_cell_timeout(seconds: float | None) -> None:
+    """``--cell-timeout`` of the tools that judge cells: not given, or a positive and finite number of seconds."""
+    if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+        raise UsageError(f"--cell-timeout: {seconds:g} is not positive and finite (seconds)")

@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import pathlib
 import subprocess
 import sys
 import time
 
-from tools.cli import ArgumentParser, UsageError, run_main
+from tools.cli import ArgumentParser, UsageError, check_cell_timeout, check_workers, run_main
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -47,10 +46,8 @@ def parse_args(argv):
         args.gpus = [int(g) for g in args.gpus.split(",")]
     except ValueError:
         raise UsageError(f"--gpus {args.gpus!r}: expected counts like 1,2") from None
-    if args.workers < 1:
-        raise UsageError(f"--workers {args.workers}: expected a positive number")
-    if args.cell_timeout is not None and not (math.isfinite(args.cell_timeout) and args.cell_timeout > 0):
-        raise UsageError(f"--cell-timeout: {args.cell_timeout:g} is not positive and finite (seconds)")
+    check_workers(args.workers)
+    check_cell_timeout(args.cell_timeout)
     return args
 
 
