@@ -55,17 +55,41 @@ def test_the_host_gives_back_its_cache_past_the_limit_after_a_message():
         host.close()
 
 
-def test_the_host_reports_its_peak_since_the_last_ask():
-    """What the scheduler reads of the host's memory (``peak_memory_reserved``): the most its allocator reserved
-    since the last ask, a temporary given back before the ask included; the ask resets it (the control: the
-    next ask sees only what the host holds now)."""
+def test_the_host_reports_its_peak_since_the_last_cell_ended():
+    """What the scheduler reads of the host's memory (``end_cell``): the most its allocator reserved since the
+    last cell ended, a temporary given back before included; the end resets it (the control: the next end sees
+    only what the host holds now)."""
     x = torch.ones(1024, device="cuda")
     host = ImplementationHost("cuda", call_limit_s=120, warmup=0)
     try:
         host.load([str(REPO)], {"past_the_limit": ("suites.faults.cache_holding", "past_the_limit")})
         assert torch.equal(host.function("past_the_limit")(x), x)
-        peak = host.peak_memory_reserved()
+        peak = host.end_cell()
         assert peak >= allocations.CACHE_KEPT_BYTES + GIB, peak
-        assert host.peak_memory_reserved() < 0.5 * GIB
+        assert host.end_cell() < 0.5 * GIB
+    finally:
+        host.close()
+
+
+def test_a_cell_that_ended_leaves_neither_process_holding_its_buffers():
+    """Between cells a slot holds its CUDA contexts alone (what the scheduler counts of it): a cell's inputs of
+    2 GiB stay in the judge's staging buffers and its outputs in the host's buffers while the cell runs (the
+    control), and after ``end_cell`` and the worker's ``empty_cache`` neither process reserves them."""
+    x = torch.ones(GIB // 2, device="cuda")   # 2 GiB of float32
+    host = ImplementationHost("cuda", call_limit_s=120, warmup=0)
+    try:
+        host.load([str(REPO)], {"within_the_limit": ("suites.faults.cache_holding", "within_the_limit"),
+                                "memory_held": ("suites.faults.cache_holding", "memory_held")})
+        assert torch.equal(host.function("within_the_limit")(x), x)
+        del x
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() >= 2 * GIB   # the staging buffers of the cell
+        hosted, _ = host.function("memory_held")(torch.ones(1, device="cuda")).tolist()
+        assert hosted >= 2 * GIB, hosted   # the host's output buffer of 2 GiB
+        host.end_cell()
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() < 0.5 * GIB
+        hosted, _ = host.function("memory_held")(torch.ones(1, device="cuda")).tolist()
+        assert hosted < 0.5 * GIB, hosted
     finally:
         host.close()

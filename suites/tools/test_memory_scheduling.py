@@ -9,6 +9,7 @@ import json
 import types
 
 import pytest
+import torch
 
 from ops.catalog import Arch, kernels
 from tools import certify_cells
@@ -89,23 +90,69 @@ def test_the_queue_starts_what_fits_and_keeps_the_rest_in_order():
 def test_the_hosts_figure_is_taken_only_as_a_non_negative_int(said, read):
     """The host is the implementation's process: whatever else it answers is unknown, never an error."""
     host = types.SimpleNamespace(fault=None, _ask=lambda message, expected, limit_s: said)
-    assert ImplementationHost.peak_memory_reserved(host) == read
+    assert ImplementationHost.end_cell(host) == read
 
 
-def test_a_host_that_fails_to_answer_gives_no_figure():
+def _judge_side_holding_buffers(**host):
+    """The judge's side of a host (the fields ``end_cell`` lets go), holding a cell's buffers."""
+    return types.SimpleNamespace(**host, _buffers={0: "staging"}, _free={("cuda", 512): [0]}, _unsent={0: "staging"},
+                                 _host_buffers={0: "output"}, _captured=[0], _pool="pool")
+
+
+def test_the_judge_lets_go_of_its_buffers_whatever_the_host_answers():
+    """Its own side's buffers, pool and the host's buffers held open go when a cell ends: after a figure, after a
+    refusal to answer, and where the host had ended already (the control: before the call, all are held)."""
     def refuses(message, expected, limit_s):
         raise ValueError("no")
-    assert ImplementationHost.peak_memory_reserved(types.SimpleNamespace(fault=None, _ask=refuses)) is None
-    assert ImplementationHost.peak_memory_reserved(types.SimpleNamespace(fault="ended", _ask=None)) is None
+    for host, figure in [(_judge_side_holding_buffers(fault=None, _ask=lambda *args: 7), 7),
+                         (_judge_side_holding_buffers(fault=None, _ask=refuses), None)]:
+        assert host._buffers and host._host_buffers and host._pool is not None
+        assert ImplementationHost.end_cell(host) == figure
+        assert (host._buffers, host._free, host._unsent, host._host_buffers, host._captured, host._pool) == \
+            ({}, {}, {}, {}, [], None)
+    assert ImplementationHost.end_cell(types.SimpleNamespace(fault="ended", _ask=None)) is None
 
 
 def test_a_host_on_the_cpu_answers_that_it_reserved_nothing():
     """The message itself, through a real host: on the CPU its caching allocator never served anything."""
     host = ImplementationHost("cpu", call_limit_s=60, warmup=0)
     try:
-        assert host.peak_memory_reserved() == 0 and host.fault is None
+        assert host.end_cell() == 0 and host.fault is None
     finally:
         host.close()
+
+
+def test_calls_after_a_cell_ended_stage_and_return_through_new_buffers():
+    """Both sides let go of a cell's buffers and number them again from nothing: a call after ``end_cell``
+    answers right through buffers made afresh, and its output is the host's, not a buffer of the cell before
+    (the control: before the end, later calls of a size reuse what the first two made)."""
+    host = ImplementationHost("cpu", call_limit_s=60, warmup=0)
+    try:
+        host.load([], {"neg": ("torch", "neg")})
+        x = torch.arange(6.0)
+        for _ in range(3):
+            assert torch.equal(host.function("neg")(x), -x)
+        assert set(host._buffers) == {0, 1}
+        assert host.end_cell() == 0 and not host._buffers and not host._host_buffers
+        y = torch.arange(40.0)   # another size class: what a stale buffer numbered 0 could not hold
+        assert torch.equal(host.function("neg")(y), -y)
+        assert set(host._buffers) == {0} and host.fault is None
+    finally:
+        host.close()
+
+
+def test_an_output_in_a_buffer_the_host_never_shared_fails_its_call():
+    """A host that answers ``end_cell`` but keeps its own buffers (and their numbers) sends the next cell's
+    output in a buffer the judge no longer holds: the implementation's failure, never the judge's KeyError."""
+    from oracles.failures import OracleFailure
+
+    judge_side = types.SimpleNamespace(oracle="parity", device="cpu", _host_buffers={})
+    item = ("plain", (3, 16), torch.float32, 0, (4,), (1,), "cpu")
+    sent = {"structure": "tensor", "types": ["torch.Tensor"], "tensors": [item], "copies": [None],
+            "overwritten": [], "layouts": ["torch.strided"]}
+    with pytest.raises(OracleFailure, match="buffer 3, which it never shared"):
+        ImplementationHost._outputs(judge_side, sent, poisoned=False)
+
 
 
 def _report(tmp_path, monkeypatch, rows) -> None:

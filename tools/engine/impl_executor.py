@@ -67,7 +67,7 @@ HOST = REPO / "tools" / "engine" / "impl_host.py"
 LAUNCHER = REPO / "tools" / "engine" / "impl_launch.py"
 PLATFORM_ENV_PREFIXES = ("KPARITY_", "PYTEST", "_PYTEST", "HYPOTHESIS", "COV_CORE_", "PYTHONPYCACHEPREFIX")
 START_LIMIT_S = 300     # importing torch (and, for the catalog, Triton) in a fresh interpreter
-PEAK_MEMORY_LIMIT_S = 10   # reading two allocator counters: a host slower than this says nothing of its memory
+END_CELL_LIMIT_S = 10   # dropping buffers, reading two allocator counters: a host slower says nothing of its memory
 POLL_S = 0.5
 NO_ORACLE = "implementation host"   # what a finding names before any oracle has begun
 # Warm-up calls before the first judged one: log-uniform over 0..2**16 - 1, so that no call count is safe
@@ -441,17 +441,24 @@ class ImplementationHost:
     def function(self, name: str) -> "HostedFunction":
         return HostedFunction(self, name)
 
-    def peak_memory_reserved(self) -> int | None:
-        """The most the host's caching allocator reserved since the last ask (or its start), as the host says:
-        the implementation's process may say anything, so the figure only orders cells (``isolation.py``),
-        and any answer but a non-negative int, or none, is None (unknown).  Asked after a cell's verdict: a
-        host that fails to answer is retired like any faulted host, and fails nothing."""
+    def end_cell(self) -> int | None:
+        """After a cell's verdict: the most the host's caching allocator reserved since the last cell ended (or
+        its start), as the host says, and every buffer of the cell let go on both sides (the host's end_cell;
+        here the staging buffers, their pool, and the host's buffers held open), so that the next cell on
+        another slot of this GPU finds the memory free; the next call makes its buffers afresh.  The
+        implementation's process may say anything, so the figure only orders cells (``isolation.py``), and
+        any answer but a non-negative int, or none, is None (unknown).  A host that fails to answer is
+        retired like any faulted host, and fails nothing; one that answers but keeps its buffers only costs
+        memory: an output it sends in a buffer the judge no longer holds open fails its call."""
         if self.fault is not None:
             return None
         try:
-            peak = self._ask(("peak_memory",), "peak_memory", PEAK_MEMORY_LIMIT_S)
+            peak = self._ask(("end_cell",), "cell_ended", END_CELL_LIMIT_S)
         except Exception:  # noqa: BLE001 - whatever the host did instead of answering, its figure is unknown
-            return None
+            peak = None
+        finally:
+            self._buffers, self._free, self._unsent, self._host_buffers, self._captured = {}, {}, {}, {}, []
+            self._pool = None
         return peak if type(peak) is int and peak >= 0 else None
 
     def close(self) -> None:
@@ -557,6 +564,10 @@ class ImplementationHost:
             if item is None:  # a torch.Tensor of another layout (sparse, mkldnn): no storage to send
                 raise OracleFailure(self.oracle, f"returned output {index} of layout {sent['layouts'][index]}: the "
                                                  f"contract's outputs are strided tensors")
+            for sent_as in (item, sent["copies"][index] if sent["copies"] else None):
+                if sent_as is not None and isinstance(sent_as[1], tuple) and sent_as[1][0] not in self._host_buffers:
+                    raise OracleFailure(self.oracle, f"sent output {index} in buffer {sent_as[1][0]}, which it never "
+                                                     f"shared with the judge in this cell")
             output, margined = _rebuilt(item, buffers=self._host_buffers)
             if margined is not None and not margins_intact(*margined):
                 overwritten.append(f"output {index} (shape {tuple(output.shape)} {output.dtype})")

@@ -32,11 +32,12 @@ Messages, judge -> host: ``("load", {"paths": [...], "functions": {name: (module
 ``("calls", shares, [(name, plain, views, positional, poison or None, moved) or ("replay",), ...])``
 (several calls in one message, run in order, a replay of the captured graph among them; one settle
 after the last), ``("capture", name, plain, views, shares)``,
-``("replay",)``, ``("peak_memory",)``; host -> judge: ``("started", {"unprotected": None or why not})`` first,
+``("replay",)``, ``("end_cell",)``; host -> judge: ``("started", {"unprotected": None or why not})`` first,
 ``("loaded", {"missing": [...]})``, ``("returned", shares, [("returned",
 outputs) or ("raised", exception facts), ...])`` (the calls after a raising one do not run),
-``("captured", outputs)``, ``("replayed",)``, ``("peak_memory", bytes)`` (its caching allocator's most reserved
-since the last ask), ``("raised", exception facts)`` (the implementation raised),
+``("captured", outputs)``, ``("replayed",)``, ``("cell_ended", bytes)`` (its caching allocator's most reserved
+since the last cell ended; every buffer of the cell let go on both sides, whose numbers start again from
+nothing), ``("raised", exception facts)`` (the implementation raised),
 ``("failed", exception facts)`` (the host's own code did, reading what a call returned: the judge's
 defect).  ``shares``: {buffer number:
 uint8 tensor} for the buffers the other side has not been sent yet; ``views``: {argument: (buffer number or
@@ -316,15 +317,20 @@ class Host:
         torch.cuda.synchronize()
         return ("replayed",)
 
-    @staticmethod
-    def peak_memory() -> tuple:
-        """The most this process's caching allocator reserved since the last ask (or the start), the peak then
-        reset: what the judge schedules cells by (nothing reserved where CUDA was never used)."""
+    def end_cell(self) -> tuple:
+        """A cell ended: the most this process's caching allocator reserved since the last cell ended (or the
+        start), the peak then reset: what the judge schedules cells by (nothing reserved where CUDA was never
+        used).  What the process kept for the cell's calls is let go with its cache — the judge's staging
+        buffers opened here, its own output buffers, the last message's inputs, a captured graph — so that a
+        cell started on another slot of this GPU finds that memory free (the judge lets go of its side too)."""
+        self.staged, self.output_buffers, self.held, self.graph = {}, OutputBuffers(), [], None
         if not torch.cuda.is_initialized():
-            return ("peak_memory", 0)
+            return ("cell_ended", 0)
         peak = torch.cuda.max_memory_reserved()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-        return ("peak_memory", peak)
+        return ("cell_ended", peak)
 
     @staticmethod
     def _settle() -> None:

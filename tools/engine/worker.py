@@ -234,7 +234,7 @@ def execute_measured(task: CellTask, **kwargs):
     torch.cuda.reset_peak_memory_stats()
     result = execute(task, **kwargs)
     host = _HOSTS.get((task.impl, task.device, False))
-    hosted = host.peak_memory_reserved() if host is not None else None
+    hosted = host.end_cell() if host is not None else None   # both sides' buffers of the cell let go
     return result, None if hosted is None else torch.cuda.max_memory_reserved() + hosted
 
 
@@ -385,7 +385,9 @@ def serve(connection: Connection, device: str, activity: Activity | None = None)
         _surface_device_errors(result, device, where["oracle"], where["recipe"])
         connection.send(("result", result.record(), gpu_peak_bytes))
         if device == "cuda":
-            torch.cuda.empty_cache()   # what the cell kept cached, given back to the workers sharing the GPU
+            # what the cell kept cached (its staging buffers' pool among it, let go by end_cell), given back to
+            # the workers sharing the GPU
+            torch.cuda.empty_cache()
 
 
 def main(argv=None) -> int:
