@@ -107,7 +107,7 @@ def test_workers_give_the_results_one_process_gives():
     tasks = [CellTask(ENTRY.name, cell, DEVICE, CORRECT, max_examples=1)
              for cell in ("empty_batch", "decode_small_batch", "decode_mid_batch")]
     finished = []
-    parallel = run_isolated(tasks, _slots(), cell_timeout=600, on_result=lambda result, *_: finished.append(result))
+    parallel = run_isolated(tasks, _slots(), cell_timeout=600, on_result=lambda task, result, *_: finished.append(result))
     assert len(finished) == len(tasks) and all(result.status == "certified" for result in finished), finished
     assert {key: result.record() for key, result in parallel.items()} == \
         {task.key: execute(task).record() for task in tasks}
@@ -138,7 +138,7 @@ def test_a_cell_out_of_memory_beside_other_workers_runs_again_alone_then_ends_th
         started.clear(), started_workers.clear()
         with pytest.raises(JudgeError) as raised:
             run_isolated(tasks, slots, cell_timeout=600, on_note=lambda slot, line: notes.append(line),
-                         on_result=lambda result, *_: finished.append(result))
+                         on_result=lambda task, result, *_: finished.append(result))
         message = raised.value.message
         assert message.startswith("the implementation's call ran out of memory (OutOfMemoryError: CUDA out of "
                                   "memory. Tried to allocate 2.00 GiB (a control)"), message

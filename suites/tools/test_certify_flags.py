@@ -145,8 +145,8 @@ def test_a_run_stopped_by_its_time_limit_keeps_the_ops_it_finished(monkeypatch):
     def stopped_after_greedy_argmax(options, tasks, on_result, costs=None, peaks=None):
         for task in tasks:
             if task.op == "greedy_argmax":
-                on_result(CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)
-        on_result(CellResult("strict_accept", tasks[-1].cell_id, "certified", examples=24), 0.1)  # one of its cells
+                on_result(task, CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)
+        on_result(tasks[-1], CellResult("strict_accept", tasks[-1].cell_id, "certified", examples=24), 0.1)  # one of its cells
         raise SystemExit(128 + 15)
 
     written = []
@@ -171,8 +171,8 @@ def test_a_run_ended_by_an_internal_error_keeps_the_ops_judged_whole_before_it(m
     def judge_error_in_strict_accept(options, tasks, on_result, costs=None, peaks=None):
         for task in tasks:
             if task.op == "greedy_argmax":
-                on_result(CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)
-        on_result(CellResult("strict_accept", tasks[-1].cell_id, "certified", examples=24), 0.1)  # one of its cells
+                on_result(task, CellResult(task.op, task.cell_id, "certified", examples=24), 0.1)
+        on_result(tasks[-1], CellResult("strict_accept", tasks[-1].cell_id, "certified", examples=24), 0.1)  # one of its cells
         raise JudgeError("the implementation's call ran out of memory (injected)", "parity")
 
     written = []
@@ -233,6 +233,40 @@ def test_a_logged_run_says_when_a_cell_starts_shrinking(capsys):
     assert "shrinking" not in right and f"greedy_argmax/{CELL}: 1/" in right, right
 
 
+def test_every_backends_cells_run_in_one_pool_and_each_result_reaches_its_own_backend(monkeypatch):
+    """An op's kernels share their cells' ids: both backends' tasks go to the workers in one run (a backend run
+    after another left the workers idle at each one's end: 2026-12-06f), and each result is announced to and
+    concluded by the backend whose task it was (the control: the same op and cell answered differently by
+    each backend)."""
+    from oracles.battery import CellResult
+    from tools.engine import certify
+    from tools.engine.worker import CellTask
+
+    pooled = []
+
+    def run_tasks(options, tasks, on_result, costs=None, peaks=None):
+        pooled.append([task.key for task in tasks])
+        found = {}
+        for task in tasks:
+            found[task.key] = CellResult(task.op, task.cell_id, "certified" if task.backend == "triton" else "failed")
+            on_result(task, found[task.key], 1.0, None)
+        return found
+
+    monkeypatch.setattr(certify, "run_tasks", run_tasks)
+    seen, runs = {}, []
+    for backend in ("triton", "cute"):
+        results, announced = {}, []
+        seen[backend] = (results, announced)
+        runs.append(certify.KernelRun(
+            backend, [], [("op", "a", None)], [CellTask("op", "a", "cpu", backend=backend)], results, [],
+            lambda result, seconds, peak, announced=announced: announced.append(result.status),
+            lambda rows, results=results: results["op", "a"].status == "failed", lambda: None))
+    assert certify.run_kernels(certify.RunOptions(device="cpu"), runs, None) == (True, 2)
+    assert pooled == [[("op", "a", "triton"), ("op", "a", "cute")]]
+    assert [seen[backend][1] for backend in ("triton", "cute")] == [["certified"], ["failed"]]
+    assert [seen[backend][0]["op", "a"].status for backend in ("triton", "cute")] == ["certified", "failed"]
+
+
 def test_several_workers_start_the_slowest_cells_first(tmp_path, monkeypatch):
     """A run on several workers ends with its last cell: the cells the committed reports show slowest a draw
     start first, a cell of no report before all, the catalog's order among equals; one worker keeps the
@@ -251,7 +285,8 @@ def test_several_workers_start_the_slowest_cells_first(tmp_path, monkeypatch):
     costs = certify.seconds_a_draw([entry], catalog.Arch.SM90)
     assert costs == {(entry.name, "empty_batch"): 0.1, (entry.name, "decode_small_batch"): 3.0,
                      (entry.name, "decode_mid_batch"): 0.1}
-    tasks = [CellTask(entry.name, cell.id, "cpu") for cell in entry.cells]
+    tasks = [CellTask(entry.name, cell.id, "cpu", backend=entry.backend) for cell in entry.cells]
+    costs = {(*key, entry.backend): value for key, value in costs.items()}   # as run_kernels keys them
     assert [task.cell_id for task in certify.longest_first(tasks, costs)] == \
         ["decode_large_batch", "decode_small_batch", "empty_batch", "decode_mid_batch"]
 

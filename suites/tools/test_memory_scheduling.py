@@ -64,8 +64,8 @@ def test_the_queue_starts_what_fits_and_keeps_the_rest_in_order():
     """``_CellQueue.next`` with the memory rule: the cell that does not fit stays first in line; a cell put back
     after running out of memory is held to the same rule; with no rule (the control) the next is taken."""
     paged, small, tiny = (CellTask("op", cell, "cuda") for cell in ("paged", "small", "tiny"))
-    gdn = {("op", "gdn")}
-    peaks = {("op", cell): peak for cell, peak in PEAKS.items()}
+    gdn = {("op", "gdn", None)}
+    peaks = {("op", cell, None): peak for cell, peak in PEAKS.items()}   # keyed as the tasks are
 
     def beside(running):
         return lambda keys: first_that_fits(keys, running, peaks, H100, slots=2)
@@ -78,7 +78,7 @@ def test_the_queue_starts_what_fits_and_keeps_the_rest_in_order():
     assert queue.next(set(), beside(set())) is paged and not queue   # alone, it runs
     queue = isolation._CellQueue([small, tiny])
     assert queue.next(set()) is small
-    queue.defer(paged, {("op", "other")})                        # out of memory beside "other", which has ended
+    queue.defer(paged, {("op", "other", None)})                  # out of memory beside "other", which has ended
     assert queue.next(gdn, beside(gdn)) is tiny and queue.next(gdn, beside(gdn)) is None
     assert queue.next(set(), beside(set())) is paged and not queue
 
@@ -198,7 +198,7 @@ def test_the_peaks_are_written_beside_the_seconds_and_read_back_for_the_next_run
         results = {}
         for index, task in enumerate(tasks):
             results[task.key] = CellResult(task.op, task.cell_id, "certified", examples=24)
-            on_result(results[task.key], 0.1, (index + 1) * GIB if index else None)
+            on_result(task, results[task.key], 0.1, (index + 1) * GIB if index else None)
         return results
 
     monkeypatch.setattr(certify, "run_tasks", run_tasks)
@@ -207,7 +207,7 @@ def test_the_peaks_are_written_beside_the_seconds_and_read_back_for_the_next_run
     out = tmp_path / "report.json"
     assert certify_cells.main(["--device", "cpu", "--op", "greedy_argmax", "--max-examples", "24",
                                "--report", str(out)]) == 0
-    assert scheduled == [{(entry.name, cells[0]): 7 * GIB}]
+    assert scheduled == [{(entry.name, cells[0], entry.backend): 7 * GIB}]
     (section, earned), = written
     for rows in (json.loads(out.read_text())["results"], earned["results"]):
         peaks = {row["cell"]: row.get("gpu_peak_bytes", "absent") for row in rows}

@@ -16,7 +16,7 @@ import os
 import platform
 import sys
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from oracles.failures import ORACLES, OracleFailure
 from oracles.judge_errors import JudgeError
@@ -348,17 +348,18 @@ def gpu_peaks(entries, arch) -> dict[tuple[str, str], int]:
             if type(row.get("gpu_peak_bytes")) is int and row["gpu_peak_bytes"] >= 0}
 
 
-def longest_first(tasks: list, costs: dict[tuple[str, str], float]) -> list:
-    """Tasks in the order that ends a run of several workers soonest: the slowest a draw first, a cell of
-    unknown cost before all (longest-processing-time-first: a slow cell started last keeps the other workers
-    idle until it ends); the catalog's order among equals."""
-    return sorted(tasks, key=lambda task: -costs.get((task.op, task.cell_id), math.inf))
+def longest_first(tasks: list, costs: dict[tuple, float]) -> list:
+    """Tasks in the order that ends a run of several workers soonest: the slowest a draw first (``costs``, by
+    ``task.key``), a cell of unknown cost before all (longest-processing-time-first: a slow cell started last
+    keeps the other workers idle until it ends); the catalog's order among equals."""
+    return sorted(tasks, key=lambda task: -costs.get(task.key, math.inf))
 
 
 def run_tasks(options: RunOptions, tasks, on_result, costs: dict | None = None, peaks: dict | None = None) -> dict:
-    """Every task's result, keyed by ``(op, cell)``: in worker processes, or in this one; on several workers,
-    the slowest cells (``costs``: :func:`seconds_a_draw`) first, each as its GPU has room for its peak
-    (``peaks``: :func:`gpu_peaks`).  ``on_result(result, seconds, GPU peak bytes or None)`` as each ends."""
+    """Every task's result, keyed by ``task.key``: in worker processes, or in this one; on several workers, the
+    slowest cells (``costs``: :func:`seconds_a_draw`, by ``task.key``) first, each as its GPU has room for its
+    peak (``peaks``: :func:`gpu_peaks`, by ``task.key``).  ``on_result(task, result, seconds, GPU peak bytes or
+    None)`` as each ends."""
 
     if not options.isolate:
         results = {}
@@ -367,7 +368,7 @@ def run_tasks(options: RunOptions, tasks, on_result, costs: dict | None = None, 
             started = time.monotonic()
             results[task.key], gpu_peak_bytes = execute_measured(
                 task, progress=_progress_line if sys.stderr.isatty() else lambda line: logged("", line))
-            on_result(results[task.key], time.monotonic() - started, gpu_peak_bytes)
+            on_result(task, results[task.key], time.monotonic() - started, gpu_peak_bytes)
         return results
     slots = gpu_slots(None if options.gpus == "all" else int(options.gpus or 1), options.workers or 1) \
         if options.device == "cuda" else cpu_slots(options.workers or 1)
@@ -416,7 +417,7 @@ def certify(options: RunOptions) -> int:
         check_implementation(options.impl, runs[None], options.device)
         if options.isolate:  # the workers start hosts of their own
             retire_host(options.impl, options.device)
-    else:  # each backend's kernels are a run of their own (a worker task names its backend)
+    else:  # each backend's kernels planned and concluded apart, their cells run together (a task names its backend)
         runs = {}
         for name in options.ops or registry:
             for entry in catalog.kernels(name):
@@ -438,12 +439,10 @@ def certify(options: RunOptions) -> int:
               "oracles": list(options.oracles), "partial": partial_label(options.oracles), "isolation": isolation,
               "results": []}
     started = time.monotonic()
-    failed, planned = False, 0
-    for backend, entries in runs.items():
-        run_failed, run_planned = certify_kernels(options, entries, backend, arch, device, report)
-        failed, planned = failed or run_failed, planned + run_planned
+    kernel_runs = [prepare_kernels(options, entries, backend, arch, report) for backend, entries in runs.items()]
     if options.list_only:
         return 0
+    failed, planned = run_kernels(options, kernel_runs, arch)
     report["seconds"] = round(time.monotonic() - started, 3)
     if options.check_quarantine and not failed and not options.json:
         print(f"quarantine: {planned} quarantined cells on {arch.value}; each still fails", flush=True)
@@ -482,10 +481,29 @@ def closing_summary(report: dict) -> str:
     return line + (f"\n{report['partial']}" if report["partial"] else "")
 
 
-def certify_kernels(options: RunOptions, entries, backend: str | None, arch, device, report: dict) -> tuple[bool, int]:
-    """Run the cells of ``entries`` — one backend's kernels, or (``backend`` None) the ops an --impl is
-    judged on — adding their results to ``report``, and write their certificates.  Returns whether a
-    cell failed, and how many cells were planned."""
+@dataclasses.dataclass
+class KernelRun:
+    """One backend's part of a run (:func:`prepare_kernels`): its planned cells and the tasks among them to
+    run, the results so far (by ``(op, cell)``), the flags its reproductions name, and what announces a cell as
+    it ends (``announce(result, seconds, GPU peak bytes or None)``), adds planned cells' rows to the report and
+    writes their sections (``conclude(rows)``: whether a cell failed), and keeps the ops whose cells all ended
+    when the run stops early (``keep_finished_ops()``)."""
+
+    backend: str | None
+    entries: list
+    planned: list
+    tasks: list
+    results: dict
+    flags: list
+    announce: Callable
+    conclude: Callable
+    keep_finished_ops: Callable
+
+
+def prepare_kernels(options: RunOptions, entries, backend: str | None, arch, report: dict) -> KernelRun | None:
+    """The cells of ``entries`` — one backend's kernels, or (``backend`` None) the ops an --impl is judged
+    on — planned, as a :class:`KernelRun` whose results go into ``report`` and its ops' certificates; with
+    ``--list``, their list printed instead (None)."""
     from ops import catalog, certificates, quarantine
     from ops.quarantine import QUARANTINED
     from oracles.battery import FAILED, PASSED, CellResult
@@ -504,7 +522,7 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
         for entry, cell, held in planned:
             print(f"{entry.name}" + (f"[{shown(entry.name)}]" if shown(entry.name) else "") + f"/{cell.id}"
                   + (f"  (quarantined: {held.where})" if held and not options.check_quarantine else ""))
-        return False, len(planned)
+        return None
     facts = {"device": report["device"], "versions": report["versions"]}
     flags = isolation_flags(report["isolation"], options.device) + (["--backend", backend] if backend else []) + \
         (["--oracles", oracles_text(options.oracles)] if report["partial"] else [])
@@ -575,20 +593,42 @@ def certify_kernels(options: RunOptions, entries, backend: str | None, arch, dev
         conclude([row for row in planned if all((row[0].name, cell.id) in results
                                                 for entry, cell, _ in planned if entry is row[0])])
 
+    return KernelRun(backend, entries, planned, tasks, results, flags, announce, conclude, keep_finished_ops)
+
+
+def run_kernels(options: RunOptions, kernel_runs: list[KernelRun], arch) -> tuple[bool, int]:
+    """Every backend's cells in one run of the workers, slowest first over all of them (a backend's run of
+    its own would leave workers idle at its end while the next backend waits), each result announced by its
+    backend; then every backend's rows and sections.  Returns whether a cell failed, and how many cells were
+    planned."""
+    by_backend = {run.backend: run for run in kernel_runs}
+    costs, peaks = {}, {}
+    for run in kernel_runs:   # the estimates of each backend's own reports, keyed as its tasks are
+        costs.update({(*key, run.backend): value for key, value in seconds_a_draw(run.entries, arch).items()})
+        peaks.update({(*key, run.backend): value for key, value in gpu_peaks(run.entries, arch).items()})
+
+    def announce(task, result, seconds, gpu_peak_bytes=None):
+        by_backend[task.backend].announce(result, seconds, gpu_peak_bytes)
+
     try:
-        results.update(run_tasks(options, tasks, announce, seconds_a_draw(entries, arch), gpu_peaks(entries, arch)))
+        found = run_tasks(options, [task for run in kernel_runs for task in run.tasks], announce, costs, peaks)
     except JudgeError as error:  # the run ends here, no report; how to see it again
-        cell = getattr(error, "cell_id", None)
-        if cell is not None:
-            error.reproduce = reproduction(error.op, cell, options.device, error.recipe, options.impl, flags)
+        cell, run = getattr(error, "cell_id", None), by_backend.get(getattr(error, "backend", None))
+        if cell is not None and run is not None:
+            error.reproduce = reproduction(error.op, cell, options.device, error.recipe, options.impl, run.flags)
         # out of memory beside other processes, or a judge slower than --cell-timeout, must not cost the
         # ops judged whole before it (a GPU lease's minutes)
-        keep_finished_ops()
+        for run in kernel_runs:
+            run.keep_finished_ops()
         raise
     except (KeyboardInterrupt, SystemExit):   # stopped (a time limit's SIGTERM): the ops it finished are kept
-        keep_finished_ops()
+        for run in kernel_runs:
+            run.keep_finished_ops()
         raise
-    return conclude(planned), len(planned)
+    for (op, cell, backend), result in found.items():
+        by_backend[backend].results[op, cell] = result
+    failed = [run.conclude(run.planned) for run in kernel_runs]
+    return any(failed), sum(len(run.planned) for run in kernel_runs)
 
 
 def dump_cell(options: RunOptions, entry, backend: str | None, result, flags: Sequence[str]) -> None:

@@ -269,10 +269,10 @@ def first_that_fits(waiting: Sequence[tuple], running: Iterable[tuple], peaks: d
 
 def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: float, sanitize: str | None = None,
                  on_note: Callable[[Slot, str], None] | None = None,
-                 on_result: Callable[[CellResult, float, int | None], None] | None = None,
+                 on_result: Callable[[CellTask, CellResult, float, int | None], None] | None = None,
                  gpu_peaks: dict[tuple, int] | None = None) -> dict[tuple, CellResult]:
     """Run every task in worker processes (one per slot at a time); results keyed by ``task.key``.
-    ``on_result(result, seconds, GPU peak bytes or None)`` as each cell ends.
+    ``on_result(task, result, seconds, GPU peak bytes or None)`` as each cell ends.
 
     Where slots share a GPU, a cell starts only when its peak in an earlier run (``gpu_peaks``, bytes) fits
     beside the known peaks of the cells running there (:func:`first_that_fits`); until it does, the later cells
@@ -304,10 +304,10 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
         return True
 
     def finish(worker: _Worker, result: CellResult, gpu_peak_bytes: int | None = None) -> None:
-        results[worker.task.key] = result
-        worker.task = None
+        task, worker.task = worker.task, None
+        results[task.key] = result
         if on_result:
-            on_result(result, time.monotonic() - worker.started, gpu_peak_bytes)
+            on_result(task, result, time.monotonic() - worker.started, gpu_peak_bytes)
 
     def fitting(slot: Slot) -> Callable[[list[tuple]], int | None]:
         """Which of the cells free to start may start on ``slot``'s GPU now (``first_that_fits``)."""
@@ -470,6 +470,7 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer, defer=lambda wor
                 return
             error = JudgeError(facts["message"], facts["oracle"], facts["recipe"])
             error.op, error.cell_id, error.trace = facts["op"], facts["cell_id"], facts["traceback"]
+            error.backend = worker.task.backend
             raise error
         elif kind == "result":
             from oracles.battery import CellResult
@@ -539,7 +540,7 @@ def _timed_out(worker: _Worker, cell_timeout: float, sanitizer: tuple | None) ->
                            f"{doing.implementation_s:.1f}s of the cell); nothing is concluded about the "
                            f"implementation; raise --cell-timeout",
                            worker.oracle if worker.oracle != NO_ORACLE else None, worker.recipe or None)
-        error.op, error.cell_id = worker.task.op, worker.task.cell_id
+        error.op, error.cell_id, error.backend = worker.task.op, worker.task.cell_id, worker.task.backend
         lines = last_words(worker.log)
         error.trace = "the worker's last lines:" + ("\n" + "\n".join(lines) if lines else " none")
         raise error

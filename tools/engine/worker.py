@@ -59,8 +59,9 @@ class CellTask:
     oracles: tuple | None = None       # the oracles judged (None: every one)
 
     @property
-    def key(self) -> tuple[str, str]:
-        return self.op, self.cell_id
+    def key(self) -> tuple[str, str, str | None]:
+        """The cell of one kernel (an op's kernels share their cells' ids): what a run's results are keyed by."""
+        return self.op, self.cell_id, self.backend
 
 
 def load_implementation(spec: str, entries):
@@ -271,7 +272,7 @@ def internal_error(task: CellTask, error: BaseException):
 
     found = judge_error("the judge", error)
     if getattr(found, "cell_id", None) is None:   # (once: a worker passes on what execute raised)
-        found.op, found.cell_id = task.op, task.cell_id
+        found.op, found.cell_id, found.backend = task.op, task.cell_id, task.backend
         if out_of_memory(found.message):
             found.message += (f"; now {memory_state(task.device)}; running out of memory is a fact about the "
                               f"machine (what other processes hold), not about the implementation: nothing is "
