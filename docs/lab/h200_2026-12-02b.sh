@@ -27,6 +27,13 @@
 #                   HEAD references/attention | tar x -C FOLDER` here), AGAINST_DRAWS draws a cell (default 5),
 #                   recipes round the cells until AGAINST_SECONDS an op (default 50); against_h200.log, with the
 #                   orders' milliseconds an example computed together and one at a time
+#   dsl             the CuTe DSL's libraries and apache-tvm-ffi installed from tools/pack-wheels parts carried in
+#                   .whl/cut-a (one call), .whl/cut-b and .whl/tvmffi (the next: parts gather in /tmp/cutlass-parts,
+#                   kept between the calls of a lease), the later phases of the same call then see the CuTe kernel
+#                   (docs/results/2026-12-06f/README.md: how the parts were packed and split); dsl.log
+#   scale           tools/scale-measure on one GPU: every cell of the catalog (the CuTe kernel's too after dsl) at
+#                   EXAMPLES draws a cell (default 100, issue 26's), WORKERS workers (default 6), no warm-up (fill
+#                   Triton's cache with ahead:FILE first), under SCALE_LIMIT_S (default 430); scale_1gpu.md, scale.log
 #   profile:TAG:OP,OP  cProfile of certify-cells on cuda (--no-isolate) and of its implementation host
 #                   (docs/lab/profile_host.py) at EXAMPLES draws a cell (default 40, issue 26's baseline), under
 #                   PROFILE_LIMIT_S; profile_TAG.log, profile_TAG_judge.txt, profile_TAG_host.txt
@@ -108,6 +115,22 @@ for phase in "$@"; do
             --device cuda --draws "${AGAINST_DRAWS:-5}" --seconds "${AGAINST_SECONDS:-50}" > "$out/against_h200.log" 2>&1
         echo "against: exit $?"; tail -12 "$out/against_h200.log"
         ;;
+    dsl)
+        mkdir -p /tmp/cutlass-parts && cp .whl/cut-a/* .whl/cut-b/* /tmp/cutlass-parts/ 2>/dev/null
+        if exports=$(python3 tools/install-wheels --from /tmp/cutlass-parts --target /tmp/cutlass-dsl 2>> "$out/dsl.log") &&
+                more=$(python3 tools/install-wheels --from .whl/tvmffi --target /tmp/tvmffi 2>> "$out/dsl.log"); then
+            eval "$exports"; eval "$more"
+            python3 -c "import ops.cute_dsl as dsl; print('cutlass', dsl.cutlass.__version__)" >> "$out/dsl.log" 2>&1
+            echo "dsl: exit $?"
+        else
+            echo "dsl: not installed (dsl.log says why; a part missing: the parts so far wait in /tmp/cutlass-parts)"
+        fi
+        ;;
+    scale)
+        timeout "${SCALE_LIMIT_S:-430}" tools/scale-measure --gpus 1 -n "${WORKERS:-6}" --cell-timeout 300 \
+            --max-examples "${EXAMPLES:-100}" --no-warm-up --out "$out/scale_1gpu.md" > "$out/scale.log" 2>&1
+        echo "scale: exit $?"; grep -E "^summary|out of memory" "$out/scale.log" | cut -c1-200
+        ;;
     profile:*)
         IFS=: read -r _ tag names <<< "$phase"
         ops=(); for op in ${names//,/ }; do ops+=(--op "$op"); done
@@ -116,7 +139,7 @@ for phase in "$@"; do
             > "$out/profile_$tag.log" 2>&1
         echo "profile $tag: exit $?"; grep -E "^[a-z_0-9]+/[a-z_0-9]+: |^summary" "$out/profile_$tag.log" | cut -c1-200
         ;;
-    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|ncu:OP:KERNEL|tests|pytest:TAG:FILES|layouts|canary|ahead:FILE|against:FOLDER|profile:TAG:OPS)" >&2; exit 2 ;;
+    *) echo "unknown phase $phase (stock|certify:TAG:OPS|bench:OP|variants:OP|ncu:OP:KERNEL|tests|pytest:TAG:FILES|layouts|canary|ahead:FILE|against:FOLDER|dsl|scale|profile:TAG:OPS)" >&2; exit 2 ;;
     esac
     echo "  ($phase: $(( $(date +%s) - start )) s)"
 done
