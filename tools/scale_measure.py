@@ -79,13 +79,19 @@ def main(argv=None) -> int:
         seconds, code = certify(gpus, args, report_path)
         runs.append((gpus, seconds, code, json.loads(report_path.read_text())))
     # a cell's record without what was measured of the machine (its wall time, its peak GPU memory): what may differ
+    # keyed by the kernel too: an op's kernels share their cells' ids
     def records(report):
-        return {(r["op"], r["cell"]): {k: v for k, v in r.items() if k not in ("seconds", "gpu_peak_bytes")}
+        return {(r["op"], r.get("backend"), r["cell"]): {k: v for k, v in r.items()
+                                                         if k not in ("seconds", "gpu_peak_bytes")}
                 for r in report["results"]}
+
+    def named(key):
+        op, backend, cell = key
+        return f"{op}[{backend}]/{cell}" if backend else f"{op}/{cell}"
 
     def differing(reports):
         first, *others = [records(report) for report in reports]
-        return sorted(key for key in first if any(other.get(key) != first[key] for other in others))
+        return sorted((key for key in first if any(other.get(key) != first[key] for other in others)), key=named)
 
     timed = [run for run in runs if run[0] != "warm-up"]
     across_gpus = differing([report for _, _, _, report in timed])
@@ -107,10 +113,10 @@ def main(argv=None) -> int:
         certified = sum(r["status"] == "certified" for r in report["results"])
         lines.append(f"| {gpus} | {seconds:.1f} | {len(report['results'])} | {certified} | {first / seconds:.2f}x |")
     lines += ["", "Per-cell records identical across GPU counts: " +
-              ("yes" if not across_gpus else "NO: " + ", ".join("/".join(key) for key in across_gpus))]
+              ("yes" if not across_gpus else "NO: " + ", ".join(named(key) for key in across_gpus))]
     if after_warm_up:
         lines.append("Records of the warm-up run (cold kernel cache) that differ from the timed runs': "
-                     + ", ".join("/".join(key) for key in after_warm_up))
+                     + ", ".join(named(key) for key in after_warm_up))
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 1 if across_gpus or after_warm_up else 0

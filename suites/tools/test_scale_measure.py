@@ -47,6 +47,30 @@ def test_a_cell_that_differs_between_gpu_counts_fails_the_measurement(tmp_path, 
 
 
 @pytest.mark.cpu
+def test_a_kernels_cell_that_differs_is_found_beside_another_kernel_of_the_same_cell(tmp_path, monkeypatch):
+    """An op's kernels share their cells' ids: the CuTe kernel's cell differing between GPU counts is found
+    though the Triton kernel's row of the same op and cell follows it and agrees (keyed by op and cell alone,
+    that row hid it); the control: both kernels agreeing pass."""
+    differs = [True]
+
+    def certify(gpus, args, report):
+        cute = "failed" if gpus == 2 and differs[0] else "certified"
+        report.write_text(json.dumps({"device": "NVIDIA H200", "arch": "sm90", "results": [
+            {"op": "rms_norm_gated", "backend": "cute", "cell": "plain_rms_norm", "status": cute, "seconds": 1.0},
+            {"op": "rms_norm_gated", "backend": "triton", "cell": "plain_rms_norm", "status": "certified",
+             "seconds": 1.0}]}))
+        return 10.0, 0
+
+    monkeypatch.setattr(scale_measure, "certify", certify)
+    out = tmp_path / "scale.md"
+    assert scale_measure.main(["--gpus", "1,2", "--no-warm-up", "--out", str(out)]) == 1
+    assert "NO: rms_norm_gated[cute]/plain_rms_norm" in out.read_text()
+    differs[0] = False
+    assert scale_measure.main(["--gpus", "1,2", "--no-warm-up", "--out", str(out)]) == 0
+    assert "identical across GPU counts: yes" in out.read_text()
+
+
+@pytest.mark.cpu
 def test_a_warm_up_record_that_differs_is_named_as_such_not_as_a_gpu_count_difference(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(scale_measure, "certify", _fake_certify({1: 40.0, 2: 20.0}, {}, calls, warm_up_status="failed"))
