@@ -267,6 +267,31 @@ def test_every_backends_cells_run_in_one_pool_and_each_result_reaches_its_own_ba
     assert [seen[backend][0]["op", "a"].status for backend in ("triton", "cute")] == ["certified", "failed"]
 
 
+def test_a_judge_error_is_reproduced_with_its_own_backends_flags(monkeypatch):
+    """The judge's error in one backend's cell of a pooled run: its reproduction names that backend's flags (the
+    control: the other backend's cell of the same op and cell would name the other's), and every backend keeps
+    the ops it finished."""
+    from oracles.judge_errors import JudgeError
+    from tools.engine import certify
+    from tools.engine.worker import CellTask
+
+    kept = []
+    runs = [certify.KernelRun(backend, [], [], [CellTask("op", "a", "cpu", backend=backend)], {},
+                              ["--backend", backend], None, None, lambda backend=backend: kept.append(backend))
+            for backend in ("triton", "cute")]
+    for backend in ("cute", "triton"):
+        def run_tasks(options, tasks, on_result, costs=None, peaks=None, backend=backend):
+            error = JudgeError("the judge's own error (injected)", "parity")
+            error.op, error.cell_id, error.backend = "op", "a", backend
+            raise error
+
+        monkeypatch.setattr(certify, "run_tasks", run_tasks)
+        with pytest.raises(JudgeError) as raised:
+            certify.run_kernels(certify.RunOptions(device="cpu"), runs, None)
+        assert f"--backend {backend}" in raised.value.reproduce, raised.value.reproduce
+    assert kept == ["triton", "cute"] * 2
+
+
 def test_several_workers_start_the_slowest_cells_first(tmp_path, monkeypatch):
     """A run on several workers ends with its last cell: the cells the committed reports show slowest a draw
     start first, a cell of no report before all, the catalog's order among equals; one worker keeps the
