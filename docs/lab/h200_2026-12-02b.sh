@@ -120,6 +120,8 @@ for phase in "$@"; do
         if exports=$(python3 tools/install-wheels --from /tmp/cutlass-parts --target /tmp/cutlass-dsl 2>> "$out/dsl.log") &&
                 more=$(python3 tools/install-wheels --from .whl/tvmffi --target /tmp/tvmffi 2>> "$out/dsl.log"); then
             eval "$exports"; eval "$more"
+            # for docs/lab/h200_thirdparty.sh's `wheels cutedsl` in later calls of the lease
+            printf '%s\n%s\n' "$exports" "$more" > /tmp/site-cutedsl.exports
             python3 -c "import ops.cute_dsl as dsl; print('cutlass', dsl.cutlass.__version__)" >> "$out/dsl.log" 2>&1
             echo "dsl: exit $?"
         else

@@ -4,6 +4,7 @@
 # carries and minutes: docs/thirdparty/h200-queue.md. Results go into $OUT/thirdparty.tar AS EACH STEP ENDS
 # (a call cut short still brings back every step it finished) with a one-line summary a step in $OUT/queue.log.
 #   judge GROUP...     certify-cells --impl per adapter of the groups: vllm vllm-gdn native norms wheels fla-gdn flashinfer
+#                      quack (after docs/lab/h200_2026-12-02b.sh dsl in the same lease, carrying .whl/quack)
 #   bench GROUP...     tools/bench per op of the groups, our kernels, the stock op and the adapters side by side
 #   flashinfer-setup   install the carried FlashInfer, build its decode kernels (JIT, nvcc), run the probes
 # EXAMPLES draws a cell (default: certify-cells' own, the policy's depth on this GPU: 220 on sm90 since 2026-12-06c; the step
@@ -11,7 +12,7 @@
 # LIMIT_SCALE multiplies every step's time limit.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-if [[ "${1:-}" == "--help" || "${1:-}" == "-h" || $# -eq 0 ]]; then sed -n '2,11p' "$0" | cut -c3-; exit 0; fi
+if [[ "${1:-}" == "--help" || "${1:-}" == "-h" || $# -eq 0 ]]; then sed -n '2,12p' "$0" | cut -c3-; exit 0; fi
 phase=$1; shift
 out=${OUT:?set OUT to the folder that comes back}
 # FlashInfer JIT builds and its log live outside the tree: an implementation host sees the tree read-only
@@ -76,7 +77,10 @@ judge)
         flashinfer)  # after flashinfer-setup (its kernels built)
             wheels flashinfer || { record "wheels flashinfer" "not installed"; continue; }
             judge flashinfer_decode 300 --op paged_decode --impl $tp.flashinfer_decode:paged_decode ;;
-        *) record "judge $group" "unknown group (vllm vllm-gdn native norms wheels fla-gdn flashinfer)" ;;
+        quack)  # quack-kernels' RMSNorm on the CuTe DSL: the DSL installed by the lab script's dsl phase, .whl/quack
+            { wheels cutedsl && wheels quack; } || { record "wheels quack" "not installed (dsl first)"; continue; }
+            judge quack_rmsnorm 240 --op rms_norm_gated --cell plain_rms_norm --impl suites.norm.quack_adapter:rms_norm_gated ;;
+        *) record "judge $group" "unknown group (vllm vllm-gdn native norms wheels fla-gdn flashinfer quack)" ;;
         esac
     done ;;
 bench)
