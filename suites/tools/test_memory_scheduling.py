@@ -101,7 +101,8 @@ def _judge_side_holding_buffers(**host):
 
 def test_the_judge_lets_go_of_its_buffers_whatever_the_host_answers():
     """Its own side's buffers, pool and the host's buffers held open go when a cell ends: after a figure, after a
-    refusal to answer, and where the host had ended already (the control: before the call, all are held)."""
+    refusal to answer, and where the host had ended already (the control: before the call, all are held). A
+    host that did not end its cell is faulted, so that the next cell gets a fresh one; one that did is not."""
     def refuses(message, expected, limit_s):
         raise ValueError("no")
     for host, figure in [(_judge_side_holding_buffers(fault=None, _ask=lambda *args: 7), 7),
@@ -110,6 +111,7 @@ def test_the_judge_lets_go_of_its_buffers_whatever_the_host_answers():
         assert ImplementationHost.end_cell(host) == figure
         assert (host._buffers, host._free, host._unsent, host._host_buffers, host._captured, host._pool) == \
             ({}, {}, {}, {}, [], None)
+        assert (host.fault is None) == (figure is not None), host.fault
     assert ImplementationHost.end_cell(types.SimpleNamespace(fault="ended", _ask=None)) is None
 
 

@@ -454,8 +454,11 @@ class ImplementationHost:
             return None
         try:
             peak = self._ask(("end_cell",), "cell_ended", END_CELL_LIMIT_S)
-        except Exception:  # noqa: BLE001 - whatever the host did instead of answering, its figure is unknown
+        except Exception as error:  # noqa: BLE001 - whatever the host did instead of answering, its figure is unknown
             peak = None
+            if self.fault is None:   # retired before the next cell, as a host that ended is (its verdict stands)
+                self.fault = HostFault("protocol", f"the implementation's process did not end its cell: {error}",
+                                       None, [])
         finally:
             self._buffers, self._free, self._unsent, self._host_buffers, self._captured = {}, {}, {}, {}, []
             self._pool = None
