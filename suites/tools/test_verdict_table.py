@@ -31,6 +31,23 @@ def test_a_failure_in_one_cell_of_two_reads_fail_1_of_2_and_ours_comes_first(tmp
     assert "FAIL 1/2" in markdown(rows)
 
 
+def test_each_row_says_how_deep_and_where_it_was_judged(tmp_path):
+    """Issue 29 asks every verdict at the policy's depth: a row of 14 draws and one of 220 must read apart (the
+    control: the same verdicts, told apart by the column alone); a report that names neither leaves it empty."""
+    passing = {"parity": {"verdict": "pass"}}
+    shallow, deep, bare = (tmp_path / f"{name}.json" for name in ("shallow", "deep", "bare"))
+    for path, impl, facts in [(shallow, "a.mod:argmax", {"max_examples": 14, "device": "NVIDIA H200"}),
+                              (deep, "b.mod:argmax", {"max_examples": 220, "device": "NVIDIA H100 80GB HBM3"}),
+                              (bare, "c.mod:argmax", {})]:
+        path.write_text(json.dumps({"impl": impl, **facts, "results": [
+            {"op": "greedy_argmax", "cell": "c", "examples": 3, "verdicts": passing}]}))
+    rows = rows_of([shallow, deep, bare])
+    assert [row.verdicts for row in rows[:2]] == [rows[0].verdicts] * 2
+    assert [row.judged for row in rows] == ["14 draws a cell; NVIDIA H200",
+                                            "220 draws a cell; NVIDIA H100 80GB HBM3", ""]
+    assert "| 220 draws a cell; NVIDIA H100 80GB HBM3 |" in markdown(rows)
+
+
 def test_the_tool_refuses_a_file_that_is_no_run_report_in_one_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2]")

@@ -1,5 +1,5 @@
 """The table users pick kernels by: op x implementation, the verdict of every oracle, the worst error next
-to the stock op's, and time and share of copy bandwidth next to ours.
+to the stock op's, how deep and where it was judged, and time and share of copy bandwidth next to ours.
 
 Read from files the tools wrote: ``tools/certify-cells --report`` run reports (one per implementation; the
 catalog's own run reads as "ours") and ``tools/bench --out`` tables (an ``--impl`` row is labelled by its
@@ -28,6 +28,7 @@ class Row:
     stock_error_ulp: float | None
     cells: int
     bench: str = ""         # "time us (share of copy)" of the op's first bench case, an adapter's glue apart
+    judged: str = ""        # "220 draws a cell; NVIDIA H200": the run's depth and device, as its report says
 
 
 def _aggregate(results: list[dict], oracle: str) -> str:
@@ -44,6 +45,12 @@ def _worst(results: list[dict], key: str) -> float | None:
     return max(numbers) if numbers else None
 
 
+def _judged(run: dict) -> str:
+    """How deep and where a run judged: verdicts of 14 draws and of 220 read alike otherwise."""
+    depth = f"{run['max_examples']} draws a cell" if isinstance(run.get("max_examples"), int) else ""
+    return "; ".join(part for part in (depth, run.get("device") or "") if part)
+
+
 def rows_of(report_paths) -> list[Row]:
     """One row per (op, implementation) of the run reports."""
     rows = []
@@ -56,7 +63,7 @@ def rows_of(report_paths) -> list[Row]:
         for (op, implementation), results in by_kernel.items():
             rows.append(Row(op, implementation, {o: _aggregate(results, o) for o in ORACLES},
                             _worst(results, "worst_kernel_error_ulp"), _worst(results, "worst_stock_error_ulp"),
-                            len(results)))
+                            len(results), judged=_judged(run)))
     return sorted(rows, key=lambda row: (row.op, not row.implementation.startswith(OURS), row.implementation))
 
 
@@ -116,22 +123,24 @@ def _error(value: float | None) -> str:
     return "" if value is None else f"{value:.3g}"
 
 
+HEAD = ["op", "implementation", *ORACLES, "worst error on passing examples (ULP)", "stock op's (ULP)", "judged",
+        "time"]
+
+
 def markdown(rows: list[Row]) -> str:
-    head = ["op", "implementation", *ORACLES, "worst error on passing examples (ULP)", "stock op's (ULP)", "time"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     for row in rows:
         cells = [row.op, f"`{row.implementation}`", *(row.verdicts[o] for o in ORACLES),
-                 _error(row.kernel_error_ulp), _error(row.stock_error_ulp), row.bench]
+                 _error(row.kernel_error_ulp), _error(row.stock_error_ulp), row.judged, row.bench]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def html_table(rows: list[Row]) -> str:
-    head = ["op", "implementation", *ORACLES, "worst error on passing examples (ULP)", "stock op's (ULP)", "time"]
     body = []
     for row in rows:
         cells = [row.op, row.implementation, *(row.verdicts[o] for o in ORACLES), _error(row.kernel_error_ulp),
-                 _error(row.stock_error_ulp), row.bench]
+                 _error(row.stock_error_ulp), row.judged, row.bench]
         body.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
-    return ('<table class="list"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+    return ('<table class="list"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in HEAD) + "</tr>"
             + "".join(body) + "</table>")
