@@ -83,20 +83,23 @@ def test_the_queue_starts_what_fits_and_keeps_the_rest_in_order():
     assert queue.next(set(), beside(set())) is paged and not queue
 
 
+def _judge_side_holding_buffers(**host):
+    """The judge's side of a host (no process behind it), holding a cell's buffers."""
+    judge_side = ImplementationHost.__new__(ImplementationHost)
+    for name, value in dict(host, _buffers={0: "staging"}, _free={("cuda", 512): [0]}, _unsent={0: "staging"},
+                            _host_buffers={0: "output"}, _captured=[0], _pool="pool").items():
+        setattr(judge_side, name, value)
+    return judge_side
+
+
 @pytest.mark.parametrize("said, read", [
     (12 * GIB, 12 * GIB), (0, 0),
     (-1, None), (True, None), (1.5, None), ("12", None), ((1, 2), None), (None, None),
 ])
 def test_the_hosts_figure_is_taken_only_as_a_non_negative_int(said, read):
     """The host is the implementation's process: whatever else it answers is unknown, never an error."""
-    host = types.SimpleNamespace(fault=None, _ask=lambda message, expected, limit_s: said)
+    host = _judge_side_holding_buffers(fault=None, _ask=lambda message, expected, limit_s: said)
     assert ImplementationHost.end_cell(host) == read
-
-
-def _judge_side_holding_buffers(**host):
-    """The judge's side of a host (the fields ``end_cell`` lets go), holding a cell's buffers."""
-    return types.SimpleNamespace(**host, _buffers={0: "staging"}, _free={("cuda", 512): [0]}, _unsent={0: "staging"},
-                                 _host_buffers={0: "output"}, _captured=[0], _pool="pool")
 
 
 def test_the_judge_lets_go_of_its_buffers_whatever_the_host_answers():

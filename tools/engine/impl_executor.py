@@ -297,12 +297,7 @@ class ImplementationHost:
         torch.multiprocessing.set_sharing_strategy("file_system")
         self.device = device
         self.via_host_memory = via_host_memory
-        self._pool = None
-        self._buffers: dict[int, torch.Tensor] = {}    # staging buffers by number (the host keeps each open)
-        self._free: dict[tuple, list[int]] = {}        # (device, size class) -> numbers, least recently used first
-        self._unsent: dict[int, torch.Tensor] = {}     # buffers the host has not been sent yet
-        self._captured: list[int] = []                 # the static buffers of the last graph capture
-        self._host_buffers: dict[int, torch.Tensor] = {}   # the host's output buffers, by number
+        self._no_cell_buffers()
         self.call_limit_s = call_limit_s
         self.activity = Activity()   # a worker's record of what it is doing (tools/engine/activity.py)
         self.oracle, self.recipe = NO_ORACLE, None   # told by the battery: what a finding names
@@ -346,6 +341,15 @@ class ImplementationHost:
             self.separate_uid = ids
             _WALKED.add((ids, tuple(paths)))
         return self.process, channel, started[1]["unprotected"]
+
+    def _no_cell_buffers(self) -> None:
+        """No buffer shared with the host, and none of its held open: as a host starts, and as each cell ends."""
+        self._pool = None
+        self._buffers: dict[int, torch.Tensor] = {}    # staging buffers by number (the host keeps each open)
+        self._free: dict[tuple, list[int]] = {}        # (device, size class) -> numbers, least recently used first
+        self._unsent: dict[int, torch.Tensor] = {}     # buffers the host has not been sent yet
+        self._captured: list[int] = []                 # the static buffers of the last graph capture
+        self._host_buffers: dict[int, torch.Tensor] = {}   # the host's output buffers, by number
 
     @property
     def pool(self):
@@ -460,8 +464,7 @@ class ImplementationHost:
                 self.fault = HostFault("protocol", f"the implementation's process did not end its cell: {error}",
                                        None, [])
         finally:
-            self._buffers, self._free, self._unsent, self._host_buffers, self._captured = {}, {}, {}, {}, []
-            self._pool = None
+            self._no_cell_buffers()
         return peak if type(peak) is int and peak >= 0 else None
 
     def close(self) -> None:

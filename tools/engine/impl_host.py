@@ -207,8 +207,12 @@ class Host:
     def __init__(self, channel: Connection, warmup: int = 0, warmup_limit_s: float = 0.0):
         self.channel = channel
         self.functions = {}
-        self.graph = None   # (graph, static inputs, what the captured call returned): kept alive for replays
         self.warmup, self.warmup_limit_s = warmup, warmup_limit_s
+        self._no_cell_buffers()
+
+    def _no_cell_buffers(self) -> None:
+        """What a cell's calls keep, none of it yet: as the host starts, and as each cell ends."""
+        self.graph = None   # (graph, static inputs, what the captured call returned): kept alive for replays
         self.staged: dict[int, torch.Tensor] = {}   # the judge's staging buffers, by number: kept open
         self.output_buffers = OutputBuffers()
         self.held: list = []   # the last message's private copies of its inputs (``calls``)
@@ -323,7 +327,7 @@ class Host:
         used).  What the process kept for the cell's calls is let go with its cache — the judge's staging
         buffers opened here, its own output buffers, the last message's inputs, a captured graph — so that a
         cell started on another slot of this GPU finds that memory free (the judge lets go of its side too)."""
-        self.staged, self.output_buffers, self.held, self.graph = {}, OutputBuffers(), [], None
+        self._no_cell_buffers()
         if not torch.cuda.is_initialized():
             return ("cell_ended", 0)
         peak = torch.cuda.max_memory_reserved()
