@@ -613,9 +613,9 @@ def run_kernels(options: RunOptions, kernel_runs: list[KernelRun], arch) -> tupl
     try:
         found = run_tasks(options, [task for run in kernel_runs for task in run.tasks], announce, costs, peaks)
     except JudgeError as error:  # the run ends here, no report; how to see it again
-        cell, run = getattr(error, "cell_id", None), by_backend.get(getattr(error, "backend", None))
-        if cell is not None and run is not None:
-            error.reproduce = reproduction(error.op, cell, options.device, error.recipe, options.impl, run.flags)
+        cell, raised_in = getattr(error, "cell_id", None), by_backend.get(getattr(error, "backend", None))
+        if cell is not None and raised_in is not None:
+            error.reproduce = reproduction(error.op, cell, options.device, error.recipe, options.impl, raised_in.flags)
         # out of memory beside other processes, or a judge slower than --cell-timeout, must not cost the
         # ops judged whole before it (a GPU lease's minutes)
         for run in kernel_runs:
