@@ -28,11 +28,7 @@ from tools.compile_receipts import prepare_environment  # noqa: E402
 
 prepare_environment()
 
-import torch  # noqa: E402 - after the environment is set
-import triton.runtime.jit as jit  # noqa: E402
-
-from ops.gemm import nvfp4_gemv as kernel  # noqa: E402
-from tools.compile_receipts import Launch, compile_launch  # noqa: E402
+from tools.compile_receipts import Launch, compile_launch, recorded_launches  # noqa: E402
 
 BANKS, BANK_BYTES, WARP = 32, 4, 32
 LINEAR = re.compile(r"^#(linear\d*) = #ttg\.linear<\{register = (\[.*?\]), lane = (\[.*?\]), warp = (\[.*?\]), block")
@@ -45,19 +41,14 @@ LOAD = re.compile(r"ttg\.local_load .*: !ttg\.memdesc<([\dx]+)x(\w+), #(shared\d
 BYTES = {"i8": 1, "i16": 2, "bf16": 2, "f16": 2, "i32": 4, "f32": 4}
 
 
-def bench_launch(rows: int, cols: int = 8192, depth: int = 8192) -> tuple[object, Launch]:
-    """The default plan's launch for x [rows, depth] against weights [cols, depth], recorded, not run."""
-    x = torch.zeros(rows, depth, dtype=torch.bfloat16)
-    packed = torch.zeros(cols, depth // 2, dtype=torch.uint8)
-    scales = torch.zeros(cols, depth // 16).to(torch.float8_e4m3fn)
-    launches, run = [], jit.JITFunction.run
-    jit.JITFunction.run = lambda self, *args, grid, warmup, **kwargs: launches.append(Launch(self, args, kwargs, ""))
-    try:
-        plan = kernel.default_plan(x, packed)
-        kernel.run_plan(x, packed, scales, torch.tensor([1.0]), plan, ptx_decode=True)
-    finally:
-        jit.JITFunction.run = run
-    return plan, next(launch for launch in launches if launch.kernel.fn.__name__ == "_nvfp4_gemv_tiles")
+def bench_launches() -> dict[int, Launch]:
+    """M -> the main kernel's launch of nvfp4_gemv's bench case of M rows (N = K = 8192), as the catalog kernel
+    makes it with an H200's plan, recorded, not run (``tools/compile_receipts``' recording)."""
+    found = {}
+    for recorded in recorded_launches(["nvfp4_gemv"]):
+        launch = next(launch for launch in recorded if launch.kernel.fn.__name__ == "_nvfp4_gemv_tiles")
+        found[int(re.search(r": M=(\d+) ", launch.origin)[1])] = launch
+    return found
 
 
 def layouts(ttgir: str) -> tuple[dict, dict]:
@@ -127,13 +118,12 @@ def conflicts(layout: dict, shape: list[int], swizzle: tuple, element_bytes: int
     return {"vector bytes": width, "accesses a lane": registers // run, "wavefronts": total, "fewest": ideal}
 
 
-def report(rows: int) -> list[str]:
-    plan, launch = bench_launch(rows)
+def report(rows: int, launch: Launch) -> list[str]:
     label, receipt = compile_launch(launch, "sm_90a")
     compiled = launch.kernel.run(*launch.args, grid=(1,), warmup=True, **launch.kwargs)
     ttgir = compiled.asm["ttgir"]
     linear, shared = layouts(ttgir)
-    lines = [f"M = {rows}: {plan}", f"  registers {receipt['registers']}, shared {receipt['shared_bytes']} bytes"]
+    lines = [f"M = {rows}: {label}", f"  registers {receipt['registers']}, shared {receipt['shared_bytes']} bytes"]
     seen = set()
     for line in ttgir.splitlines():
         for pattern, what in ((STORE, "store"), (LOAD, "load")):
@@ -161,10 +151,13 @@ def report(rows: int) -> list[str]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, action="append", help="M of the bench shape (default: 1 and 16)")
+    parser.add_argument("--rows", type=int, action="append", help="M of a bench case (default: 1 and 16)")
     args = parser.parse_args(argv)
+    launches = bench_launches()
     for rows in args.rows or [1, 16]:
-        print("\n".join(report(rows)), flush=True)
+        if rows not in launches:
+            parser.error(f"--rows {rows}: the bench cases have M = {', '.join(map(str, sorted(launches)))}")
+        print("\n".join(report(rows, launches[rows])), flush=True)
     return 0
 
 
