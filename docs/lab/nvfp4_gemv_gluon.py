@@ -43,9 +43,20 @@ BLOCK_N, BLOCK_KB, BLOCK_M = 64, 64, 16   # 4 warps of 16 rows; 128 values of K 
 
 
 @gluon.jit
+def _gluon_step(acc, packed, raw_scales, x, a_values: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_KB: gl.constexpr):
+    """One step: a [BLOCK_N, BLOCK_KB] tile of packed bytes decoded into mma.sync's operand A, times x's slice."""
+    scales = (raw_scales.to(gl.float32) * PLACED_SCALE).to(gl.bfloat16)
+    low, high = gl.inline_asm_elementwise(E2M1_PLACED_PTX, "=r,=r,=r,=r,r,r,r", [packed, scales],
+                                          dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
+    weights = gl.convert_layout(gl.reshape(gl.join(low, high), [BLOCK_N, 2 * BLOCK_KB]), a_values)
+    return mma_v2(weights, x, acc)
+
+
+@gluon.jit
 def _gluon_gemv_tiles(x_ptr, stride_xm, rows, packed_ptr, stride_pn, scales_ptr, stride_sn, global_scale_ptr,
-                      depth, y_ptr, stride_ym,
-                      BLOCK_N: gl.constexpr, BLOCK_KB: gl.constexpr, BLOCK_M: gl.constexpr):
+                      depth, y_ptr, stride_ym, partial_ptr,
+                      BLOCK_N: gl.constexpr, BLOCK_KB: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT: gl.constexpr,
+                      PREFETCH: gl.constexpr):
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
     a_bytes: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
     a_values: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
@@ -59,32 +70,55 @@ def _gluon_gemv_tiles(x_ptr, stride_xm, rows, packed_ptr, stride_pn, scales_ptr,
     x_tile = x_ptr + m[None, :] * stride_xm + k[:, None]
     x_rows = (m < rows)[None, :]
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, mma)
-    for step in range(0, depth // (2 * BLOCK_KB)):
-        packed = gl.load(packed_tile + step * BLOCK_KB)
-        scales = (gl.load(scale_tile + step * (BLOCK_KB // 8)).to(gl.float32) * PLACED_SCALE).to(gl.bfloat16)
-        low, high = gl.inline_asm_elementwise(E2M1_PLACED_PTX, "=r,=r,=r,=r,r,r,r", [packed, scales],
-                                              dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
-        weights = gl.convert_layout(gl.reshape(gl.join(low, high), [BLOCK_N, 2 * BLOCK_KB]), a_values)
-        x = gl.load(x_tile + step * 2 * BLOCK_KB, mask=x_rows, other=0.0)
-        acc = mma_v2(weights, x, acc)
-    scale = PLACED_UNDO / gl.load(global_scale_ptr)
+    steps = depth // (2 * BLOCK_KB) // SPLIT   # this program's share of K (split-K: program_id(1))
+    first = gl.program_id(1) * steps
+    if PREFETCH:   # the next step's loads issued before this step's decode: two tiles in flight a program
+        packed = gl.load(packed_tile + first * BLOCK_KB)
+        raw_scales = gl.load(scale_tile + first * (BLOCK_KB // 8))
+        x = gl.load(x_tile + first * 2 * BLOCK_KB, mask=x_rows, other=0.0)
+        for step in range(first + 1, first + steps):
+            next_packed = gl.load(packed_tile + step * BLOCK_KB)
+            next_scales = gl.load(scale_tile + step * (BLOCK_KB // 8))
+            next_x = gl.load(x_tile + step * 2 * BLOCK_KB, mask=x_rows, other=0.0)
+            acc = _gluon_step(acc, packed, raw_scales, x, a_values, BLOCK_N, BLOCK_KB)
+            packed, raw_scales, x = next_packed, next_scales, next_x
+        acc = _gluon_step(acc, packed, raw_scales, x, a_values, BLOCK_N, BLOCK_KB)
+    else:
+        for step in range(first, first + steps):
+            acc = _gluon_step(acc, gl.load(packed_tile + step * BLOCK_KB),
+                              gl.load(scale_tile + step * (BLOCK_KB // 8)),
+                              gl.load(x_tile + step * 2 * BLOCK_KB, mask=x_rows, other=0.0), a_values, BLOCK_N,
+                              BLOCK_KB)
+    acc = acc * (PLACED_UNDO / gl.load(global_scale_ptr))
     out_rows = gl.program_id(0) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
     out_m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, mma))
-    gl.store(y_ptr + out_m[None, :] * stride_ym + out_rows[:, None], (acc * scale).to(gl.bfloat16),
-             mask=(out_m < rows)[None, :])
+    if SPLIT == 1:
+        gl.store(y_ptr + out_m[None, :] * stride_ym + out_rows[:, None], acc.to(gl.bfloat16),
+                 mask=(out_m < rows)[None, :])
+    else:   # fp32 partials [SPLIT, BLOCK_M, N], summed by the host wrapper
+        cols = gl.num_programs(0) * BLOCK_N
+        gl.store(partial_ptr + (gl.program_id(1) * BLOCK_M + out_m[None, :]) * cols + out_rows[:, None], acc)
 
 
-def gluon_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
-    """y [M, N] bf16 of x [M, K] bf16 against the NVFP4 weight; K a multiple of 2 BLOCK_KB, N of BLOCK_N, M <= 16."""
+def gluon_gemv(x, packed, block_scales, global_scale, split: int = 1, prefetch: bool = False) -> torch.Tensor:
+    """y [M, N] bf16 of x [M, K] bf16 against the NVFP4 weight; K a multiple of 2 BLOCK_KB ``split``, N of BLOCK_N,
+    M <= 16; ``split`` > 1 sums fp32 partials of K's parts afterwards (one more kernel)."""
     rows, depth = x.shape
     cols = packed.shape[0]
-    assert depth % (2 * BLOCK_KB) == 0 and cols % BLOCK_N == 0 and rows <= BLOCK_M, (x.shape, packed.shape)
+    assert depth % (2 * BLOCK_KB * split) == 0 and cols % BLOCK_N == 0 and rows <= BLOCK_M, (x.shape, packed.shape)
     assert x.stride(1) == 1 and packed.stride(1) == 1 and block_scales.stride(1) == 1
     y = torch.empty(rows, cols, dtype=torch.bfloat16, device=x.device)
-    _gluon_gemv_tiles[(cols // BLOCK_N,)](x, x.stride(0), rows, packed, packed.stride(0), block_scales,
-                                          block_scales.stride(0), global_scale, depth, y, y.stride(0),
-                                          BLOCK_N, BLOCK_KB, BLOCK_M, num_warps=4)
+    partials = torch.empty(split, BLOCK_M, cols, dtype=torch.float32, device=x.device) if split > 1 else y
+    _gluon_gemv_tiles[(cols // BLOCK_N, split)](x, x.stride(0), rows, packed, packed.stride(0), block_scales,
+                                                block_scales.stride(0), global_scale, depth, y, y.stride(0), partials,
+                                                BLOCK_N, BLOCK_KB, BLOCK_M, split, prefetch, num_warps=4)
+    if split > 1:
+        torch.sum(partials[:, :rows], dim=0, out=y)   # (a bf16 out: the sum rounded once)
     return y
+
+
+# (split, prefetch): the first is the plain prototype; the others add programs, a second tile in flight, or both
+VARIANTS = ((1, False), (1, True), (4, False), (4, True), (8, True), (16, True))
 
 
 def static() -> int:
@@ -99,8 +133,8 @@ def static() -> int:
     scales = torch.zeros(8192, 512).to(torch.float8_e4m3fn)
     y = torch.zeros(16, 8192, dtype=torch.bfloat16)
     with contextlib.redirect_stdout(io.StringIO()):
-        compiled = _gluon_gemv_tiles.run(x, 8192, 16, packed, 4096, scales, 512, torch.ones(1), 8192, y, 8192,
-                                         BLOCK_N, BLOCK_KB, BLOCK_M, grid=(1,), warmup=True, num_warps=4)
+        compiled = _gluon_gemv_tiles.run(x, 8192, 16, packed, 4096, scales, 512, torch.ones(1), 8192, y, 8192, y,
+                                         BLOCK_N, BLOCK_KB, BLOCK_M, 1, True, grid=(1,), warmup=True, num_warps=4)
     ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
     for line in ttgir.splitlines():   # the conversions kept: each is register moves where the PTX shows no shared
         if "ttg.convert_layout" in line or "ttg.local_" in line:
@@ -128,13 +162,17 @@ def on_gpu() -> int:
     print(f"{torch.cuda.get_device_name()}: copy {copy_gbs:.0f} GB/s")
     for rows in (1, 4, 16):
         inputs = catalog_kernel._bench_input(rows, 8192, 8192)("cuda")
-        ours, theirs = catalog_kernel.nvfp4_gemv(**inputs), gluon_gemv(**inputs)
-        worst = bf16_ulps(theirs, ours).max().item()
+        ours = catalog_kernel.nvfp4_gemv(**inputs)
         moved = catalog_kernel.bytes_moved(**inputs)
-        times = {name: triton.testing.do_bench_cudagraph(lambda f=f: f(**inputs)) * 1e3
-                 for name, f in (("catalog", catalog_kernel.nvfp4_gemv), ("gluon", gluon_gemv))}
-        print(f"M={rows}: largest difference {worst:.0f} bf16 ULP; "
-              + "; ".join(f"{name} {us:.2f} us ({moved / us / 1e3 / copy_gbs:.1%} of copy)" for name, us in times.items()))
+        calls = {"catalog": catalog_kernel.nvfp4_gemv}
+        calls.update({f"gluon split {split}{' prefetch' if prefetch else ''}":
+                      lambda split=split, prefetch=prefetch, **kw: gluon_gemv(**kw, split=split, prefetch=prefetch)
+                      for split, prefetch in VARIANTS})
+        for name, f in calls.items():
+            worst = bf16_ulps(f(**inputs), ours).max().item()
+            us = triton.testing.do_bench_cudagraph(lambda f=f: f(**inputs)) * 1e3
+            print(f"M={rows} {name}: {us:.2f} us ({moved / us / 1e3 / copy_gbs:.1%} of copy), largest difference "
+                  f"from the catalog kernel {worst:.0f} bf16 ULP")
     return 0
 
 

@@ -456,6 +456,9 @@ class ImplementationHost:
         memory: an output it sends in a buffer the judge no longer holds open fails its call."""
         if self.fault is not None:
             return None
+        # the host's buffers closed here first: CUDA IPC keeps a buffer the host frees while this process holds
+        # it open (its "limbo"), and the host's cache could not give it back
+        self._host_buffers = {}
         try:
             peak = self._ask(("end_cell",), "cell_ended", END_CELL_LIMIT_S)
         except Exception as error:  # noqa: BLE001 - whatever the host did instead of answering, its figure is unknown
@@ -465,6 +468,8 @@ class ImplementationHost:
                                        None, [])
         finally:
             self._no_cell_buffers()
+            if self.device == "cuda":
+                torch.cuda.ipc_collect()   # staging buffers the host held open as this side let go of them
         return peak if type(peak) is int and peak >= 0 else None
 
     def close(self) -> None:

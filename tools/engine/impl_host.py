@@ -332,6 +332,9 @@ class Host:
             return ("cell_ended", 0)
         peak = torch.cuda.max_memory_reserved()
         torch.cuda.synchronize()
+        # the output buffers the judge held open (it closed them before asking) wait in CUDA IPC's limbo until
+        # collected; only then can the cache give them back
+        torch.cuda.ipc_collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         return ("cell_ended", peak)
