@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -25,7 +26,7 @@ from suites.claims import REPO
 from suites.processes import finished, started
 from tools.engine.certify import certificate_section
 from tools.engine.worker import CellTask, execute
-from tools.engine import isolation
+from tools.engine import activity, isolation
 from tools.engine.isolation import Slot, WorkerStartError, cpu_slots, gpu_slots, run_isolated
 
 pytestmark = [pytest.mark.cpu, pytest.mark.sm90]
@@ -198,6 +199,36 @@ def test_the_judges_own_code_slower_than_the_cell_timeout_is_an_internal_error(t
     reproduce = next(line for line in err.splitlines() if line.strip().startswith("reproduce: "))
     assert "--cell decode_small_batch" in reproduce and "--replay" in reproduce, reproduce
     assert "FAILED" not in out and not report.exists()
+
+
+@pytest.mark.parametrize("implementation_s, judges", [(12.2, False), (3.0, True)])
+def test_a_limit_the_implementations_calls_took_whole_is_theirs_though_the_judge_ran_last(tmp_path, implementation_s,
+                                                                                        judges):
+    """A call that returns past --cell-timeout before the parent looks leaves the judge's code running when the
+    worker is killed (an H100 run, 2026-12-06g: the spinning call ended at 12.2 s of a 12 s limit, and the hang
+    was named the judge's drawing of the inputs).  Its calls took the whole limit: the implementation's hang;
+    the control: with the judge's code holding most of the limit it stays the judge's internal error."""
+    descriptor, record = activity.shared_record()
+    doing = activity.Activity(os.dup(descriptor))
+    doing.cell()
+    with doing.implementation_call():
+        pass
+    doing.implementation_s = implementation_s
+    doing.judge("drawing of the inputs")
+    log = tmp_path / "worker.log"
+    log.write_text("")
+    worker = types.SimpleNamespace(activity=record, oracle="determinism", recipe={"R": 17}, log=log,
+                                   process=types.SimpleNamespace(returncode=-9),
+                                   task=types.SimpleNamespace(op=ENTRY.name, cell_id="decode_mid_batch",
+                                                              backend="triton"))
+    if judges:
+        with pytest.raises(JudgeError, match="the judge's own drawing of the inputs did not finish"):
+            isolation._timed_out(worker, HANG_LIMIT_S, None)
+        return
+    result = isolation._timed_out(worker, HANG_LIMIT_S, None)
+    assert result.status == "failed" and result.annotations["fault"]["kind"] == "hang", result
+    assert "the implementation's calls took 12.2s of it" in result.failure.message, result.failure.message
+    assert result.failure.oracle == "determinism" and result.failure.recipe == {"R": 17}
 
 
 @pytest.mark.parametrize("faults, survives", [

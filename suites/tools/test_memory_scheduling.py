@@ -86,7 +86,8 @@ def test_the_queue_starts_what_fits_and_keeps_the_rest_in_order():
 def _judge_side_holding_buffers(**host):
     """The judge's side of a host (no process behind it), holding a cell's buffers."""
     judge_side = ImplementationHost.__new__(ImplementationHost)
-    for name, value in dict(host, _buffers={0: "staging"}, _free={("cuda", 512): [0]}, _unsent={0: "staging"},
+    for name, value in dict(dict(device="cpu"), **host, _buffers={0: "staging"}, _free={("cuda", 512): [0]},
+                            _unsent={0: "staging"},
                             _host_buffers={0: "output"}, _captured=[0], _pool="pool").items():
         setattr(judge_side, name, value)
     return judge_side
@@ -100,6 +101,18 @@ def test_the_hosts_figure_is_taken_only_as_a_non_negative_int(said, read):
     """The host is the implementation's process: whatever else it answers is unknown, never an error."""
     host = _judge_side_holding_buffers(fault=None, _ask=lambda message, expected, limit_s: said)
     assert ImplementationHost.end_cell(host) == read
+
+
+def test_the_judge_closes_the_hosts_buffers_before_asking_and_keeps_its_own_until_the_answer():
+    """CUDA IPC keeps a buffer its maker frees while another process holds it open (until ``ipc_collect``): the
+    host's output buffers, closed here before the host is asked to end its cell, can go back with its cache; the
+    judge's staging buffers, which the host holds open until it answers, go after (an H100 run, 2026-12-06g,
+    found the host's 4 GiB of output buffers still reserved when the judge closed them after asking)."""
+    seen = []
+    host = _judge_side_holding_buffers(fault=None, _ask=lambda *args: seen.append(
+        (dict(host._host_buffers), dict(host._buffers))) or 0)
+    assert ImplementationHost.end_cell(host) == 0
+    assert seen == [({}, {0: "staging"})], seen
 
 
 def test_the_judge_lets_go_of_its_buffers_whatever_the_host_answers():
