@@ -56,6 +56,20 @@ def out_of_memory(error: BaseException | str) -> bool:
         (isinstance(error, RuntimeError) and out_of_memory(str(error)))
 
 
+# how a CUDA error says a kernel faulted (the context is lost): an illegal or misaligned access, a launch that
+# failed or trapped, an illegal instruction, an uncorrectable ECC error
+_GPU_FAULT_WORDS = ("illegal memory access", "misaligned address", "unspecified launch failure",
+                    "illegal instruction", "hardware stack error", "uncorrectable ecc error", "cudaerrorillegaladdress",
+                    "cudaerrorlaunchfailure", "device-side assert")
+
+
+def gpu_fault(message: str) -> bool:
+    """Whether ``message`` (an error's text, a finding) says a kernel on the GPU faulted.  Where other processes
+    ran kernels on the same GPU, the fault may be theirs: on an H100 (2026-12-06g) a kernel spinning in one
+    process ended as another process on the GPU met an illegal memory access."""
+    return any(words in message.lower() for words in _GPU_FAULT_WORDS)
+
+
 def out_of_memory_line(lines: list[str]) -> str | None:
     """The line of a process's last ones that says memory ran out (after a CUDA error come lines of advice
     about device-side assertions), or None."""

@@ -22,7 +22,7 @@ import oracles.parity
 from ops.norm.rms_norm_gated import ENTRY as RMS_NORM
 from ops.sampling.greedy_argmax import ENTRY as ARGMAX
 from oracles.battery import Battery, Implementation, _Shrink, run_cell
-from oracles.judge_errors import JudgeError
+from oracles.judge_errors import JudgeError, gpu_fault
 from references.norm.rms_norm_gated import rms_norm_gated as rms_norm_reference
 from references.sampling.greedy_argmax import greedy_argmax as argmax_reference
 from tools import certify_cells
@@ -263,3 +263,16 @@ def test_the_judge_gives_back_its_cached_memory_after_every_example(monkeypatch)
                       max_examples=3, shrink=False, strategy=Corners(ARGMAX.strategy_module, lambda c: c[:2]))
     assert result.status == "certified", result.record()
     assert len(calls) == result.examples + result.refused_examples == 5, (len(calls), result.record())
+
+
+@pytest.mark.parametrize("message, faulted", [
+    ("raised AcceleratorError: CUDA error: an illegal memory access was encountered", True),   # the H100's words
+    ("raised RuntimeError: CUDA error: misaligned address", True),                           # FlashInfer's, H200
+    ("raised AcceleratorError: CUDA error: unspecified launch failure", True),
+    ("raised RuntimeError: CUDA error: device-side assert triggered", True),
+    ("raised OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", False),   # the machine's: its own path
+    ("output 0: 3 of 8 elements differ; first at (1,): got 4, expected 5", False),
+    ("raised ValueError: logits must be 2-D (an illegal shape)", False),
+])
+def test_a_gpu_fault_is_told_by_cudas_words_for_a_lost_context(message, faulted):
+    assert gpu_fault(message) is faulted

@@ -39,7 +39,7 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from oracles.judge_errors import JudgeError, out_of_memory, out_of_memory_line
+from oracles.judge_errors import JudgeError, gpu_fault, out_of_memory, out_of_memory_line
 from tools.engine import activity
 from tools.engine.worker import NO_ORACLE, CellTask
 from tools.engine.process_end import exit_in_words, last_words
@@ -281,7 +281,9 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
     nothing of itself but of its neighbours (its draws follow from its seed: a run again gives the result an
     unshared device gives): it runs again beside other workers once the cells it ran beside have ended, and,
     out of memory again, at the end alone on the first slot.  Out of memory alone too, it ends the run as the
-    judge's internal error."""
+    judge's internal error.  A cell whose kernel faulted (a CUDA error that loses the context: ``gpu_fault``) on a
+    GPU other workers share runs again the same way, since a neighbour's fault can end another process's kernel;
+    a fault alone is the implementation's finding."""
     sanitizer = (sanitize, find_sanitizer()) if sanitize else None
     queue = _CellQueue(tasks)
     results: dict[tuple, CellResult] = {}
@@ -294,12 +296,16 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
 
     def defer(worker: _Worker, message: str) -> bool:
         shared = sum(slot.env == worker.slot.env for slot in starting) > 1   # the same GPU, or the CPU
-        if not (shared and out_of_memory(message)):
+        if shared and out_of_memory(message):
+            what = "out of memory"
+        elif shared and worker.slot.memory_bytes is not None and gpu_fault(message):
+            what = "a GPU fault"
+        else:
             return False
         when = queue.defer(worker.task, running(but=worker))
         if on_note:
-            on_note(worker.slot, f"{worker.task.op}/{worker.task.cell_id}: out of memory beside other "
-                                 f"workers; it runs again {when}")
+            on_note(worker.slot, f"{worker.task.op}/{worker.task.cell_id}: {what} beside other workers; it runs "
+                                 f"again {when}")
         worker.task = None
         return True
 
