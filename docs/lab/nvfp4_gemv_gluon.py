@@ -54,7 +54,7 @@ def _gluon_step(acc, packed, raw_scales, x, a_values: gl.constexpr, BLOCK_N: gl.
 
 @gluon.jit
 def _gluon_gemv_tiles(x_ptr, stride_xm, rows, packed_ptr, stride_pn, scales_ptr, stride_sn, global_scale_ptr,
-                      depth, y_ptr, stride_ym, partial_ptr,
+                      depth, y_ptr, stride_ym, partial_ptr, stride_ps, stride_pm,
                       BLOCK_N: gl.constexpr, BLOCK_KB: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT: gl.constexpr,
                       PREFETCH: gl.constexpr):
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
@@ -96,8 +96,7 @@ def _gluon_gemv_tiles(x_ptr, stride_xm, rows, packed_ptr, stride_pn, scales_ptr,
         gl.store(y_ptr + out_m[None, :] * stride_ym + out_rows[:, None], acc.to(gl.bfloat16),
                  mask=(out_m < rows)[None, :])
     else:   # fp32 partials [SPLIT, BLOCK_M, N], summed by the host wrapper
-        cols = gl.num_programs(0) * BLOCK_N
-        gl.store(partial_ptr + (gl.program_id(1) * BLOCK_M + out_m[None, :]) * cols + out_rows[:, None], acc)
+        gl.store(partial_ptr + gl.program_id(1) * stride_ps + out_m[None, :] * stride_pm + out_rows[:, None], acc)
 
 
 def gluon_gemv(x, packed, block_scales, global_scale, split: int = 1, prefetch: bool = False) -> torch.Tensor:
@@ -111,14 +110,16 @@ def gluon_gemv(x, packed, block_scales, global_scale, split: int = 1, prefetch: 
     partials = torch.empty(split, BLOCK_M, cols, dtype=torch.float32, device=x.device) if split > 1 else y
     _gluon_gemv_tiles[(cols // BLOCK_N, split)](x, x.stride(0), rows, packed, packed.stride(0), block_scales,
                                                 block_scales.stride(0), global_scale, depth, y, y.stride(0), partials,
+                                                partials.stride(0), partials.stride(-2),
                                                 BLOCK_N, BLOCK_KB, BLOCK_M, split, prefetch, num_warps=4)
     if split > 1:
         torch.sum(partials[:, :rows], dim=0, out=y)   # (a bf16 out: the sum rounded once)
     return y
 
 
-# (split, prefetch): the first is the plain prototype; the others add programs, a second tile in flight, or both
-VARIANTS = ((1, False), (1, True), (4, False), (4, True), (8, True), (16, True))
+# (split, prefetch): the first is the plain prototype; the others add programs or a second tile in flight (which
+# a first H100 run found slower at every split: docs/ops/nvfp4_gemv.md)
+VARIANTS = ((1, False), (2, False), (4, False), (8, False), (16, False), (1, True))
 
 
 def static() -> int:
@@ -133,7 +134,7 @@ def static() -> int:
     scales = torch.zeros(8192, 512).to(torch.float8_e4m3fn)
     y = torch.zeros(16, 8192, dtype=torch.bfloat16)
     with contextlib.redirect_stdout(io.StringIO()):
-        compiled = _gluon_gemv_tiles.run(x, 8192, 16, packed, 4096, scales, 512, torch.ones(1), 8192, y, 8192, y,
+        compiled = _gluon_gemv_tiles.run(x, 8192, 16, packed, 4096, scales, 512, torch.ones(1), 8192, y, 8192, y, 0, 0,
                                          BLOCK_N, BLOCK_KB, BLOCK_M, 1, True, grid=(1,), warmup=True, num_warps=4)
     ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
     for line in ttgir.splitlines():   # the conversions kept: each is register moves where the PTX shows no shared
@@ -152,8 +153,10 @@ def on_gpu() -> int:
     import triton.testing
 
     def bf16_ulps(got: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-        """|got - expected| in units of bf16's spacing at ``expected`` (8 significant bits)."""
-        exponent = torch.frexp(expected.float())[1]
+        """|got - expected| in units of bf16's spacing at the row's largest |expected| (8 significant bits): the
+        judge's row scale, so that another summation order is not charged thousands of ULPs of a value that
+        cancelled to near zero."""
+        exponent = torch.frexp(expected.float().abs().amax(dim=-1, keepdim=True))[1]
         return (got.float() - expected.float()).abs() / torch.ldexp(torch.ones_like(expected.float()), exponent - 8)
 
     copy = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
