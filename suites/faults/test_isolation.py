@@ -160,39 +160,37 @@ def test_a_cell_out_of_memory_beside_other_workers_runs_again_alone_then_ends_th
         assert started == ([[], [None], [0, 0]] if again else [[]]), started
 
 
-@pytest.mark.parametrize("impl, faults", [(f"{FAULTY}:raises_on_small_batches", True),
-                                          (f"{FAULTY}:wild_store_on_small_batches", None),
-                                          ("suites.sampling.greedy_argmax_impls:nan_ignored", False)])
-def test_a_gpu_fault_beside_other_workers_runs_again_then_stands_as_the_kernels(impl, faults):
+@pytest.mark.parametrize("impl, where, again", [
+    (f"{FAULTY}:raises_on_small_batches", "shared GPU", True),
+    (f"{FAULTY}:raises_on_small_batches", "CPU", False),                           # no GPU shared
+    ("suites.sampling.greedy_argmax_impls:nan_ignored", "shared GPU", False),     # a wrong answer, no fault
+])
+def test_a_gpu_fault_beside_other_workers_runs_again_then_stands_as_the_kernels(impl, where, again):
     """A kernel fault beside other workers on one GPU may be a neighbour's (an H100, 2026-12-06g: a kernel spinning
     in one process ended as another met an illegal memory access): the cell runs again like one out of memory,
-    and its fault, alone, is the implementation's finding, with its parity failure and reproduction.  Controls:
-    workers on the CPU (no GPU shared) keep the first verdict, and so does a wrong answer on a shared GPU.  The
-    wild store faults on a GPU only (the interpreter's process dies: a crash, which a rerun would not change)."""
-    if faults is None:
-        if DEVICE == "cpu":
-            pytest.skip("a wild store kills the interpreter's process: the crash test above")
-        faults = True
-    tasks = [CellTask(ENTRY.name, cell, DEVICE, impl, max_examples=1) for cell in ("decode_small_batch", "empty_batch")]
-    shared_gpu = gpu_slots(1, 2) if DEVICE == "cuda" else \
+    and its fault, alone, is the implementation's finding, with its parity failure.  Controls: workers on the CPU
+    keep the first verdict, and so does a wrong answer on a shared GPU.  (The GPU's own fault, a wild store, is
+    the crash-and-hang test's on a GPU.)"""
+    if where == "CPU" and DEVICE == "cuda":
+        pytest.skip("the CPU's workers: the control of a CPU machine")
+    tasks = [CellTask(ENTRY.name, cell, DEVICE, impl, max_examples=0, shrink=False)
+             for cell in ("decode_small_batch", "empty_batch")]
+    slots = cpu_slots(2) if where == "CPU" else gpu_slots(1, 2) if DEVICE == "cuda" else \
         [Slot(f"gpu0.{i}", {"CUDA_VISIBLE_DEVICES": ""}, 80 << 30) for i in (0, 1)]   # a GPU's slots, on the CPU
-    for slots, again in ((shared_gpu, faults), (cpu_slots(2), False)):
-        if DEVICE == "cuda" and slots[0].memory_bytes is None:
-            continue   # the CPU's workers judge on the CPU: the first run's control is the CPU machine's
-        notes = []
-        results = run_isolated(tasks, slots, cell_timeout=600, on_note=lambda slot, line: notes.append(line))
-        small = results[tasks[0].key]
-        assert small.status == "failed" and small.failure.oracle == "parity", small
-        assert results[tasks[1].key].status == "certified", results
-        reruns = [line for line in notes if "beside other workers" in line]
-        if not again:
-            assert reruns == [], notes
-            continue
-        assert "illegal memory access" in small.failure.message, small.failure.message
-        # first beside its neighbour (whether empty_batch still ran then is the workers' timing), then alone
-        out = "greedy_argmax/decode_small_batch: a GPU fault beside other workers; it runs again "
-        assert reruns in ([out + "alone at the end"], [out + "once the cells it ran beside have ended",
-                                                       out + "alone at the end"]), notes
+    notes = []
+    results = run_isolated(tasks, slots, cell_timeout=600, on_note=lambda slot, line: notes.append(line))
+    small = results[tasks[0].key]
+    assert small.status == "failed" and small.failure.oracle == "parity", small
+    assert results[tasks[1].key].status == "certified", results
+    reruns = [line for line in notes if "beside other workers" in line]
+    if not again:
+        assert reruns == [], notes
+        return
+    assert "illegal memory access" in small.failure.message, small.failure.message
+    # first beside its neighbour (whether empty_batch still ran then is the workers' timing), then alone
+    out = "greedy_argmax/decode_small_batch: a GPU fault beside other workers; it runs again "
+    assert reruns in ([out + "alone at the end"], [out + "once the cells it ran beside have ended",
+                                                   out + "alone at the end"]), notes
 
 
 def test_a_cell_out_of_memory_beside_running_cells_waits_for_them_then_goes_first():
