@@ -242,11 +242,10 @@ def test_a_limit_the_implementations_calls_took_whole_is_theirs_though_the_judge
     was named the judge's drawing of the inputs).  Its calls took the whole limit: the implementation's hang;
     the control: with the judge's code holding most of the limit it stays the judge's internal error."""
     descriptor, record = activity.shared_record()
-    doing = activity.Activity(os.dup(descriptor))
+    doing = activity.Activity(os.dup(descriptor))   # the worker's side of the record (it closes its copy)
+    os.close(descriptor)
     doing.cell()
-    with doing.implementation_call():
-        pass
-    doing.implementation_s = implementation_s
+    doing.implementation_s = implementation_s   # the calls' time so far, as implementation_call adds it up
     doing.judge("drawing of the inputs")
     log = tmp_path / "worker.log"
     log.write_text("")

@@ -86,9 +86,9 @@ def test_the_queue_starts_what_fits_and_keeps_the_rest_in_order():
 def _judge_side_holding_buffers(**host):
     """The judge's side of a host (no process behind it), holding a cell's buffers."""
     judge_side = ImplementationHost.__new__(ImplementationHost)
-    for name, value in dict(dict(device="cpu"), **host, _buffers={0: "staging"}, _free={("cuda", 512): [0]},
-                            _unsent={0: "staging"},
-                            _host_buffers={0: "output"}, _captured=[0], _pool="pool").items():
+    for name, value in {"device": "cpu", **host, "_buffers": {0: "staging"}, "_free": {("cuda", 512): [0]},
+                        "_unsent": {0: "staging"}, "_host_buffers": {0: "output"}, "_captured": [0],
+                        "_pool": "pool"}.items():
         setattr(judge_side, name, value)
     return judge_side
 
