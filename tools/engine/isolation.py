@@ -267,6 +267,20 @@ def first_that_fits(waiting: Sequence[tuple], running: Iterable[tuple], peaks: d
     return next((index for index, key in enumerate(waiting) if peaks.get(key) is None or peaks[key] <= room), None)
 
 
+def neighbours_may_have_caused(message: str, slot: Slot, shared: bool) -> str | None:
+    """What, in a cell's failure or internal error ``message`` on ``slot`` (``shared`` with other workers' slots:
+    one GPU, or the CPU), the cell's neighbours may have caused, in words, or None (the result stands): running
+    out of memory, on any shared device; a kernel's fault, on a shared GPU (the CPU's processes share no device
+    state)."""
+    if not shared:
+        return None
+    if out_of_memory(message):
+        return "out of memory"
+    if slot.memory_bytes is not None and gpu_fault(message):
+        return "a GPU fault"
+    return None
+
+
 def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: float, sanitize: str | None = None,
                  on_note: Callable[[Slot, str], None] | None = None,
                  on_result: Callable[[CellTask, CellResult, float, int | None], None] | None = None,
@@ -296,11 +310,8 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
 
     def defer(worker: _Worker, message: str) -> bool:
         shared = sum(slot.env == worker.slot.env for slot in starting) > 1   # the same GPU, or the CPU
-        if shared and out_of_memory(message):
-            what = "out of memory"
-        elif shared and worker.slot.memory_bytes is not None and gpu_fault(message):
-            what = "a GPU fault"
-        else:
+        what = neighbours_may_have_caused(message, worker.slot, shared)
+        if what is None:
             return False
         when = queue.defer(worker.task, running(but=worker))
         if on_note:
