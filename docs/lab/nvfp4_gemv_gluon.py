@@ -4,7 +4,7 @@ worth building. mma.sync's operand A layout for bf16 with ``k_width = 8`` gives 
 K a row, which are 4 packed bytes; the same parent with ``k_width = 4`` on the packed uint8 tile gives the thread
 exactly those bytes, so the decode lands in the operand and the conversion is a register renaming.
 
-Each program owns BLOCK_N rows of the weight; each step loads a [BLOCK_N, BLOCK_KB] tile of packed bytes and its
+Each program owns BLOCK_N rows of the weight (16 a warp: 64 or 32); each step loads a [BLOCK_N, BLOCK_KB] tile of packed bytes and its
 block scales straight from global memory in mma.sync's operand A byte layout (``k_width = 4``: 4 packed bytes, 8
 values of K, a thread and row), decodes them with the catalog kernel's own placed-decode PTX into the bf16 operand
 (``k_width = 8``), reads x's [2 BLOCK_KB, BLOCK_M] slice in operand B's layout and accumulates with ``mma_v2``.
@@ -43,17 +43,7 @@ from triton.experimental.gluon.language.nvidia.ampere import mma_v2  # noqa: E40
 from ops.gemm import nvfp4_gemv as catalog_kernel  # noqa: E402
 from ops.gemm.nvfp4_gemv import E2M1_PLACED_PTX, PLACED_SCALE, PLACED_UNDO  # noqa: E402
 
-BLOCK_N, BLOCK_KB, BLOCK_M = 64, 64, 16   # 4 warps of 16 rows; 128 values of K a step
-
-
-@gluon.jit
-def _gluon_step(acc, packed, raw_scales, x, a_values: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_KB: gl.constexpr):
-    """One step: a [BLOCK_N, BLOCK_KB] tile of packed bytes decoded into mma.sync's operand A, times x's slice."""
-    scales = (raw_scales.to(gl.float32) * PLACED_SCALE).to(gl.bfloat16)
-    low, high = gl.inline_asm_elementwise(E2M1_PLACED_PTX, "=r,=r,=r,=r,r,r,r", [packed, scales],
-                                          dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
-    weights = gl.convert_layout(gl.reshape(gl.join(low, high), [BLOCK_N, 2 * BLOCK_KB]), a_values)
-    return mma_v2(weights, x, acc)
+BLOCK_KB, BLOCK_M = 64, 16   # 128 values of K a step; a program's rows are 16 a warp
 
 
 @gluon.jit
@@ -61,7 +51,8 @@ def _gluon_gemv_tiles(x_ptr, stride_xm, rows, packed_ptr, stride_pn, scales_ptr,
                       cols, depth, y_ptr, stride_ym, partial_ptr, stride_ps, stride_pm,
                       BLOCK_N: gl.constexpr, BLOCK_KB: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT: gl.constexpr,
                       EVEN: gl.constexpr):
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[BLOCK_N // 16, 1],
+                                                  instr_shape=[16, 8])
     a_bytes: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
     a_values: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
     b_values: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=8)
@@ -106,27 +97,29 @@ def _gluon_gemv_tiles(x_ptr, stride_xm, rows, packed_ptr, stride_pn, scales_ptr,
                  mask=(out_rows < cols)[:, None])
 
 
-def gluon_gemv(x, packed, block_scales, global_scale, split: int = 1) -> torch.Tensor:
+def gluon_gemv(x, packed, block_scales, global_scale, split: int = 1, block_n: int = 64) -> torch.Tensor:
     """y [M, N] bf16 of x [M, K] bf16 against the NVFP4 weight (M <= 16, K a multiple of 16, rows of x, packed and
-    block_scales contiguous); ``split`` > 1 sums fp32 partials of K's parts afterwards (one more kernel)."""
+    block_scales contiguous); ``split`` > 1 sums fp32 partials of K's parts afterwards (one more kernel);
+    ``block_n`` rows a program, 16 a warp."""
     rows, depth = x.shape
     cols = packed.shape[0]
     assert rows <= BLOCK_M and depth % 16 == 0, (x.shape, packed.shape)
     assert x.stride(1) == 1 and packed.stride(1) == 1 and block_scales.stride(1) == 1
     y = torch.empty(rows, cols, dtype=torch.bfloat16, device=x.device)
     partials = torch.zeros(split, BLOCK_M, cols, dtype=torch.float32, device=x.device) if split > 1 else y
-    even = depth % (2 * BLOCK_KB * split) == 0 and cols % BLOCK_N == 0
-    _gluon_gemv_tiles[(triton.cdiv(cols, BLOCK_N), split)](
+    even = depth % (2 * BLOCK_KB * split) == 0 and cols % block_n == 0
+    _gluon_gemv_tiles[(triton.cdiv(cols, block_n), split)](
         x, x.stride(0), rows, packed, packed.stride(0), block_scales, block_scales.stride(0), global_scale, cols, depth,
-        y, y.stride(0), partials, partials.stride(0), partials.stride(-2), BLOCK_N, BLOCK_KB, BLOCK_M, split, even,
-        num_warps=4)
+        y, y.stride(0), partials, partials.stride(0), partials.stride(-2), block_n, BLOCK_KB, BLOCK_M, split, even,
+        num_warps=block_n // 16)
     if split > 1:
         torch.sum(partials[:, :rows], dim=0, out=y)   # (a bf16 out: the sum rounded once)
     return y
 
 
-SPLITS = (1, 2, 4, 8, 16)   # K's parts; a register prefetch of the next step (202 registers, 2 programs an SM
-                            # against 5) was slower at every split on an H100: docs/ops/nvfp4_gemv.md
+# (rows a program, K's parts): a register prefetch of the next step (202 registers, 2 programs an SM against 5)
+# was slower at every split on an H100 (docs/ops/nvfp4_gemv.md); 32 rows (2 warps) make twice the programs
+VARIANTS = tuple((64, split) for split in (1, 2, 4, 8, 16)) + tuple((32, split) for split in (2, 4, 8))
 ODD_SHAPES = ((3, 1000, 1040), (16, 4160, 2064), (1, 72, 16), (9, 8192, 8208))   # (M, N, K): the masked path
 
 
@@ -143,7 +136,7 @@ def static() -> int:
     y = torch.zeros(16, 8192, dtype=torch.bfloat16)
     with contextlib.redirect_stdout(io.StringIO()):
         compiled = _gluon_gemv_tiles.run(x, 8192, 16, packed, 4096, scales, 512, torch.ones(1), 8192, 8192, y, 8192,
-                                         y, 0, 0, BLOCK_N, BLOCK_KB, BLOCK_M, 1, True, grid=(1,), warmup=True,
+                                         y, 0, 0, 64, BLOCK_KB, BLOCK_M, 1, True, grid=(1,), warmup=True,
                                          num_warps=4)
     ttgir, ptx = compiled.asm["ttgir"], compiled.asm["ptx"]
     for line in ttgir.splitlines():   # the conversions kept: each is register moves where the PTX shows no shared
@@ -171,9 +164,10 @@ def on_gpu() -> int:
     for rows, cols, depth in ODD_SHAPES:   # the masked path first: tails of K and N, every split
         inputs = catalog_kernel._bench_input(rows, cols, depth)("cuda")
         ours = catalog_kernel.nvfp4_gemv(**inputs)
-        worst = {split: bf16_ulps(gluon_gemv(**inputs, split=split), ours).max().item() for split in SPLITS}
-        print(f"M={rows} N={cols} K={depth}: largest difference from the catalog kernel by split, bf16 ULP of the "
-              f"row's scale: " + ", ".join(f"{split}: {ulps:.2f}" for split, ulps in worst.items()))
+        worst = {variant: bf16_ulps(gluon_gemv(**inputs, block_n=variant[0], split=variant[1]), ours).max().item()
+                 for variant in VARIANTS}
+        print(f"M={rows} N={cols} K={depth}: largest difference from the catalog kernel by (rows a program, split), "
+              f"bf16 ULP of the row's scale: " + ", ".join(f"{variant}: {ulps:.2f}" for variant, ulps in worst.items()))
     copy = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
     copy_us = triton.testing.do_bench_cudagraph(lambda: copy.clone()) * 1e3
     copy_gbs = 2 * copy.numel() / copy_us / 1e3
@@ -183,8 +177,9 @@ def on_gpu() -> int:
         ours = catalog_kernel.nvfp4_gemv(**inputs)
         moved = catalog_kernel.bytes_moved(**inputs)
         calls = {"catalog": catalog_kernel.nvfp4_gemv}
-        calls.update({f"gluon split {split}": lambda split=split, **kw: gluon_gemv(**kw, split=split)
-                      for split in SPLITS})
+        calls.update({f"gluon {block_n} rows, split {split}":
+                      lambda block_n=block_n, split=split, **kw: gluon_gemv(**kw, block_n=block_n, split=split)
+                      for block_n, split in VARIANTS})
         for name, f in calls.items():
             worst = bf16_ulps(f(**inputs), ours).max().item()
             us = triton.testing.do_bench_cudagraph(lambda f=f: f(**inputs)) * 1e3
