@@ -172,7 +172,6 @@ def test_an_output_in_a_buffer_the_host_never_shared_fails_its_call():
         ImplementationHost._outputs(judge_side, sent, poisoned=False)
 
 
-
 def _report(tmp_path, monkeypatch, rows) -> None:
     entry = kernels("greedy_argmax")[0]
     report = tmp_path / "greedy_argmax.sm90.report.json"

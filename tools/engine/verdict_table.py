@@ -127,20 +127,23 @@ HEAD = ["op", "implementation", *ORACLES, "worst error on passing examples (ULP)
         "time"]
 
 
+def _cells(row: Row, implementation: str) -> list[str]:
+    """A row's cells in ``HEAD``'s order, the implementation as the format shows it."""
+    return [row.op, implementation, *(row.verdicts[o] for o in ORACLES), _error(row.kernel_error_ulp),
+            _error(row.stock_error_ulp), row.judged, row.bench]
+
+
 def markdown(rows: list[Row]) -> str:
     lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
     for row in rows:
-        cells = [row.op, f"`{row.implementation}`", *(row.verdicts[o] for o in ORACLES),
-                 _error(row.kernel_error_ulp), _error(row.stock_error_ulp), row.judged, row.bench]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(_cells(row, f"`{row.implementation}`")) + " |")
     return "\n".join(lines)
 
 
 def html_table(rows: list[Row]) -> str:
     body = []
     for row in rows:
-        cells = [row.op, row.implementation, *(row.verdicts[o] for o in ORACLES), _error(row.kernel_error_ulp),
-                 _error(row.stock_error_ulp), row.judged, row.bench]
+        cells = _cells(row, row.implementation)
         body.append("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells) + "</tr>")
     return ('<table class="list"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in HEAD) + "</tr>"
             + "".join(body) + "</table>")
