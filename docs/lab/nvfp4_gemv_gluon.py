@@ -154,12 +154,12 @@ def static() -> int:
 def on_gpu() -> int:
     import triton.testing
 
+    from oracles.band import row_ulp
+
     def bf16_ulps(got: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
-        """|got - expected| in units of bf16's spacing at the row's largest |expected| (8 significant bits): the
-        judge's row scale, so that another summation order is not charged thousands of ULPs of a value that
-        cancelled to near zero."""
-        exponent = torch.frexp(expected.float().abs().amax(dim=-1, keepdim=True))[1]
-        return (got.float() - expected.float()).abs() / torch.ldexp(torch.ones_like(expected.float()), exponent - 8)
+        """|got - expected| in bf16 ULPs of the row's largest |expected|, the judge's row scale: another summation
+        order is not charged thousands of ULPs of a value that cancelled to near zero."""
+        return (got.float() - expected.float()).abs() / row_ulp(expected.float(), torch.bfloat16)
 
     for rows, cols, depth in ODD_SHAPES:   # the masked path first: tails of K and N, every split
         inputs = catalog_kernel._bench_input(rows, cols, depth)("cuda")
