@@ -101,3 +101,42 @@ def dies_out_of_memory_on_small_batches(logits):
         print("RuntimeError: CUDA error: out of memory (a control)", file=sys.stderr, flush=True)
         os._exit(1)
     return reference(logits)
+
+
+# A GPU fault and the cell running beside it, in order, for run_isolated's rerun of a fault's neighbours on a
+# GPU's slots (any device: the fault is CUDA's message): the folder named by FAULT_BARRIER (readable by the
+# implementation's host) holds the two marks that order them. At most BARRIER_WAIT_S each: a broken order
+# fails the test's assertions, never hangs it.
+BARRIER_WAIT_S = 120
+
+
+def _wait_for(mark: str) -> None:
+    import os
+    import time
+
+    path = os.path.join(os.environ["FAULT_BARRIER"], mark)
+    deadline = time.monotonic() + BARRIER_WAIT_S
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _mark(mark: str) -> None:
+    import os
+
+    open(os.path.join(os.environ["FAULT_BARRIER"], mark), "a").close()
+
+
+def faults_once_its_neighbour_runs(logits):
+    """Raises CUDA's illegal-address error (a GPU fault) once the cell beside it is inside its call."""
+    validate(logits)
+    _wait_for("neighbour_running")
+    raise RuntimeError("CUDA error: an illegal memory access was encountered (a control)")
+
+
+def answers_once_its_neighbours_fault_is_seen(logits):
+    """Right, but its call returns only once the judge has seen the neighbour's fault (the test marks it then):
+    what a kernel ended silently by a neighbour's fault looks like from the judge, a right answer included."""
+    validate(logits)
+    _mark("neighbour_running")
+    _wait_for("fault_seen")
+    return reference(logits)

@@ -297,10 +297,14 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
     out of memory again, at the end alone on the first slot.  Out of memory alone too, it ends the run as the
     judge's internal error.  A cell whose kernel faulted (a CUDA error that loses the context: ``gpu_fault``) on a
     GPU other workers share runs again the same way, since a neighbour's fault can end another process's kernel;
-    a fault alone is the implementation's finding."""
+    a fault alone is the implementation's finding.  And since that ending can be silent (an H200, 2026-12-06h: a
+    spinning kernel returned as its neighbour faulted, and parity saw the right answer), every cell running on
+    that GPU when the fault was reported runs again too, whatever its result (a cell that ended before the
+    report came stands)."""
     sanitizer = (sanitize, find_sanitizer()) if sanitize else None
     queue = _CellQueue(tasks)
     results: dict[tuple, CellResult] = {}
+    faulted_beside: set[tuple] = set()   # cells running on a GPU when another worker's fault there was reported
     workers: dict[str, _Worker | None] = {slot.label: None for slot in slots}
     starting = list(slots)   # the slots left: one whose worker could not start for memory is given up
     spawned = 0
@@ -308,19 +312,29 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
     def running(but: _Worker | None = None) -> set:
         return {w.task.key for w in workers.values() if w is not None and w is not but and w.task is not None}
 
+    def again(worker: _Worker, why: str) -> None:
+        """The worker's cell back in the queue (its worker is free): it runs again, noted with ``why``."""
+        when = queue.defer(worker.task, running(but=worker))
+        if on_note:
+            on_note(worker.slot, f"{worker.task.op}/{worker.task.cell_id}: {why}; it runs again {when}")
+        worker.task = None
+
     def defer(worker: _Worker, message: str) -> bool:
         shared = sum(slot.env == worker.slot.env for slot in starting) > 1   # the same GPU, or the CPU
         what = neighbours_may_have_caused(message, worker.slot, shared)
         if what is None:
             return False
-        when = queue.defer(worker.task, running(but=worker))
-        if on_note:
-            on_note(worker.slot, f"{worker.task.op}/{worker.task.cell_id}: {what} beside other workers; it runs "
-                                 f"again {when}")
-        worker.task = None
+        if what == "a GPU fault":   # it may have ended the kernels running beside it, without an error there
+            faulted_beside.update(w.task.key for w in workers.values() if w is not None and w is not worker
+                                  and w.task is not None and w.slot.env == worker.slot.env)
+        again(worker, f"{what} beside other workers")
         return True
 
     def finish(worker: _Worker, result: CellResult, gpu_peak_bytes: int | None = None) -> None:
+        if worker.task.key in faulted_beside:
+            faulted_beside.discard(worker.task.key)
+            again(worker, "a neighbour's GPU fault was reported while it ran")
+            return
         task, worker.task = worker.task, None
         results[task.key] = result
         if on_result:
