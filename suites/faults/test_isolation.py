@@ -220,6 +220,7 @@ def test_the_cells_running_beside_a_gpu_fault_run_again_whatever_their_result(mo
         "the end",
         "greedy_argmax/decode_small_batch: a GPU fault beside other workers; it runs again alone at the end"], notes
 
+
 def test_a_cell_out_of_memory_beside_running_cells_waits_for_them_then_goes_first():
     """The queue of ``run_isolated``: a cell out of memory beside running cells (the paged cells' float64
     truths hold tens of GB for minutes) starts again only once every one of them has ended, before the cells
