@@ -279,11 +279,11 @@ def test_a_limit_the_implementations_calls_took_whole_is_theirs_though_the_judge
     log.write_text("")
     worker = types.SimpleNamespace(activity=record, oracle="determinism", recipe={"R": 17}, log=log,
                                    process=types.SimpleNamespace(returncode=-9),
-                                   task=types.SimpleNamespace(op=ENTRY.name, cell_id="decode_mid_batch",
-                                                              backend="triton"))
+                                   task=CellTask(ENTRY.name, "decode_mid_batch", DEVICE, backend="triton"))
     if judges:
-        with pytest.raises(JudgeError, match="the judge's own drawing of the inputs did not finish"):
+        with pytest.raises(JudgeError, match="the judge's own drawing of the inputs did not finish") as raised:
             isolation._timed_out(worker, HANG_LIMIT_S, None)
+        assert (raised.value.op, raised.value.cell_id, raised.value.backend) == worker.task.key   # its reproduction's
         return
     result = isolation._timed_out(worker, HANG_LIMIT_S, None)
     assert result.status == "failed" and result.annotations["fault"]["kind"] == "hang", result

@@ -180,7 +180,7 @@ def test_a_worker_sends_an_internal_error_and_its_parent_raises_it(monkeypatch):
     parent.send(("cell", {"op": "greedy_argmax", "cell_id": CELL, "device": "cpu"}))
     served.join(timeout=60)
     kind, facts = parent.recv()
-    assert kind == "internal" and facts["message"] == "injected" and facts["cell_id"] == CELL
+    assert kind == "internal" and facts["message"] == "injected" and facts["oracle"] == "parity"
 
     class Worker:   # what _drain reads: its connection, its task
         connection, task = None, CellTask("greedy_argmax", CELL, "cpu")
@@ -191,7 +191,7 @@ def test_a_worker_sends_an_internal_error_and_its_parent_raises_it(monkeypatch):
     sender.send((kind, facts))
     with pytest.raises(JudgeError, match="injected") as raised:
         isolation._drain(drained, None, None, None, None)
-    assert (raised.value.op, raised.value.recipe) == ("greedy_argmax", {"seed": 1})
+    assert (raised.value.op, raised.value.cell_id, raised.value.recipe) == ("greedy_argmax", CELL, {"seed": 1})
 
 
 def test_a_replay_recipe_the_contract_refuses_is_a_usage_error():

@@ -500,8 +500,8 @@ def _drain(worker: _Worker, finish, retire, on_note, sanitizer, defer=lambda wor
                 _end_workers([worker])   # it ends after an internal error anyway: its hosts first
                 return
             error = JudgeError(facts["message"], facts["oracle"], facts["recipe"])
-            error.op, error.cell_id, error.trace = facts["op"], facts["cell_id"], facts["traceback"]
-            error.backend = worker.task.backend
+            worker.task.locate(error)
+            error.trace = facts["traceback"]
             raise error
         elif kind == "result":
             from oracles.battery import CellResult
@@ -577,7 +577,7 @@ def _timed_out(worker: _Worker, cell_timeout: float, sanitizer: tuple | None) ->
                            f"{doing.implementation_s:.1f}s of the cell); nothing is concluded about the "
                            f"implementation; raise --cell-timeout",
                            worker.oracle if worker.oracle != NO_ORACLE else None, worker.recipe or None)
-        error.op, error.cell_id, error.backend = worker.task.op, worker.task.cell_id, worker.task.backend
+        worker.task.locate(error)
         lines = last_words(worker.log)
         error.trace = "the worker's last lines:" + ("\n" + "\n".join(lines) if lines else " none")
         raise error

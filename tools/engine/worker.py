@@ -63,6 +63,10 @@ class CellTask:
         """The cell of one kernel (an op's kernels share their cells' ids): what a run's results are keyed by."""
         return self.op, self.cell_id, self.backend
 
+    def locate(self, error) -> None:
+        """Name this cell as where the judge's ``error`` (a JudgeError) happened: its report's reproduction line."""
+        error.op, error.cell_id, error.backend = self.key
+
 
 def load_implementation(spec: str, entries):
     """``MODULE[:ATTR]`` -> an Implementation for each entry (missing siblings: the reference)."""
@@ -272,7 +276,7 @@ def internal_error(task: CellTask, error: BaseException):
 
     found = judge_error("the judge", error)
     if getattr(found, "cell_id", None) is None:   # (once: a worker passes on what execute raised)
-        found.op, found.cell_id, found.backend = task.op, task.cell_id, task.backend
+        task.locate(found)
         if out_of_memory(found.message):
             found.message += (f"; now {memory_state(task.device)}; running out of memory is a fact about the "
                               f"machine (what other processes hold), not about the implementation: nothing is "
@@ -302,9 +306,9 @@ def memory_state(device: str) -> str:
 
 
 def internal_facts(error) -> dict:
-    """What crosses to the parent of an internal error (``tools/engine/isolation.py`` raises it again)."""
+    """What crosses to the parent of an internal error (``tools/engine/isolation.py`` raises it again, located at
+    the worker's cell)."""
     return {"message": error.message, "oracle": error.oracle, "recipe": error.recipe,
-            "op": getattr(error, "op", None), "cell_id": getattr(error, "cell_id", None),
             "traceback": getattr(error, "trace", None)}
 
 
