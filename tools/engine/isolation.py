@@ -313,7 +313,9 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
         return {w.task.key for w in workers.values() if w is not None and w is not but and w.task is not None}
 
     def again(worker: _Worker, why: str) -> None:
-        """The worker's cell back in the queue (its worker is free): it runs again, noted with ``why``."""
+        """The worker's cell back in the queue (its worker is free): it runs again, noted with ``why``; whatever a
+        neighbour's fault did to this run goes with it."""
+        faulted_beside.discard(worker.task.key)
         when = queue.defer(worker.task, running(but=worker))
         if on_note:
             on_note(worker.slot, f"{worker.task.op}/{worker.task.cell_id}: {why}; it runs again {when}")
@@ -332,7 +334,6 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
 
     def finish(worker: _Worker, result: CellResult, gpu_peak_bytes: int | None = None) -> None:
         if worker.task.key in faulted_beside:
-            faulted_beside.discard(worker.task.key)
             again(worker, "a neighbour's GPU fault was reported while it ran")
             return
         task, worker.task = worker.task, None
