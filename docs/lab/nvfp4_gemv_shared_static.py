@@ -11,7 +11,7 @@ up to their rows' offset, a multiple of the row's bytes).
 
     python3 docs/lab/nvfp4_gemv_shared_static.py [--rows M ...]
 
-Default: the bench shapes' plans at M = 1 (CUDA cores) and M = 16 (tensor cores), N = K = 8192.
+Default: the bench shapes' Triton plans at M = 1 (CUDA cores) and M = 16 (tensor cores), N = K = 8192.
 """
 from __future__ import annotations
 
@@ -42,12 +42,21 @@ BYTES = {"i8": 1, "i16": 2, "bf16": 2, "f16": 2, "i32": 4, "f32": 4}
 
 
 def bench_launches() -> dict[int, Launch]:
-    """M -> the main kernel's launch of nvfp4_gemv's bench case of M rows (N = K = 8192), as the catalog kernel
-    makes it with an H200's plan, recorded, not run (``tools/compile_receipts``' recording)."""
+    """M -> the Triton kernel's launch of nvfp4_gemv's bench case of M rows (N = K = 8192) with an H200's plan,
+    recorded, not run (``tools/compile_receipts``' recording): the default plan's at M = 1, the tensor-core plan's
+    (``TENSOR_CORE_SHAPE``, a bench variant) at M > 1, where the default is the Gluon kernel, whose decoded tile
+    never reaches shared memory (its receipts: no shared bytes)."""
+    from ops.gemm.gemv_launch import gemv_plan
+    from ops.gemm.nvfp4_gemv import E2M1_BITS, TENSOR_CORE_SHAPE
+    from tools.compile_receipts import H200_SMS
+
     found = {}
-    for recorded in recorded_launches(["nvfp4_gemv"]):
-        launch = next(launch for launch in recorded if launch.kernel.fn.__name__ == "_nvfp4_gemv_tiles")
-        found[int(re.search(r": M=(\d+) ", launch.origin)[1])] = launch
+    for recorded in recorded_launches(["nvfp4_gemv"], variants=True):
+        rows = int(re.search(r": M=(\d+) ", recorded[0].origin)[1])
+        plan = gemv_plan(8192, 8192, E2M1_BITS, H200_SMS, False, TENSOR_CORE_SHAPE, rows)
+        wanted = "default" if rows == 1 else TENSOR_CORE_SHAPE.label(plan.splits)
+        found[rows] = next(launch for launch in recorded if launch.kernel.fn.__name__ == "_nvfp4_gemv_tiles"
+                           and launch.origin.endswith(f": {wanted}"))
     return found
 
 

@@ -45,11 +45,19 @@ class PlanShape:
     prefetch_scales: bool = False  # NVFP4: each step loads the next step's block scales (see nvfp4_gemv)
     stepped: bool = False  # NVFP4: addresses from fixed int32 offsets plus the step (no pointer tensors)
     max_registers: int | None = None  # ptxas cap per thread (maxnreg); None: Triton's choice
+    # NVFP4, M > 1, compiled: decoded straight into the tensor cores' operand registers (a Gluon kernel, 16
+    # rows a warp: num_warps is block_n / 16); the interpreter runs the Triton kernel with the options above
+    operand_decode: bool = False
+    programs_per_sm: int = 1  # where K is split: into enough splits for this many programs an SM
 
     def label(self, splits: int | None = None) -> str:
         """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
+        split = "" if splits is None else f", {splits} splits"
+        if self.operand_decode:   # the GPU's plan (the other options are the interpreter's, which runs no Gluon)
+            return (f"{self.block_n} rows, {self.step_bytes} B steps, 16 rows a warp{split}, decoded into the "
+                    f"operand registers (Gluon), split for {self.programs_per_sm} programs an SM")
         return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps"
-                + ("" if splits is None else f", {splits} splits") + (", M=1 on CUDA cores" if self.cores_at_m1 else "")
+                + split + (", M=1 on CUDA cores" if self.cores_at_m1 else "")
                 + (", float32 decode" if self.float32_decode and self.cores_at_m1 else "")
                 + (", placed decode" if self.placed_decode else "")
                 + (", scales prefetched" if self.prefetch_scales else "")
@@ -72,6 +80,7 @@ class GemvPlan:
     prefetch_scales: bool = False
     stepped: bool = False
     max_registers: int | None = None
+    operand_decode: bool = False
 
 
 def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape,
@@ -84,18 +93,22 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
     block_n = min(widest, max(16, triton.next_power_of_2(rows)))
     tiles = triton.cdiv(rows, block_n)
     # Below split_below x SMs row tiles, K is split (in chunks of at least 4 steps) so that every SM
-    # streams; the partials are summed in split order by a second kernel.
+    # streams (programs_per_sm programs each); the partials are summed in split order by a second kernel.
     splits = 1
     if tiles < shape.split_below * sms:
-        splits = max(1, min(triton.cdiv(sms, tiles), triton.cdiv(cols, 4 * block_k)))
+        per_sm = 1 if on_interpreter else shape.programs_per_sm  # the interpreter pays per program
+        splits = max(1, min(triton.cdiv(per_sm * sms, tiles), triton.cdiv(cols, 4 * block_k)))
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
+    operand_decode = shape.operand_decode and weight_bits == 4 and m > 1 and not on_interpreter
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
-                    num_warps=shape.num_warps, num_stages=shape.num_stages, compiled=not on_interpreter,
+                    num_warps=block_n // 16 if operand_decode else shape.num_warps, num_stages=shape.num_stages,
+                    compiled=not on_interpreter,
                     cuda_cores=m == 1 and shape.cores_at_m1,
                     float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode and weight_bits == 4,
                     placed_decode=shape.placed_decode and weight_bits == 4,
                     prefetch_scales=shape.prefetch_scales and weight_bits == 4,
-                    stepped=shape.stepped and weight_bits == 4, max_registers=shape.max_registers)
+                    stepped=shape.stepped and weight_bits == 4, max_registers=shape.max_registers,
+                    operand_decode=operand_decode)
 
 
 def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int,

@@ -17,7 +17,9 @@ or (a plan option) bit placement (``E2M1_PLACED_PTX``: the values times 2**-7, u
 sums, exactly), under the interpreter arithmetic (the placed plan's twin: the same values times 2**-7).
 M = 1 on CUDA cores (a plan option) decodes bytes [.., 8] against their block scales, to float32
 (``E2M1_FLOAT32_PTX`` on a GPU), and meets x's even and odd columns separately. Plan options also
-prefetch each step's block scales one step ahead and step addresses from fixed int32 offsets. See
+prefetch each step's block scales one step ahead and step addresses from fixed int32 offsets. M > 1 on
+a GPU (the default plan) is a Gluon kernel that loads the packed bytes in the tensor cores' operand
+layout and decodes them there, so the decoded tile never passes through shared memory. See
 ``gemv_launch`` for the plan and the split-K reduction.
 """
 from __future__ import annotations
@@ -27,6 +29,9 @@ import dataclasses
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from ops.gemm.gemv_launch import (
     GemvPlan,
@@ -50,13 +55,17 @@ SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for th
 
 
 # -- launch plan ----------------------------------------------------------------------------------
-# M = 1 on CUDA cores with the float32 decode, M > 1 on tensor cores with the placed decode; both prefetch
-# scales and step addresses. The H200 sweep's best at N = K = 8192: 19.3 us at M = 1 (45.7% of copy); every
-# plan timed, and the sm_90 instruction counts that chose the options, in docs/ops/nvfp4_gemv.md.
+# M = 1 on CUDA cores with the float32 decode, prefetched scales and stepped addresses (the H200 sweep's best
+# at N = K = 8192: 19.3 us, 45.7% of copy). M > 1 on a GPU: the placed decode into the operand registers
+# (Gluon), 64 rows a program and K split for 4 programs an SM, where the Triton kernel's tensor-core plan
+# took 2x the M = 1 time; under the interpreter that Triton plan. Every plan timed, and the sm_90
+# instruction counts that chose the options, in docs/ops/nvfp4_gemv.md.
 DEFAULT_M1_SHAPE = PlanShape(block_n=16, step_bytes=128, num_stages=4, num_warps=2, split_below=2.0, cores_at_m1=True,
                              float32_decode=True, prefetch_scales=True, stepped=True)
-DEFAULT_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=4, split_below=2.0, placed_decode=True,
-                          prefetch_scales=True, stepped=True)  # M > 1
+TENSOR_CORE_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=4, split_below=2.0,
+                              placed_decode=True, prefetch_scales=True, stepped=True)
+DEFAULT_SHAPE = dataclasses.replace(TENSOR_CORE_SHAPE, block_n=64, step_bytes=64, split_below=8.0,
+                                    operand_decode=True, programs_per_sm=2)
 
 # Plans for tools/bench --variants: each decode and loop option alone and together, around one tile.
 _TABLE_DECODE_BEST = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=0.5)
@@ -88,6 +97,9 @@ VARIANT_SHAPES = (
       for block_n, num_stages, num_warps in ((16, 3, 4), (16, 4, 4), (16, 6, 4), (16, 4, 2), (32, 4, 4), (32, 6, 4),
                                              (32, 4, 8), (64, 4, 8))),
     _around(block_n=16, cores_at_m1=True, **_LEAN_LOOP), _around(num_stages=6, cores_at_m1=True, **_LEAN_LOOP),
+    TENSOR_CORE_SHAPE,
+    *(dataclasses.replace(DEFAULT_SHAPE, block_n=block_n, programs_per_sm=per_sm)
+      for block_n, per_sm in ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))),
 )
 
 # -- kernel ---------------------------------------------------------------------------------------
@@ -427,6 +439,77 @@ def _nvfp4_gemv_tiles(
     store_rows(acc, y_ptr, stride_ym, partial_ptr, tl.program_id(1), rows, cols, offs_n, decode_scale, BLOCK_M, SPLIT)
 
 
+# M > 1 on a GPU: mma.sync's operand A layout for bf16 with k_width = 8 gives a thread 8 consecutive values of K
+# a row, which are 4 packed bytes; the same parent with k_width = 4 on the packed uint8 tile gives the thread
+# exactly those bytes. So a step loads its packed bytes and block scales straight from global memory in that
+# byte layout, decodes them in registers (E2M1_PLACED_PTX) into the bf16 operand, and the layout conversion is
+# a register renaming: the decoded tile never touches shared memory, where Triton's tl.dot path (above) stores
+# and reloads it each step (docs/ops/nvfp4_gemv.md). Gluon writes the layouts out; it has no interpreter.
+# The launch signature is the tile kernels' (``run_tiles``); CUDA_CORES, COMPILED and NUM_STAGES do not apply.
+@gluon.jit(do_not_specialize=["rows", "cols", "stride_ym"])
+def _nvfp4_gemv_operand_tiles(
+    x_bits_ptr, stride_xm, stride_xk, rows,
+    packed_ptr, stride_pn, scales_ptr, stride_sn, global_scale_ptr, cols, depth,
+    y_ptr, stride_ym, partial_ptr, chunk,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT: gl.constexpr,
+    COMPILED: gl.constexpr, CUDA_CORES: gl.constexpr, NUM_STAGES: gl.constexpr,
+):
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[BLOCK_N // 16, 1],
+                                                  instr_shape=[16, 8])
+    a_bytes: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
+    a_values: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
+    b_values: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=8)
+    BLOCK_BYTES: gl.constexpr = BLOCK_K // 2
+    # this split's K: whole steps start..whole unmasked, then one masked step whole..stop (as step_bounds)
+    start = gl.program_id(1) * chunk
+    stop = gl.minimum(start + chunk, depth)
+    whole = start + (stop - start) // BLOCK_K * BLOCK_K
+    # rows past N read row N - 1 (never stored), so the steps' loads need no mask (as clamp_rows)
+    weight_rows = gl.minimum(gl.program_id(0) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_bytes)),
+                             cols - 1).to(gl.int64)
+    byte = gl.arange(0, BLOCK_BYTES, layout=gl.SliceLayout(0, a_bytes))
+    packed_tile = packed_ptr + weight_rows[:, None] * stride_pn + (start // 2 + byte)[None, :]
+    scale_tile = scales_ptr + weight_rows[:, None] * stride_sn + (start // SCALE_BLOCK + byte // 8)[None, :]
+    k = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, b_values))
+    m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, b_values))
+    x_tile = x_bits_ptr + m[None, :].to(gl.int64) * stride_xm + (start + k)[:, None] * stride_xk
+    x_rows = (m < rows)[None, :]  # padding rows of x are not read
+    acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, mma)
+    for step in range(0, whole - start, BLOCK_K):
+        acc = _operand_step(acc, gl.load(packed_tile + step // 2), gl.load(scale_tile + step // SCALE_BLOCK),
+                            gl.load(x_tile + step * stride_xk, mask=x_rows, other=0), BLOCK_N, BLOCK_K, a_values)
+    if whole < stop:  # K is a multiple of 16: a byte's block is whole or absent, as the byte is
+        live = (whole + 2 * byte < stop)[None, :]
+        acc = _operand_step(acc, gl.load(packed_tile + (whole - start) // 2, mask=live, other=0),
+                            gl.load(scale_tile + (whole - start) // SCALE_BLOCK, mask=live, other=0.0),
+                            gl.load(x_tile + (whole - start) * stride_xk, mask=x_rows & (whole + k < stop)[:, None],
+                                    other=0),
+                            BLOCK_N, BLOCK_K, a_values)
+    acc = acc * PLACED_UNDO  # exact: a power of two
+    out_rows = gl.program_id(0) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
+    out_m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, mma))
+    live_out = (out_rows < cols)[:, None] & (out_m < rows)[None, :]
+    if SPLIT:  # partials[split, m, n], float32, unscaled: sum_splits applies the scale once (as store_rows)
+        slot = (gl.program_id(1) * rows + out_m[None, :]).to(gl.int64) * cols + out_rows[:, None]
+        gl.store(partial_ptr + slot, acc, mask=live_out)
+    else:
+        decode_scale = gl.div_rn(1.0, gl.load(global_scale_ptr))
+        gl.store(y_ptr + out_m[None, :].to(gl.int64) * stride_ym + out_rows[:, None],
+                 (acc * decode_scale).to(gl.bfloat16), mask=live_out)
+
+
+@gluon.jit
+def _operand_step(acc, packed, raw_scales, x_bits, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                  a_values: gl.constexpr):
+    """``acc`` plus one step's products: ``packed`` [BLOCK_N, BLOCK_K / 2] and ``raw_scales`` (one a byte) in
+    operand A's byte layout, ``x_bits`` [BLOCK_K, BLOCK_M] (int16) in operand B's."""
+    scales = (raw_scales.to(gl.float32) * PLACED_SCALE).to(gl.bfloat16)
+    low, high = gl.inline_asm_elementwise(E2M1_PLACED_PTX, "=r,=r,=r,=r,r,r,r", [packed, scales],
+                                          dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
+    weights = gl.convert_layout(gl.reshape(gl.join(low, high), [BLOCK_N, BLOCK_K]), a_values)
+    return mma_v2(weights, x_bits.to(gl.bfloat16, bitcast=True), acc)
+
+
 # -- host wrapper ---------------------------------------------------------------------------------
 def plan_for(x, packed, shape: PlanShape) -> GemvPlan:
     """``shape``'s plan for these inputs on their device (the interpreter's blocks on a CPU)."""
@@ -450,6 +533,8 @@ def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: 
     ``ptx_decode``: the table-lookup decode (default: whenever compiled for a GPU) or the arithmetic one.
     """
     weight_args = (packed, packed.stride(0), block_scales, block_scales.stride(0), global_scale)
+    if plan.operand_decode:
+        return run_tiles(_nvfp4_gemv_operand_tiles, x, packed.shape[0], weight_args, global_scale, True, plan)
     if plan.cuda_cores and not (x.stride(1) == 1 and x.data_ptr() % 4 == 0):  # x not readable as int32 pairs
         plan = dataclasses.replace(plan, cuda_cores=False)
     return run_tiles(_nvfp4_gemv_tiles, x, packed.shape[0], weight_args, global_scale, True, plan,
@@ -470,8 +555,9 @@ def bench_variants(x, packed, block_scales, global_scale) -> dict:
     plans = plan_variants(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), x.shape[0], VARIANT_SHAPES)
     variants = {label: lambda x, packed, block_scales, global_scale, plan=plan:
                 run_plan(x, packed, block_scales, global_scale, plan) for label, plan in plans.items()}
-    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False, DEFAULT_SHAPE, x.shape[0])
-    variants["default plan, arithmetic decode"] = lambda x, packed, block_scales, global_scale: run_plan(
+    default = gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), False, TENSOR_CORE_SHAPE,
+                        x.shape[0])
+    variants["tensor-core plan, arithmetic decode"] = lambda x, packed, block_scales, global_scale: run_plan(
         x, packed, block_scales, global_scale, default, ptx_decode=False)
     return variants
 

@@ -3,7 +3,7 @@
 ``tools/bench --variants`` times every variant on the device and the lead makes the winner the default:
 each must be a correct GEMV before it can be. A design is what a shape's kernel computes differently
 (tensor-core or CUDA-core products at M = 1, NVFP4's decode and loop options; on a GPU also the
-float32 decode). On a GPU every design meets every cell's corners (the default plan's in ``test_cell``), and
+float32 decode and the decode into the operand registers). On a GPU every design meets every cell's corners (the default plan's in ``test_cell``), and
 every tile (rows, step, warps) of every design, its own compiled kernel, meets narrow_outputs' corners (tails
 of K, M = 1 and 16, split K) as well; shapes that differ only in pipeline depth or split threshold are
 not judged again. Under the interpreter the block sizes are fixed (``gemv_launch``), so one shape per design stands
@@ -23,7 +23,7 @@ def _design(shape: PlanShape) -> tuple:
     if interpreting():  # the placed decode's twin (values times 2**-7), the prefetch, the stepped loop run here too
         return shape.cores_at_m1, shape.placed_decode, shape.prefetch_scales, shape.stepped
     return (shape.cores_at_m1, shape.float32_decode and shape.cores_at_m1, shape.placed_decode,
-            shape.prefetch_scales, shape.stepped)
+            shape.prefetch_scales, shape.stepped, shape.operand_decode)
 
 
 # The cell whose corners reach every launch path of a design (under the interpreter the only one judged).

@@ -1,6 +1,7 @@
 """nvfp4_gemv: every cell through the whole battery, and the battery against wrong GEMVs."""
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -76,6 +77,25 @@ def test_corners_reach_both_launch_paths_and_the_hard_weights():
     if interpreting():
         assert gemv_plans.paths_not_reached(ENTRY, nvfp4_gemv, every_path_corners) == {}
 
+
+
+def test_the_operand_decode_plans_m_above_1_on_a_gpu_only():
+    """The Gluon kernel (decode into the operand registers) has no interpreter and serves M > 1: a GPU plan at
+    M = 4 takes it, with 16 rows a warp and K split for programs_per_sm programs an SM; at M = 1, and under the
+    interpreter at any M, the plan is Triton's, split for one program an SM."""
+    from ops.gemm.gemv_launch import gemv_plan
+
+    shape = nvfp4_gemv.DEFAULT_SHAPE
+    wide = gemv_plan(8192, 8192, 4, 132, False, shape, 4)
+    assert (wide.operand_decode, wide.block_n, wide.num_warps, wide.block_k) == (True, 64, 4, 128)
+    assert shape.programs_per_sm == 2 and wide.splits == 3   # 2 x 132 programs over 128 tiles of 64 rows
+    narrow = gemv_plan(20, 4096, 4, 132, False, shape, 16)
+    assert (narrow.operand_decode, narrow.block_n, narrow.num_warps) == (True, 32, 2)
+    assert not gemv_plan(8192, 8192, 4, 132, False, shape, 1).operand_decode
+    interpreted = gemv_plan(8192, 8192, 4, 132, True, shape, 4)
+    assert not interpreted.operand_decode and interpreted.num_warps == shape.num_warps
+    one_per_sm = gemv_plan(8192, 8192, 4, 132, True, dataclasses.replace(shape, programs_per_sm=1), 4)
+    assert interpreted.splits == one_per_sm.splits
 
 
 # -- the weight decode, value by value: every byte against every E4M3 scale ---------------------------
