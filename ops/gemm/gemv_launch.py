@@ -54,8 +54,9 @@ class PlanShape:
         """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
         split = "" if splits is None else f", {splits} splits"
         if self.operand_decode:   # the GPU's plan (the other options are the interpreter's, which runs no Gluon)
+            programs = f"{self.programs_per_sm} program" + "s" * (self.programs_per_sm != 1)
             return (f"{self.block_n} rows, {self.step_bytes} B steps, 16 rows a warp{split}, decoded into the "
-                    f"operand registers (Gluon), split for {self.programs_per_sm} programs an SM")
+                    f"operand registers (Gluon), split for {programs} an SM")
         return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps"
                 + split + (", M=1 on CUDA cores" if self.cores_at_m1 else "")
                 + (", float32 decode" if self.float32_decode and self.cores_at_m1 else "")

@@ -98,8 +98,9 @@ VARIANT_SHAPES = (
                                              (32, 4, 8), (64, 4, 8))),
     _around(block_n=16, cores_at_m1=True, **_LEAN_LOOP), _around(num_stages=6, cores_at_m1=True, **_LEAN_LOOP),
     TENSOR_CORE_SHAPE,
-    *(dataclasses.replace(DEFAULT_SHAPE, block_n=block_n, programs_per_sm=per_sm)
-      for block_n, per_sm in ((64, 1), (64, 2), (64, 4), (64, 8), (32, 2), (32, 4))),
+    *(dataclasses.replace(DEFAULT_SHAPE, block_n=block_n, step_bytes=step_bytes, programs_per_sm=per_sm)
+      for block_n, step_bytes, per_sm in ((64, 64, 1), (64, 64, 2), (64, 64, 4), (64, 64, 8), (32, 64, 2), (32, 64, 4),
+                                          (64, 32, 2), (64, 32, 4), (64, 32, 5), (64, 128, 1))),
 )
 
 # -- kernel ---------------------------------------------------------------------------------------
