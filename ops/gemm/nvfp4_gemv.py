@@ -57,7 +57,7 @@ SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for th
 # -- launch plan ----------------------------------------------------------------------------------
 # M = 1 on CUDA cores with the float32 decode, prefetched scales and stepped addresses (the H200 sweep's best
 # at N = K = 8192: 19.3 us, 45.7% of copy). M > 1 on a GPU: the placed decode into the operand registers
-# (Gluon), 64 rows a program and K split for 4 programs an SM, where the Triton kernel's tensor-core plan
+# (Gluon), 64 rows a program and K split for 2 programs an SM, where the Triton kernel's tensor-core plan
 # took 2x the M = 1 time; under the interpreter that Triton plan. Every plan timed, and the sm_90
 # instruction counts that chose the options, in docs/ops/nvfp4_gemv.md.
 DEFAULT_M1_SHAPE = PlanShape(block_n=16, step_bytes=128, num_stages=4, num_warps=2, split_below=2.0, cores_at_m1=True,
