@@ -86,10 +86,12 @@ def triton_entries(ops: Iterable[str] | None = None) -> list:
     return [entry for name in (ops or entries()) for entry in kernels(name) if entry.backend == "triton"]
 
 
-def recorded_launches(ops: list[str] | None = None, variants: bool = False) -> Iterator[list[Launch]]:
+def recorded_launches(ops: list[str] | None = None, variants: bool = False,
+                      failures: list[str] | None = None) -> Iterator[list[Launch]]:
     """The kernel launches each bench case of ``ops`` (default: every op) makes (with ``variants``, its
     ``bench_variants`` plan sweep too), recorded, not run: one list per case, whose inputs are freed
-    before the next is made."""
+    before the next is made.  A case whose inputs or host code fail on shapes alone raises, or, given
+    ``failures``, is a line there naming op and case, and the next case goes on."""
     import torch
     import triton.runtime.jit as jit
 
@@ -98,42 +100,51 @@ def recorded_launches(ops: list[str] | None = None, variants: bool = False) -> I
             module = importlib.import_module(entry.kernel.__module__)
             for case in entry.bench:
                 print(f"compile-receipts: {entry.name}: {case.label}", file=sys.stderr, flush=True)
-                with _zeros_for_normals(torch):
-                    inputs = case.make(torch.device("cpu"))
-                calls = {"default": entry.kernel}
-                if variants and hasattr(module, "bench_variants"):
-                    calls.update(module.bench_variants(**inputs))
                 recorded: list[Launch] = []
                 real_run = jit.JITFunction.run
-                for label, call in calls.items():
-                    def record(self, *args, grid, warmup, origin=f"{entry.name}: {case.label}: {label}", **kwargs):
-                        recorded.append(Launch(self, args, dict(kwargs), origin))
-                    jit.JITFunction.run = record
-                    try:
-                        call(**inputs)
-                    finally:
-                        jit.JITFunction.run = real_run
+                try:
+                    with _generators_on_the_cpu(torch):
+                        inputs = case.make(torch.device("meta"))
+                    calls = {"default": entry.kernel}
+                    if variants and hasattr(module, "bench_variants"):
+                        calls.update(module.bench_variants(**inputs))
+                    for label, call in calls.items():
+                        def record(self, *args, grid, warmup, origin=f"{entry.name}: {case.label}: {label}", **kwargs):
+                            recorded.append(Launch(self, args, dict(kwargs), origin))
+                        jit.JITFunction.run = record
+                        try:
+                            call(**inputs)
+                        finally:
+                            jit.JITFunction.run = real_run
+                except Exception as error:  # noqa: BLE001 - the case's own code, whatever it raised
+                    if failures is None:
+                        raise
+                    failures.append(f"{entry.name} [{case.label}]: its bench case failed on the meta device (shapes, "
+                                    f"no values): {error_in_one_line(error)}")
+                    continue
                 del inputs
                 yield recorded
 
 
 @contextlib.contextmanager
-def _zeros_for_normals(torch):
-    """``torch.randn`` as ``torch.zeros`` while a bench case makes its inputs: what Triton specialises a launch
-    on (shapes, strides, dtypes, alignment, integer arguments) and the plan its host code picks never read
-    the values of a float tensor, and drawing them was most of this tool's time (paged_decode's bench caches
-    alone are 12 GB of normal numbers).  Index tensors (``randint``, ``randperm``) are drawn as usual.  A plan
-    that did depend on them would differ from its receipt, which is a finding, never a pass."""
-    drawn = torch.randn
+def _generators_on_the_cpu(torch):
+    """While a bench case makes its inputs on the ``meta`` device: shapes, strides, dtypes and a data pointer of 0
+    (every launch then specialises as on an aligned allocation), no values.  What Triton specialises a launch on
+    and the plan its host code picks never read values, and making them was most of this tool's CPU (12 GB of
+    paged KV caches, NVFP4 weights quantized by the reference; docs/ci.md, 2026-12-06i).  Host code that reads
+    a value raises here (a meta tensor has none): a finding, never another plan.  The cases' seeded
+    ``torch.Generator(device=...)`` has no meta kind: it is made on the CPU."""
+    made = torch.Generator
 
-    def zeros(*size, generator=None, **options):
-        return torch.zeros(*size, **options)
+    class CpuGenerator(made):
+        def __new__(cls, device=None):
+            return made("cpu")
 
-    torch.randn = zeros
+    torch.Generator = CpuGenerator
     try:
         yield
     finally:
-        torch.randn = drawn
+        torch.Generator = made
 
 
 class TargetDriver:
@@ -204,12 +215,13 @@ def toolchain() -> dict:
 
 
 def compile_all(targets: list[str], ops: list[str] | None = None, variants: bool = False) -> tuple[dict, list[str]]:
-    """{target: {kernel: {plan: receipt}}} and the failures, each naming kernel, plan and target."""
+    """{target: {kernel: {plan: receipt}}} and the failures, each naming kernel, plan and target (or the op and
+    bench case whose launches could not be recorded)."""
     receipts: dict = {target: {} for target in targets}
     failures: list[str] = []
     seen: set = set()
     memo: dict = {}
-    for launch in (launch for case in recorded_launches(ops, variants) for launch in case):
+    for launch in (launch for case in recorded_launches(ops, variants, failures) for launch in case):
         for target in targets:
             name = kernel_name(launch.kernel)
             try:

@@ -83,6 +83,62 @@ def test_a_kernel_that_does_not_compile_is_named_with_its_target(tmp_path):
     assert "refused CompilationError" in run.stdout, run.stdout + run.stderr
 
 
+def test_a_bench_case_whose_host_code_reads_a_value_is_named_and_the_next_case_is_recorded(tmp_path):
+    """Bench inputs are made on the meta device (shapes, no values): host code that picks its plan from a value
+    (here the largest length) cannot run there, and that is a finding naming the op and the case, never another
+    plan; a case whose host code reads only shapes is recorded as before."""
+    (tmp_path / "toy_entries.py").write_text(textwrap.dedent("""
+        import types
+        import torch
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _copy(x_ptr, BLOCK: tl.constexpr):
+            tl.store(x_ptr + tl.arange(0, BLOCK), tl.load(x_ptr + tl.arange(0, BLOCK)))
+
+        def by_value(x, lengths):
+            _copy[(1,)](x, BLOCK=64 if int(lengths.max()) > 100 else 32)
+
+        def by_shape(x, lengths):
+            _copy[(1,)](x, BLOCK=64 if lengths.shape[0] > 4 else 32)
+
+        def make(device):
+            generator = torch.Generator(device=device).manual_seed(0)
+            return {"x": torch.randn(64, device=device, generator=generator),
+                    "lengths": torch.randint(0, 200, (8,), device=device, generator=generator)}
+
+        CASE = types.SimpleNamespace(label="toy case", make=make)
+        ENTRIES = [types.SimpleNamespace(name="reads_a_value", kernel=by_value, bench=[CASE]),
+                   types.SimpleNamespace(name="reads_shapes", kernel=by_shape, bench=[CASE])]
+    """))
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path[:0] = [{str(REPO)!r}, {str(tmp_path)!r}]
+        from tools import compile_receipts as tool
+        tool.prepare_environment()
+        import toy_entries
+        tool.triton_entries = lambda ops: toy_entries.ENTRIES
+        failures = []
+        recorded = list(tool.recorded_launches(failures=failures))
+        print("failures", json.dumps(failures))
+        print("recorded", json.dumps([[[launch.kwargs, launch.args[0].device.type] for launch in case]
+                                      for case in recorded]))
+        try:
+            list(tool.recorded_launches())
+        except RuntimeError as error:
+            print("raised", type(error).__name__)
+    """)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    lines = dict(line.split(" ", 1) for line in run.stdout.splitlines() if " " in line)
+    failures = json.loads(lines.get("failures", "[]"))
+    assert len(failures) == 1 and failures[0].startswith(
+        "reads_a_value [toy case]: its bench case failed on the meta device (shapes, no values): RuntimeError"), \
+        run.stdout + run.stderr
+    assert json.loads(lines.get("recorded", "[]")) == [[[{"BLOCK": 64}, "meta"]]], run.stdout + run.stderr
+    assert lines.get("raised") == "RuntimeError", run.stdout + run.stderr   # with nowhere to note it, its own error
+
+
 def test_plans_that_differ_in_their_register_cap_alone_are_receipts_apart(tmp_path):
     """A capped plan's spills are its own: the same kernel and constexprs compiled with and without
     ``maxnreg`` get two labels (one receipt for both hid a cap's spills from the gate)."""
