@@ -3,9 +3,10 @@ catalog serves, on a machine with no GPU, and checked against the committed comp
 
 The plans a kernel launches are the ones its host code chooses: each catalog entry's bench cases (the
 production shapes; with ``--variants`` also its ``bench_variants`` sweep around the default plan), called
-with the launch replaced by a recorder, on an H200's SM count.  Each distinct launch (kernel, argument types and
-alignments, constexprs, warps, stages) is one plan; it is compiled by Triton's own launch path with a
-stand-in driver whose target is ``GPUTarget("cuda", cc, 32)``, and ptxas's report gives the receipt:
+with the launch replaced by a recorder, on an H200's SM count, their inputs made on the meta device (shapes,
+no values).  Each distinct launch (kernel, argument types and alignments, constexprs, warps, stages) is one
+plan; it is compiled by Triton's own launch path with a stand-in driver whose target is
+``GPUTarget("cuda", cc, 32)``, and ptxas's report gives the receipt:
 registers, spill bytes, shared memory and the cubin's sha256.  Receipts live in
 ``docs/receipts/<arch>.json``; an arch with no device here is "compiled, not run", never certified.
 
