@@ -3,8 +3,9 @@
 ``tools/bench --variants`` times every variant on the device and the lead makes the winner the default:
 each must be a correct GEMV before it can be. A design is what a shape's kernel computes differently
 (tensor-core or CUDA-core products at M = 1, NVFP4's decode and loop options; on a GPU also the
-float32 decode and the decode into the operand registers). On a GPU every design meets every cell's corners (the default plan's in ``test_cell``), and
-every tile (rows, step, warps) of every design, its own compiled kernel, meets narrow_outputs' corners (tails
+float32 decode and the decode into the operand registers). On a GPU every design meets every cell's corners
+(the default plan's in ``test_cell``), and every tile (rows, step, warps) of every design, its own compiled
+kernel, meets narrow_outputs' corners (tails
 of K, M = 1 and 16, split K) as well; shapes that differ only in pipeline depth or split threshold are
 not judged again. Under the interpreter the block sizes are fixed (``gemv_launch``), so one shape per design stands
 for the rest, and each design meets narrow_outputs' corners alone: they reach both launch paths (split K and

@@ -78,7 +78,6 @@ def test_corners_reach_both_launch_paths_and_the_hard_weights():
         assert gemv_plans.paths_not_reached(ENTRY, nvfp4_gemv, every_path_corners) == {}
 
 
-
 def test_the_operand_decode_plans_m_above_1_on_a_gpu_only():
     """The Gluon kernel (decode into the operand registers) has no interpreter and serves M > 1: a GPU plan at
     M = 4 takes it, with 16 rows a warp and K split for programs_per_sm programs an SM; at M = 1, and under the

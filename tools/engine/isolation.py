@@ -309,8 +309,10 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
     starting = list(slots)   # the slots left: one whose worker could not start for memory is given up
     spawned = 0
 
-    def running(but: _Worker | None = None) -> set:
-        return {w.task.key for w in workers.values() if w is not None and w is not but and w.task is not None}
+    def running(but: _Worker | None = None, on: dict | None = None) -> set:
+        """The cells the workers run (all but ``but``'s; only on the slots of environment ``on``, one GPU, if given)."""
+        return {w.task.key for w in workers.values() if w is not None and w is not but and w.task is not None
+                and (on is None or w.slot.env == on)}
 
     def again(worker: _Worker, why: str) -> None:
         """The worker's cell back in the queue (its worker is free): it runs again, noted with ``why``; whatever a
@@ -327,8 +329,7 @@ def run_isolated(tasks: list[CellTask], slots: list[Slot], *, cell_timeout: floa
         if what is None:
             return False
         if what == "a GPU fault":   # it may have ended the kernels running beside it, without an error there
-            faulted_beside.update(w.task.key for w in workers.values() if w is not None and w is not worker
-                                  and w.task is not None and w.slot.env == worker.slot.env)
+            faulted_beside.update(running(but=worker, on=worker.slot.env))
         again(worker, f"{what} beside other workers")
         return True
 
