@@ -7,11 +7,13 @@ import io
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 from hypothesis import settings
 
 from suites.claims import REPO, nested_pytest_environment
+from suites.plugins import gpu_workers
 
 pytestmark = pytest.mark.cpu
 
@@ -98,9 +100,10 @@ def test_a_listed_id_that_selects_nothing_is_an_error(tmp_path, monkeypatch):
     assert "l0_probe.yml:6: suites/test_dispatch.py::test_no_such_test" in printed, printed[-3000:]
 
 
-def test_xdist_workers_get_their_share_of_the_cores(tmp_path):
+def test_xdist_workers_get_their_share_of_the_cores(tmp_path, monkeypatch):
     """Under -n 2 on a machine of C cores each worker runs C // 2 torch threads (at least one), where a
-    worker of its own would run C; OMP_NUM_THREADS chosen by the caller is kept."""
+    worker of its own would run C; OMP_NUM_THREADS chosen by the caller is kept (the controller's hook on a
+    caller's choice, in this process: a nested run costs its workers' interpreters)."""
     probe = _probe(tmp_path, "import os, pytest, torch\npytestmark = pytest.mark.cpu\n"
                              "@pytest.mark.parametrize('n', [0, 1])\ndef test_threads(n):\n"
                              "    print('threads', os.environ.get('OMP_NUM_THREADS'), torch.get_num_threads())\n"
@@ -110,5 +113,10 @@ def test_xdist_workers_get_their_share_of_the_cores(tmp_path):
     shared = _pytest(probe, "-n", "2", rootdir=tmp_path, env=clean)
     share = max(1, cores // 2)
     assert shared.stdout.count(f"threads {share} {share}") == 2, shared.stdout[-3000:]
-    chosen = _pytest(probe, "-n", "2", rootdir=tmp_path, env={**clean, "OMP_NUM_THREADS": "3"})
-    assert chosen.stdout.count("threads 3 ") == 2, chosen.stdout[-3000:]
+    controller = types.SimpleNamespace(option=types.SimpleNamespace(numprocesses=2))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    gpu_workers.share_cores(controller)
+    assert os.environ["OMP_NUM_THREADS"] == "3"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    gpu_workers.share_cores(controller)   # the control: the same call on an unset variable sets the share
+    assert os.environ["OMP_NUM_THREADS"] == str(share)
