@@ -5,6 +5,7 @@ asserts there are none for the real catalog, and feeds the checks broken inputs 
 """
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -28,19 +29,42 @@ def nested_pytest_environment(**extra: str) -> dict[str, str]:
 SUITES = REPO / "suites"
 
 
+_shared_folder: list[pathlib.Path] = []   # where this pytest run's processes keep one collection (share_collection_in)
+
+
+def share_collection_in(folder: pathlib.Path) -> None:
+    """Let :func:`collection` keep the collection in ``folder`` for the other processes of this pytest run
+    (xdist's workers, whose temporary folders share a parent): the first to need it makes it, the others wait
+    for it and read it, where each would make its own (12 CPU-s, docs/ci.md)."""
+    _shared_folder[:] = [folder]
+
+
 @functools.lru_cache(maxsize=1)
 def collection() -> tuple[dict[str, set[str]], list[str]]:
     """Every test under suites/ with its arch markers, and the collection errors, as ``tools/check-test-lists``
-    collects them (its ``collect_tests``), in a fresh interpreter once per process: a collection imports every
-    suite, so one serves every claim that reads it."""
+    collects them (its ``collect_tests``), in a fresh interpreter once per process (or once per run:
+    :func:`share_collection_in`): a collection imports every suite, so one serves every claim that reads it."""
+    if not _shared_folder:
+        found = _collected()
+    else:
+        with open(_shared_folder[0] / "suites-collection.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)   # released as the file closes
+            kept = _shared_folder[0] / "suites-collection.json"
+            if not kept.exists():
+                kept.write_text(_collected())
+            found = kept.read_text()
+    found = json.loads(found)
+    return {nodeid: set(marks) for nodeid, marks in found["tests"].items()}, found["errors"]
+
+
+def _collected() -> str:
     script = ("import json; from tools.check_test_lists import collect_tests; tests, errors = collect_tests(); "
               "print(json.dumps({'tests': {k: sorted(v) for k, v in tests.items()}, 'errors': errors}))")
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=SUITES.parent,
                          env=nested_pytest_environment())
     if run.returncode != 0:
         raise RuntimeError(f"collecting suites/ failed (exit {run.returncode}): {run.stderr[-2000:]}")
-    found = json.loads(run.stdout.splitlines()[-1])
-    return {nodeid: set(marks) for nodeid, marks in found["tests"].items()}, found["errors"]
+    return run.stdout.splitlines()[-1]
 
 
 def collected_ids(path: pathlib.Path) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 from ops import certificates
 from ops.catalog import Arch, entries, kernels
+from suites import claims
 from suites.claims import REPO, certificate_findings, collection, entry_findings
 from tools import check_test_lists
 
@@ -20,6 +22,29 @@ pytestmark = pytest.mark.cpu
 # every kernel of every op, named by its module (greedy_argmax, rms_norm_gated, rms_norm_gated_cute)
 KERNELS = [pytest.param(entry, id=pathlib.Path(entry.kernel_file).stem)
            for name in entries() for entry in kernels(name)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_collection_a_run(tmp_path_factory):
+    """xdist's workers of this run read the collection of suites/ the first of them makes."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        claims.share_collection_in(tmp_path_factory.getbasetemp().parent)
+
+
+def test_the_first_process_of_a_run_makes_the_collection_and_the_others_read_it(tmp_path, monkeypatch):
+    made = []
+
+    def collect():
+        made.append(True)
+        return json.dumps({"tests": {"suites/test_made.py::test_it": ["cpu"]}, "errors": []})
+
+    monkeypatch.setattr(claims, "_collected", collect)
+    monkeypatch.setattr(claims, "_shared_folder", [tmp_path])
+    first, second = collection.__wrapped__(), collection.__wrapped__()
+    assert first == second == ({"suites/test_made.py::test_it": {"cpu"}}, []) and len(made) == 1
+    monkeypatch.setattr(claims, "_shared_folder", [])   # the control: unshared, each call makes its own
+    collection.__wrapped__()
+    assert len(made) == 2
 
 
 @pytest.mark.parametrize("entry", KERNELS)
