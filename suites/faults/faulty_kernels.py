@@ -24,6 +24,7 @@ import triton.language as tl
 import ops  # noqa: F401 - the Triton interpreter on a machine without CUDA, chosen before Triton's language loads
 from references.sampling.greedy_argmax import greedy_argmax as reference
 from references.sampling.greedy_argmax import validate
+from tools.engine.sessions import keep_niceness
 
 WILD_OFFSET = 2**40   # elements: 8 TiB past an int64 output, unmapped on any machine
 
@@ -41,18 +42,6 @@ def spin_kernel(flag_ptr):
         flag = tl.load(flag_ptr, volatile=True)
 
 
-def _lowest_priority() -> None:
-    """This process and its session at nice 19: the interpreter's spin keeps a core busy until the judge's
-    limit ends it, and at the lowest priority it takes only CPU nothing else wants (on CI's two cores, the
-    other tests'); the limit is the wall clock's, so the hang is judged the same."""
-    os.nice(19 - os.nice(0))
-    try:
-        with open("/proc/self/autogroup", "w") as autogroup:  # where Linux schedules a session as one group
-            autogroup.write("19")
-    except OSError:
-        pass
-
-
 def wild_store(rows: int, device) -> None:
     out = torch.zeros(max(rows, 1), dtype=torch.int64, device=device)
     wild_store_kernel[(1,)](out, rows, WILD_OFFSET, BLOCK=16)
@@ -61,7 +50,11 @@ def wild_store(rows: int, device) -> None:
 
 def spin(device) -> None:
     if torch.device(device).type == "cpu":
-        _lowest_priority()
+        # the interpreter's spin keeps a core busy until the judge's limit ends it: at nice 19, this process and
+        # its session's scheduling group, it takes only CPU nothing else wants (on CI's two cores, the other
+        # tests'); the limit is the wall clock's, so the hang is judged the same
+        os.nice(19 - os.nice(0))
+        keep_niceness(os.getpid())
     spin_kernel[(1,)](torch.zeros(1, dtype=torch.int32, device=device))
     torch.zeros(1, device=device).cpu()  # waits for the spinning kernel on a GPU
 
