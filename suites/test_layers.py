@@ -76,3 +76,25 @@ def test_an_upward_import_an_import_of_suites_and_a_hidden_cycle_are_each_found(
         "cycle: ops.catalog <-> ops.certificates",
         "cycle: suites.strategies.profiles <-> tools.nightly",
     ]
+
+
+def test_an_import_is_found_wherever_a_statement_or_an_import_call_can_stand(tmp_path):
+    """The reader walks statements alone, and every node of a module whose text names an import call: an
+    import in each kind of block, and calls inside expressions, are each found (one module per place)."""
+    places = {
+        "in_handler": "try:\n    pass\nexcept ImportError:\n    import ops.target\n",
+        "in_finally": "try:\n    pass\nfinally:\n    from ops import target\n",
+        "in_else": "if False:\n    pass\nelse:\n    import ops.target\n",
+        "in_loop_else": "for _ in ():\n    pass\nelse:\n    import ops.target\n",
+        "in_with": "import contextlib\nwith contextlib.nullcontext():\n    import ops.target\n",
+        "in_class": "class Holder:\n    def method(self):\n        import ops.target\n",
+        "in_match": "match 1:\n    case 1:\n        import ops.target\n",
+        "in_async": "async def run():\n    async with x:\n        import ops.target\n",
+        "call_in_lambda": "import importlib\nload = lambda: importlib.import_module('ops.target')\n",
+        "call_in_default": "def load(module=__import__('ops.target')):\n    return module\n",
+        "call_in_comprehension": "import importlib\nloaded = [importlib.import_module(f'ops.target.{n}') for n in 'ab']\n",
+    }
+    _write(tmp_path, {"ops/__init__.py": "", "ops/target.py": "",
+                      **{f"ops/{name}.py": text for name, text in places.items()}})
+    graph = import_graph(tmp_path)
+    assert {name: graph[f"ops.{name}"] for name in places} == {name: {"ops.target"} for name in places}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 PACKAGES = ("ops", "references", "oracles", "suites", "tools")
 
@@ -42,11 +42,29 @@ def _named(node: ast.AST) -> list[str]:
     return []
 
 
+def _statements(tree: ast.Module) -> Iterator[ast.AST]:
+    """Every statement of ``tree`` (and its except handlers and match cases, whose bodies hold statements):
+    where an ``import`` can stand, without walking into expressions, which are most of a module's nodes."""
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        yield node
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                pending += [item for item in value if isinstance(item, (ast.stmt, ast.excepthandler, ast.match_case))]
+
+
 def imports_of(path: pathlib.Path, modules: Iterable[str]) -> set[str]:
     """The project modules (names in ``modules``) that the source at ``path`` imports."""
     modules = set(modules)
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text, filename=str(path))
+    # an import_module / __import__ call can be part of any expression: every node where the text names one
+    # (its name is in the source wherever such a call is), the statements alone elsewhere
+    calls = "import_module" in text or "__import__" in text
+    for node in ast.walk(tree) if calls else _statements(tree):
         for name in _named(node):
             while name and name not in modules:
                 name = name.rpartition(".")[0]
