@@ -93,6 +93,7 @@ def test_an_import_is_found_wherever_a_statement_or_an_import_call_can_stand(tmp
         "call_in_lambda": "import importlib\nload = lambda: importlib.import_module('ops.target')\n",
         "call_in_default": "def load(module=__import__('ops.target')):\n    return module\n",
         "call_in_comprehension": "import importlib\nloaded = [importlib.import_module(f'ops.target.{n}') for n in 'ab']\n",
+        "call_spelled_wide": "import importlib\nload = lambda: importlib.\uff49mport_module('ops.target')\n",
     }
     _write(tmp_path, {"ops/__init__.py": "", "ops/target.py": "",
                       **{f"ops/{name}.py": text for name, text in places.items()}})

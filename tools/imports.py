@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import unicodedata
 from typing import Iterable, Iterator, Mapping
 
 PACKAGES = ("ops", "references", "oracles", "suites", "tools")
@@ -62,8 +63,10 @@ def imports_of(path: pathlib.Path, modules: Iterable[str]) -> set[str]:
     text = path.read_text(encoding="utf-8")
     tree = ast.parse(text, filename=str(path))
     # an import_module / __import__ call can be part of any expression: every node where the text names one
-    # (its name is in the source wherever such a call is), the statements alone elsewhere
-    calls = "import_module" in text or "__import__" in text
+    # (its name is in the source wherever such a call is, once normalized as the parser normalizes
+    # identifiers), the statements alone elsewhere
+    named = unicodedata.normalize("NFKC", text)
+    calls = "import_module" in named or "__import__" in named
     for node in ast.walk(tree) if calls else _statements(tree):
         for name in _named(node):
             while name and name not in modules:
