@@ -440,12 +440,14 @@ def _nvfp4_gemv_tiles(
     store_rows(acc, y_ptr, stride_ym, partial_ptr, tl.program_id(1), rows, cols, offs_n, decode_scale, BLOCK_M, SPLIT)
 
 
-# M > 1 on a GPU: mma.sync's operand A layout for bf16 with k_width = 8 gives a thread 8 consecutive values of K
-# a row, which are 4 packed bytes; the same parent with k_width = 4 on the packed uint8 tile gives the thread
-# exactly those bytes. So a step loads its packed bytes and block scales straight from global memory in that
-# byte layout, decodes them in registers (E2M1_PLACED_PTX) into the bf16 operand, and the layout conversion is
-# a register renaming: the decoded tile never touches shared memory, where Triton's tl.dot path (above) stores
-# and reloads it each step (docs/ops/nvfp4_gemv.md). Gluon writes the layouts out; it has no interpreter.
+# M > 1 on a GPU: mma.sync's operand A layout for bf16 with k_width = 16 gives a thread 16 consecutive values of
+# K a row (operand B's the same K: the two sides are permuted alike), which are 8 packed bytes, one block scale's
+# block; the same parent with k_width = 8 on the packed uint8 tile gives the thread exactly those bytes. So a
+# step loads its packed bytes straight from global memory in that byte layout (a warp's load: 8 rows of 32
+# bytes, whole sectors) and each block's scale once, decodes them in registers (E2M1_PLACED_PTX) into the bf16
+# operand, and the layout conversions are register renamings: the decoded tile never touches shared memory,
+# where Triton's tl.dot path (above) stores and reloads it each step (docs/ops/nvfp4_gemv.md). Gluon writes the
+# layouts out; it has no interpreter.
 # The launch signature is the tile kernels' (``run_tiles``); CUDA_CORES, COMPILED and NUM_STAGES do not apply.
 @gluon.jit(do_not_specialize=["rows", "cols", "stride_ym"])
 def _nvfp4_gemv_operand_tiles(
@@ -457,20 +459,29 @@ def _nvfp4_gemv_operand_tiles(
 ):
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[BLOCK_N // 16, 1],
                                                   instr_shape=[16, 8])
-    a_bytes: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
-    a_values: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
-    b_values: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=8)
+    a_bytes: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
+    a_values: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=16)
+    b_values: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=16)
     BLOCK_BYTES: gl.constexpr = BLOCK_K // 2
+    GROUPS: gl.constexpr = BLOCK_BYTES // 8   # block scales a row a step: a thread's 8 bytes are one block
+    # the byte tile as [BLOCK_N, GROUPS, 8] (a register renaming), and its scales' layout, one a block
+    blocks: gl.constexpr = gl.reshape(gl.zeros([BLOCK_N, BLOCK_BYTES], gl.uint8, a_bytes),
+                                      [BLOCK_N, GROUPS, 8]).type.layout
+    block_scales: gl.constexpr = gl.SliceLayout(2, blocks)
     # this split's K: whole steps start..whole unmasked, then one masked step whole..stop (as step_bounds)
     start = gl.program_id(1) * chunk
     stop = gl.minimum(start + chunk, depth)
     whole = start + (stop - start) // BLOCK_K * BLOCK_K
     # rows past N read row N - 1 (never stored), so the steps' loads need no mask (as clamp_rows)
-    weight_rows = gl.minimum(gl.program_id(0) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_bytes)),
+    first_row = gl.program_id(0) * BLOCK_N
+    weight_rows = gl.minimum(first_row + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, a_bytes)),
                              cols - 1).to(gl.int64)
     byte = gl.arange(0, BLOCK_BYTES, layout=gl.SliceLayout(0, a_bytes))
     packed_tile = packed_ptr + weight_rows[:, None] * stride_pn + (start // 2 + byte)[None, :]
-    scale_tile = scales_ptr + weight_rows[:, None] * stride_sn + (start // SCALE_BLOCK + byte // 8)[None, :]
+    scale_rows = gl.minimum(first_row + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, block_scales)),
+                            cols - 1).to(gl.int64)
+    group = gl.arange(0, GROUPS, layout=gl.SliceLayout(0, block_scales))
+    scale_tile = scales_ptr + scale_rows[:, None] * stride_sn + (start // SCALE_BLOCK + group)[None, :]
     k = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, b_values))
     m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, b_values))
     x_tile = x_bits_ptr + m[None, :].to(gl.int64) * stride_xm + (start + k)[:, None] * stride_xk
@@ -478,14 +489,16 @@ def _nvfp4_gemv_operand_tiles(
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, mma)
     for step in range(0, whole - start, BLOCK_K):
         acc = _operand_step(acc, gl.load(packed_tile + step // 2), gl.load(scale_tile + step // SCALE_BLOCK),
-                            gl.load(x_tile + step * stride_xk, mask=x_rows, other=0), BLOCK_N, BLOCK_K, a_values)
+                            gl.load(x_tile + step * stride_xk, mask=x_rows, other=0), BLOCK_N, BLOCK_K, GROUPS,
+                            a_values)
     if whole < stop:  # K is a multiple of 16: a byte's block is whole or absent, as the byte is
         live = (whole + 2 * byte < stop)[None, :]
+        block_live = (whole + SCALE_BLOCK * group < stop)[None, :]
         acc = _operand_step(acc, gl.load(packed_tile + (whole - start) // 2, mask=live, other=0),
-                            gl.load(scale_tile + (whole - start) // SCALE_BLOCK, mask=live, other=0.0),
+                            gl.load(scale_tile + (whole - start) // SCALE_BLOCK, mask=block_live, other=0.0),
                             gl.load(x_tile + (whole - start) * stride_xk, mask=x_rows & (whole + k < stop)[:, None],
                                     other=0),
-                            BLOCK_N, BLOCK_K, a_values)
+                            BLOCK_N, BLOCK_K, GROUPS, a_values)
     acc = acc * PLACED_UNDO  # exact: a power of two
     out_rows = gl.program_id(0) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
     out_m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, mma))
@@ -501,11 +514,14 @@ def _nvfp4_gemv_operand_tiles(
 
 @gluon.jit
 def _operand_step(acc, packed, raw_scales, x_bits, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                  a_values: gl.constexpr):
-    """``acc`` plus one step's products: ``packed`` [BLOCK_N, BLOCK_K / 2] and ``raw_scales`` (one a byte) in
-    operand A's byte layout, ``x_bits`` [BLOCK_K, BLOCK_M] (int16) in operand B's."""
-    scales = (raw_scales.to(gl.float32) * PLACED_SCALE).to(gl.bfloat16)
-    low, high = gl.inline_asm_elementwise(E2M1_PLACED_PTX, "=r,=r,=r,=r,r,r,r", [packed, scales],
+                  GROUPS: gl.constexpr, a_values: gl.constexpr):
+    """``acc`` plus one step's products: ``packed`` [BLOCK_N, BLOCK_K / 2] in operand A's byte layout,
+    ``raw_scales`` [BLOCK_N, GROUPS] (one a block of 8 bytes), ``x_bits`` [BLOCK_K, BLOCK_M] (int16) in operand
+    B's."""
+    blocks = gl.reshape(packed, [BLOCK_N, GROUPS, 8])
+    scales = gl.expand_dims((raw_scales.to(gl.float32) * PLACED_SCALE).to(gl.bfloat16), 2)
+    scales, blocks = gl.broadcast(scales, blocks)
+    low, high = gl.inline_asm_elementwise(E2M1_PLACED_PTX, "=r,=r,=r,=r,r,r,r", [blocks, scales],
                                           dtype=(gl.bfloat16, gl.bfloat16), is_pure=True, pack=4)
     weights = gl.convert_layout(gl.reshape(gl.join(low, high), [BLOCK_N, BLOCK_K]), a_values)
     return mma_v2(weights, x_bits.to(gl.bfloat16, bitcast=True), acc)
