@@ -116,6 +116,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from tools.cli import run_main
+    from tools.cli import run_tool
 
-    run_main(main)
+    run_tool(main)

@@ -26,7 +26,7 @@ import shlex
 import sys
 import time
 
-from tools.cli import ArgumentParser, UsageError, run_main
+from tools.cli import ArgumentParser, UsageError, run_tool
 
 COPY_ELEMENTS = 2**30  # fp32: 4 GiB each way, far past the 60 MB L2
 HOST_CALLS = 100       # calls issued back to back, unsynchronised, for the host's time a call (far below the
@@ -278,4 +278,4 @@ def _write(path: str, text: str) -> None:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_tool(main)

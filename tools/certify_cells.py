@@ -44,7 +44,7 @@ import traceback
 from oracles.failures import ORACLES
 from oracles.judge_errors import JudgeError
 from oracles.selection import parse_oracles
-from tools.cli import INTERNAL_ERROR, ArgumentParser, UsageError, check_cell_timeout, check_workers, run_main
+from tools.cli import INTERNAL_ERROR, ArgumentParser, UsageError, check_cell_timeout, check_workers, run_tool
 from tools.engine import commands
 from tools.engine.bytecode import refuse_planted
 from tools.engine.certify import DEFAULT_CELL_TIMEOUT_S, RunOptions, certify
@@ -222,4 +222,4 @@ def internal_error(error: Exception) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_tool(main)

@@ -18,7 +18,7 @@ import json
 import pathlib
 import sys
 
-from tools.cli import ArgumentParser, UsageError, run_main
+from tools.cli import ArgumentParser, UsageError, run_tool
 
 # the lists' loader reaches the ops package, which imports torch: it is imported by the functions that use
 # it, so --help and a bad flag need neither.
@@ -116,4 +116,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_tool(main)

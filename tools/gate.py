@@ -50,7 +50,7 @@ import tempfile
 
 from tools import imports
 from tools.engine import bytecode, junit
-from tools.cli import ArgumentParser, UsageError, run_main
+from tools.cli import ArgumentParser, UsageError, run_tool
 
 # ops (torch) is imported in the functions that use it: --help and usage errors need no torch, and a catalog
 # that does not import is a finding of the gate, not a traceback.
@@ -446,4 +446,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_tool(main)

@@ -31,7 +31,7 @@ import hypothesis
 
 from tools.engine import junit
 from tools.engine.worker import load_implementation
-from tools.cli import ArgumentParser, UsageError, run_main
+from tools.cli import ArgumentParser, UsageError, run_tool
 from tools.engine.report import reproduction
 
 # ops, oracles and torch are imported in the functions that use them: --help and usage errors need neither.
@@ -197,4 +197,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_tool(main)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from tools.cli import ArgumentParser, UsageError, check_cell_timeout, check_workers, run_main
+from tools.cli import ArgumentParser, UsageError, check_cell_timeout, check_workers, run_tool
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
@@ -123,4 +123,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_tool(main)

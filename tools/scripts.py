@@ -1,15 +1,15 @@
 """Console scripts (``[project.scripts]`` in pyproject.toml): an installed ``certify-cells`` runs what
-``tools/certify-cells`` runs from a clone, under the shared conventions (``tools/cli.run_main``: exit 0, 1,
+``tools/certify-cells`` runs from a clone, under the shared conventions (``tools/cli.run_tool``: exit 0, 1,
 or 2 with a one-line reason).  Each script imports only its own tool."""
 from __future__ import annotations
 
 import importlib
 
-from tools.cli import run_main
+from tools.cli import run_tool
 
 
 def _run(module: str, function: str = "main") -> None:
-    run_main(getattr(importlib.import_module(f"tools.{module}"), function))
+    run_tool(getattr(importlib.import_module(f"tools.{module}"), function))
 
 
 def ab() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from tools.cli import ArgumentParser, UsageError, run_main
+from tools.cli import ArgumentParser, UsageError, run_tool
 from tools.engine.verdict_table import html_table, markdown, table
 
 
@@ -30,4 +30,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    run_main(main)
+    run_tool(main)

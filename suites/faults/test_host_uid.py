@@ -28,11 +28,18 @@ pytestmark = pytest.mark.cpu
 CORRECT = "suites.sampling.greedy_argmax_impls:correct_via_max"
 PLANTS = "suites.faults.hostile_impls:plants_bytecode"
 # Runs certify-cells once per --impl given, in one judge process whose hosts may take a separate uid only
-# (the uid walks the judge's code once), and prints the exit statuses.
+# (the uid walks the judge's code once), and prints the exit statuses: each run's end is raised, where the tool
+# would end its process (tools.cli.end_process).
 DRIVER = """
 import json, runpy, sys
+from tools import cli
 from tools.engine import impl_executor
 impl_executor.PROTECTIONS = {"cpu": ("uid",)}
+
+def raised(code):
+    raise SystemExit(code)
+
+cli.end_process = raised
 statuses = []
 for impl in sys.argv[1:]:
     sys.argv = ["tools/certify-cells", "--op", "greedy_argmax", "--cell", "decode_small_batch", "--device", "cpu",

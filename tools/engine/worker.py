@@ -28,7 +28,7 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from tools.cli import UsageError
+from tools.cli import UsageError, end_process
 from tools.engine.activity import Activity
 
 if TYPE_CHECKING:
@@ -413,4 +413,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())
