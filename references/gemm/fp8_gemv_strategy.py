@@ -1,11 +1,15 @@
 """Inputs for ``fp8_gemv``: recipes inside a cell's bounds, and the tensors they build.
 
-A recipe: ``{"M", "N", "K", "x_values", "x_layout", "weights", "w_scale", "seed"}``. Weight modes:
+A recipe: ``{"M", "N", "K", "x_values", "x_layout", "weights", "w_layout", "w_scale", "seed"}``. Weight modes:
 
 - ``all_codes``: every finite E4M3 code equally likely: both zeros, all subnormals, ±448.
 - ``gaussian``: a Gaussian weight quantized as checkpoints are (amax to 448, satfinite RNE).
 - ``log_uniform``: magnitudes spread over every binade, 2**-11..2**10 before the cast (under- and
   overflowing the E4M3 range at both ends).
+
+``w_layout`` is one of the row layouts ``x`` takes (``references/strategies/layouts.py``): the contract's ``w``
+is any ``[N, K]`` tensor, and a kernel that reads it as dense rows must meet a padded or offset one (a recipe
+written before the field builds a contiguous ``w``).
 
 ``w_scale`` is a power of two (the stock op's bf16 dequantization is then exact: the band is the
 stock matmul's rounding alone) or any float32 in 2**-20..2**4 (the stock op also rounds the weight).
@@ -18,7 +22,7 @@ from hypothesis import strategies as st
 from references.formats import E4M3_MAX, e4m3_satfinite_rne
 from references.gemm.gemv_inputs import (  # noqa: F401 - cpu_cap: the verdict line reads it
     X_MODES, activations, corner_shapes, cpu_cap, draw_shape, with_production_corners)
-from references.strategies.layouts import LAYOUTS
+from references.strategies.layouts import LAYOUTS, row_view
 from references.strategies.shapes import seeds
 
 
@@ -33,16 +37,18 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
     @st.composite
     def draw_recipe(draw):
         return {**draw_shape(draw, cell, device, 1), "weights": draw(st.sampled_from(WEIGHT_MODES)),
-                "w_scale": draw(st.sampled_from(SCALE_MODES)), "seed": draw(seeds())}
+                "w_layout": draw(st.sampled_from(LAYOUTS)), "w_scale": draw(st.sampled_from(SCALE_MODES)),
+                "seed": draw(seeds())}
 
     return draw_recipe()
 
 
 def corners(cell, device) -> list[dict]:
-    """Each corner shape in turn with every weight mode, activation mode and layout."""
+    """Each corner shape in turn with every weight mode, activation mode and layout (w's a step behind x's)."""
     return with_production_corners([
         {"M": rows, "N": cols, "K": depth, "x_values": X_MODES[i % len(X_MODES)],
          "x_layout": LAYOUTS[i % len(LAYOUTS)], "weights": WEIGHT_MODES[i % len(WEIGHT_MODES)],
+         "w_layout": LAYOUTS[(i + 1) % len(LAYOUTS)],
          "w_scale": SCALE_MODES[i % len(SCALE_MODES)], "seed": cell.seed("corner", i)}
         for i, (rows, cols, depth) in enumerate(corner_shapes(cell, device, 1))
     ], cell, device)
@@ -64,7 +70,8 @@ def _weight(cols: int, depth: int, mode: str, generator: torch.Generator, device
 def build(recipe: dict, device) -> dict:
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(recipe["seed"])
-    w = _weight(recipe["N"], recipe["K"], recipe["weights"], generator, device)
+    w = row_view(recipe["N"], recipe["K"], torch.float8_e4m3fn, recipe.get("w_layout", "contiguous"), device)
+    w.copy_(_weight(recipe["N"], recipe["K"], recipe["weights"], generator, device))
     if recipe["w_scale"] == "pow2":
         w_scale = torch.exp2(torch.randint(-20, 5, (1,), generator=generator, device=device).float())
     else:

@@ -2,7 +2,7 @@
 
 Each wrong one is a bug an FP8 GEMV ships with: the scale forgotten, the weight read as E5M2, a
 dropped K tail, bf16 accumulation, float16 activations, a summation order that changes between calls,
-a missing refusal. ``test_fp8_gemv.py`` checks that the battery rejects every one and accepts the
+the weight's rows read as if they lay K apart, a missing refusal. ``test_fp8_gemv.py`` checks that the battery rejects every one and accepts the
 correct one. Judge one yourself: ``tools/certify-cells --op fp8_gemv --impl suites.gemm.fp8_gemv_impls:NAME``.
 """
 from __future__ import annotations
@@ -40,6 +40,13 @@ def tail_dropped(x, w, w_scale):
     weight = w.float()
     weight[:, x.shape[1] // 64 * 64:] = 0
     return _gemv(x, weight, w_scale)
+
+
+def weight_rows_assumed_dense(x, w, w_scale):
+    """The weight's storage read from its start as rows K elements apart, whatever its strides: right on a
+    contiguous ``w`` only."""
+    validate(x, w, w_scale)
+    return _gemv(x, w.as_strided(w.shape, (w.shape[1], 1)).float(), w_scale)
 
 
 def bf16_accumulation(x, w, w_scale):

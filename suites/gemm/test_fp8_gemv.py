@@ -21,6 +21,7 @@ WRONG = [
     ("scale_forgotten", "narrow_outputs", "parity"),
     ("read_as_e5m2", "narrow_outputs", "parity"),
     ("tail_dropped", "narrow_outputs", "parity"),
+    ("weight_rows_assumed_dense", "narrow_outputs", "parity"),
     ("bf16_accumulation", "narrow_outputs", "parity"),
     ("float16_activations", "narrow_outputs", "parity"),
     ("missing_refusal", "narrow_outputs", "refusals"),
@@ -42,8 +43,9 @@ def test_every_variant_plan_passes_the_battery_on_the_corners(cell, shape):
 
 
 def test_corners_reach_both_launch_paths_and_every_kind_of_code():
-    """On this device: split-K and one-pass plans, K not a multiple of 64 and K = 1, M = 1 and 16, and
-    weights with both zeros, subnormals and ±448, all from the corners alone."""
+    """On this device: split-K and one-pass plans, K not a multiple of 64 and K = 1, M = 1 and 16, weights with
+    both zeros, subnormals and ±448, and weights whose rows are not dense or start past their storage's start,
+    all from the corners alone."""
     device, strategy = machine_device(), ENTRY.strategy_module
     reached, every_path_corners = set(), []
     for cell in ENTRY.cells:
@@ -58,9 +60,11 @@ def test_corners_reach_both_launch_paths_and_every_kind_of_code():
                                                ("negative_zero", (kwargs["w"].view(torch.uint8) == 0x80).any()),
                                                ("subnormal", ((codes > 0) & (codes < 8)).any()),
                                                ("saturated", (codes == 0x7E).any()),
-                                               ("zero_x_row", (kwargs["x"] == 0).all(dim=1).any())) if hit}
+                                               ("zero_x_row", (kwargs["x"] == 0).all(dim=1).any()),
+                                               ("w_rows_not_dense", kwargs["w"].stride(0) != recipe["K"]),
+                                               ("w_offset", kwargs["w"].storage_offset() > 0)) if hit}
     expected = {"split_k", "one_pass", "M=1", "M=16", "K=1", "K_not_a_multiple_of_64", "negative_zero", "subnormal",
-                "saturated", "zero_x_row"}
+                "saturated", "zero_x_row", "w_rows_not_dense", "w_offset"}
     assert expected <= reached, f"not reached: {sorted(expected - reached)}"
     # under the interpreter each variant design meets EVERY_PATH_CELL's corners alone (gemv_plans): on the
     # design's own plan they must reach both launch paths, at M = 1 and at M = 16
