@@ -45,12 +45,15 @@ def run_tool(main: Callable[[list[str] | None], int]) -> NoReturn:
         end_process(end.code)
 
 
-def end_process(code: int | None) -> NoReturn:
+def end_process(code: int | str | None) -> NoReturn:
     """End this process with ``code`` as ``sys.exit`` would (its other threads joined, exit handlers run, the
     standard streams flushed) without the interpreter's teardown of every module and object, which is most of
     the end's cost: 0.4 to 0.7 CPU-s in a process that imported torch, Triton and the CuTe DSL, and every tool,
     worker and test tool run pays it (docs/ci.md, 2026-12-07c).  A process's last act only: nothing left
     for finalizers (files are closed by ``with``, temporary folders by their exit handlers)."""
+    if code is not None and not isinstance(code, int):   # sys.exit("why"): the text on stderr, status 1
+        print(code, file=sys.stderr)
+        code = 1
     for thread in threading.enumerate():
         if thread is not threading.main_thread() and not thread.daemon:
             thread.join()

@@ -2,8 +2,8 @@
 
 Each wrong one is a bug an FP8 GEMV ships with: the scale forgotten, the weight read as E5M2, a
 dropped K tail, bf16 accumulation, float16 activations, a summation order that changes between calls,
-the weight's rows read as if they lay K apart, a missing refusal. ``test_fp8_gemv.py`` checks that the battery rejects every one and accepts the
-correct one. Judge one yourself: ``tools/certify-cells --op fp8_gemv --impl suites.gemm.fp8_gemv_impls:NAME``.
+the weight's rows read as if they lay K apart, a missing refusal. ``test_fp8_gemv.py`` checks that the
+battery rejects every one and accepts the correct one. Judge one yourself: ``tools/certify-cells --op fp8_gemv --impl suites.gemm.fp8_gemv_impls:NAME``.
 """
 from __future__ import annotations
 

@@ -49,6 +49,12 @@ def test_end_process_keeps_what_sys_exit_keeps_and_skips_the_teardown():
     assert run.stderr == "registered last, run first\nregistered first, run last\n"
 
 
+def test_a_text_status_is_printed_and_ends_with_1_as_sys_exit_does():
+    run = ended("end_process('why it stopped')")
+    assert run.returncode == 1
+    assert run.stderr == "why it stopped\nregistered last, run first\nregistered first, run last\n"
+
+
 def test_the_control_sys_exit_runs_the_teardown_end_process_skips():
     run = ended("sys.exit(3)")
     assert run.returncode == 3 and run.stdout == "buffered and the thread's"
