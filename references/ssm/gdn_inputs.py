@@ -12,7 +12,8 @@ What the builder plants, and why:
   read of the wrong slot blows up, a write to one is seen bit for bit; ``slots = last_slot_free`` keeps
   the last slot unowned, where a padding row written "through -1" lands in torch;
 - layouts a serving engine passes: q, k, v as views of one fused projection (row stride > H * Dk,
-  garbage after v), and a pool whose slots are strided (vLLM's hybrid allocator pads pages); and, in a
+  garbage after v), and a pool whose slots are strided (vLLM's hybrid allocator pads pages), with ``slots``
+  in either a column of a per-row metadata table (stride 2, offset 1, another row's slot beside each); and, in a
   corner, q, k, v every other element of a wider buffer: the contract answers any strides, the kernel
   refuses them (its own limit), and a judged implementation must answer right or refuse clearly;
 - value kinds: ``typical``; ``edges`` (g in {0, -0.0, -1e-7, -80, -1e4, -inf}, beta 0 or 1, one-hot
@@ -32,6 +33,7 @@ VALUES = ("typical", "edges", "large")
 PADDING = ("none", "some", "ends", "all")
 SLOTS = ("shuffled", "last_slot_free", "last_slot_live")
 LAYOUTS = ("contiguous", "fused_projection", "strided_pool")
+SERVING_LAYOUTS = ("fused_projection", "strided_pool")   # slots too are a strided column of a metadata table
 COLUMN_STRIDED = "column_strided"   # a corner's layout: beyond the kernel's limits, inside the contract
 SCALES = ("inv_sqrt_dk", "one")
 
@@ -139,8 +141,13 @@ class Builder:
             if mode == "last_slot_live" and batch:
                 slots = torch.where(slots == pool - 1, slots[0], slots)
                 slots[0] = pool - 1
-        padding = self.padding_rows()
-        return torch.where(padding, -1, slots).to(torch.int32)
+        slots = torch.where(self.padding_rows(), -1, slots).to(torch.int32)
+        if self.recipe["layout"] not in SERVING_LAYOUTS:
+            return slots
+        # a column of the engine's per-row metadata: every other int32 from the second, the other column
+        # another row's slot (a read that takes the column as dense steps another sequence's state)
+        table = torch.stack([(slots + 1) % self.pool_slots, slots], dim=1)
+        return table[:, 1]
 
     def padding_rows(self) -> torch.Tensor:
         mode, batch = self.recipe["padding"], self.batch

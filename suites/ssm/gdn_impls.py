@@ -130,6 +130,12 @@ l2norm_without_eps = _decode_with("l2norm_without_eps")
 padding_rows_multiplied_by_zero = _decode_with("padding_rows_multiplied_by_zero")
 
 
+def slots_read_as_dense(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
+    """``slots`` read from its first element as B consecutive int32s, whatever its stride: right on a
+    contiguous ``slots`` only (a serving engine's slots are a column of its metadata table)."""
+    return _decode(q, k, v, g, beta, state, slots.as_strided(slots.shape, (1,)), scale, qk_l2norm)
+
+
 def missing_refusal(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
     """Checks nothing: a fp16 q is stepped as if bf16, HV % H != 0 reads past q's last head."""
     live = live_rows(slots, state.shape[0])

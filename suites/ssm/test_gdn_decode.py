@@ -28,6 +28,7 @@ WRONG = [
     ("decay_after_update", "fp32_state", ("parity", "stateful")),
     ("l2norm_without_eps", "bf16_state", "parity"),
     ("padding_rows_multiplied_by_zero", "fp32_state", "parity"),
+    ("slots_read_as_dense", "fp32_state", ("parity", "stateful")),
     ("stray_write_within_band", "fp32_state", "stateful"),
     ("missing_refusal", "fp32_state", "refusals"),
 ]
