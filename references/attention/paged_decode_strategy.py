@@ -331,7 +331,7 @@ def build(recipe: dict, device) -> dict:
 def _laid_out(layout: str, keys, values, query, metadata: dict, num_pages: int, generator) -> dict:
     """The caches and query in ``layout`` (``references/strategies/layouts.nd_view``); with ``padded_last``
     the metadata are views too: the table ``[:, :M]`` of a wider one whose padding holds real page ids,
-    and ``seq_lens[::2]``."""
+    ``seq_lens[::2]``, and the selection ``[:, :T]`` of a wider one whose padding holds real logical pages."""
     out = {**metadata}
     for name, tensor in (("k_cache", keys), ("v_cache", values), ("q", query)):
         out[name] = nd_view(tuple(tensor.shape), tensor.dtype, layout, tensor.device)
@@ -346,4 +346,11 @@ def _laid_out(layout: str, keys, values, query, metadata: dict, num_pages: int, 
         lengths = torch.full((2 * rows,), 2**30, dtype=torch.int32, device=table.device)
         lengths[::2] = metadata["seq_lens"]
         out["seq_lens"] = lengths[::2]
+        selection = metadata["page_select"]
+        if selection is not None:
+            chosen = selection.shape[1]
+            wide = torch.randint(0, max(pages, 1), (rows, chosen + 3), generator=generator, device=table.device)
+            wide = wide.to(torch.int32)
+            wide[:, :chosen] = selection
+            out["page_select"] = wide[:, :chosen]
     return out

@@ -135,6 +135,15 @@ def duplicates_counted_twice(*args, **kwargs):
     return _decode_fp32(*args, **kwargs, duplicates_once=False)
 
 
+def page_select_read_as_dense(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    """Reads ``page_select`` as rows T entries apart from its first, whatever its row stride (a selection
+    that is a view of a wider one selects other pages)."""
+    validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    if page_select is not None:
+        page_select = page_select.as_strided(page_select.shape, (page_select.shape[1], 1))
+    return decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+
+
 def gqa_heads_interleaved(*args, **kwargs):
     """Maps query head h to KV head h % Hkv instead of h // (Hq / Hkv)."""
     return _decode_fp32(*args, **kwargs, head_of=lambda h, group, kv_heads: h % kv_heads)
