@@ -12,7 +12,7 @@ import torch
 from hypothesis import strategies as st
 
 from references.ssm.gdn_inputs import (PADDING, PRODUCTION_DEPTHS, PRODUCTION_DIMS, SLOTS, Builder, batch_cap, dtype_name,
-                                      with_rows)
+                                      metadata_column, with_rows)
 from references.strategies.shapes import product_cap, production_corners, seeds, sizes
 
 ACCEPTED = ("mixed", "none", "all")
@@ -86,7 +86,8 @@ def build(recipe: dict, device) -> dict:
     builder = Builder({**recipe, "H": recipe["HV"], "group": 1, "values": "typical",
                        "layout": "strided_pool" if recipe["layout"] == "strided_pool" else "contiguous"}, device)
     batch, tokens = builder.batch, recipe["T"]
-    slots = builder.slots()
+    in_metadata = recipe["layout"] != "contiguous"   # an engine's layouts: its slots and counts in its metadata
+    slots = builder.slots(in_metadata)
     state = builder.pool()
     slot_shape = state.shape[1:]
     drafted = tokens + 2 if recipe["layout"] == "sliced_checkpoints" else tokens
@@ -104,4 +105,6 @@ def build(recipe: dict, device) -> dict:
         accepted = torch.full((batch,), tokens, device=builder.device)
     else:
         accepted = torch.randint(0, tokens + 1, (batch,), generator=builder.generator, device=builder.device)
-    return {"state": state, "slots": slots, "checkpoints": checkpoints, "num_accepted": accepted.to(torch.int32)}
+    accepted = accepted.to(torch.int32)
+    return {"state": state, "slots": slots, "checkpoints": checkpoints,
+            "num_accepted": metadata_column(accepted, (accepted + 1) % (tokens + 1), in_metadata)}

@@ -34,6 +34,15 @@ PADDING = ("none", "some", "ends", "all")
 SLOTS = ("shuffled", "last_slot_free", "last_slot_live")
 LAYOUTS = ("contiguous", "fused_projection", "strided_pool")
 SERVING_LAYOUTS = ("fused_projection", "strided_pool")   # slots too are a strided column of a metadata table
+
+
+def metadata_column(values: torch.Tensor, beside: torch.Tensor, in_metadata: bool) -> torch.Tensor:
+    """``values`` (int32 ``[B]``) as a serving engine passes them where ``in_metadata``: a column of its per-row
+    metadata (every other int32 from the second, ``beside`` in the other column, so that a read taking the
+    column as dense gets those); else as they are."""
+    if not in_metadata:
+        return values
+    return torch.stack([beside.to(torch.int32), values], dim=1)[:, 1]
 COLUMN_STRIDED = "column_strided"   # a corner's layout: beyond the kernel's limits, inside the contract
 SCALES = ("inv_sqrt_dk", "one")
 
@@ -132,7 +141,9 @@ class Builder:
         return self.dk ** -0.5 if self.recipe["scale"] == "inv_sqrt_dk" else 1.0
 
     # -- which slot each row owns ------------------------------------------------------------------
-    def slots(self) -> torch.Tensor:
+    def slots(self, in_metadata: bool | None = None) -> torch.Tensor:
+        """Which slot each row owns; a column of the engine's metadata (``metadata_column``) where
+        ``in_metadata``, by default in the serving layouts."""
         mode, batch, pool = self.recipe["slots"], self.batch, self.pool_slots
         if mode == "last_slot_free":
             slots = torch.randperm(pool - 1, generator=self.generator, device=self.device)[:batch]
@@ -142,12 +153,12 @@ class Builder:
                 slots = torch.where(slots == pool - 1, slots[0], slots)
                 slots[0] = pool - 1
         slots = torch.where(self.padding_rows(), -1, slots).to(torch.int32)
-        if self.recipe["layout"] not in SERVING_LAYOUTS:
-            return slots
-        # a column of the engine's per-row metadata: every other int32 from the second, the other column
-        # another row's slot (a read that takes the column as dense steps another sequence's state)
-        table = torch.stack([(slots + 1) % self.pool_slots, slots], dim=1)
-        return table[:, 1]
+        in_metadata = self.serving_layout if in_metadata is None else in_metadata
+        return metadata_column(slots, (slots + 1) % self.pool_slots, in_metadata)
+
+    @property
+    def serving_layout(self) -> bool:
+        return self.recipe["layout"] in SERVING_LAYOUTS
 
     def padding_rows(self) -> torch.Tensor:
         mode, batch = self.recipe["padding"], self.batch

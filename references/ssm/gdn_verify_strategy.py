@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from references.ssm.gdn_decode_strategy import corner_recipes
 from references.ssm.gdn_inputs import (PRODUCTION_DEPTHS, PRODUCTION_DIMS, Builder, draw_kinds, draw_shape, fits,
-                                      program_tokens_cap, with_rows)
+                                      metadata_column, program_tokens_cap, with_rows)
 from references.strategies.shapes import production_corners, sizes
 
 TOKEN_COUNTS = ("full", "mixed", "ones")
@@ -62,6 +62,7 @@ def build(recipe: dict, device) -> dict:
     else:
         num_tokens = torch.randint(1, tokens + 1, (batch,), generator=builder.generator, device=builder.device)
     num_tokens = num_tokens.to(torch.int32)
+    num_tokens = metadata_column(num_tokens, num_tokens % tokens + 1, builder.serving_layout)
     past_count = torch.arange(tokens, device=builder.device)[None, :] >= num_tokens[:, None]
     drafted = builder.tokens((batch, tokens), garbage=(slots < 0)[:, None] | past_count)
     return {**drafted, "state": state, "slots": slots, "num_tokens": num_tokens, "scale": builder.scale,

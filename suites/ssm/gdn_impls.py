@@ -159,6 +159,19 @@ garbage_past_count = _verify_with("garbage_past_count")
 
 
 # -- wrong commits --------------------------------------------------------------------------------
+def num_tokens_read_as_dense(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False):
+    """``num_tokens`` read from its first element as B consecutive int32s, whatever its stride."""
+    verify_contract.validate(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm)
+    return _verify(q, k, v, g, beta, state, slots, num_tokens.as_strided(num_tokens.shape, (1,)), scale,
+                   qk_l2norm)
+
+
+def accepted_read_as_dense(state, slots, checkpoints, num_accepted):
+    """``num_accepted`` read from its first element as B consecutive int32s, whatever its stride."""
+    commit_contract.validate(state, slots, checkpoints, num_accepted)
+    commit_contract.stock(state, slots, checkpoints, num_accepted.as_strided(num_accepted.shape, (1,)))
+
+
 def zero_accepted_wraps(state, slots, checkpoints, num_accepted):
     """Copies ``checkpoints[b, num_accepted[b] - 1]`` for every live row: 0 accepted reads index -1, the
     last drafted token's state, instead of leaving the slot alone."""
