@@ -13,7 +13,8 @@ What the builder plants, and why:
   the last slot unowned, where a padding row written "through -1" lands in torch;
 - layouts a serving engine passes: q, k, v as views of one fused projection (row stride > H * Dk,
   garbage after v), and a pool whose slots are strided (vLLM's hybrid allocator pads pages), with ``slots``
-  in either a column of a per-row metadata table (stride 2, offset 1, another row's slot beside each); and, in a
+  (and verify's and commit's counts) a column of a per-row metadata table (stride 2, offset 1, another
+  row's value beside each: ``metadata_column``); and, in a
   corner, q, k, v every other element of a wider buffer: the contract answers any strides, the kernel
   refuses them (its own limit), and a judged implementation must answer right or refuse clearly;
 - value kinds: ``typical``; ``edges`` (g in {0, -0.0, -1e-7, -80, -1e4, -inf}, beta 0 or 1, one-hot
@@ -34,6 +35,8 @@ PADDING = ("none", "some", "ends", "all")
 SLOTS = ("shuffled", "last_slot_free", "last_slot_live")
 LAYOUTS = ("contiguous", "fused_projection", "strided_pool")
 SERVING_LAYOUTS = ("fused_projection", "strided_pool")   # slots too are a strided column of a metadata table
+COLUMN_STRIDED = "column_strided"   # a corner's layout: beyond the kernel's limits, inside the contract
+SCALES = ("inv_sqrt_dk", "one")
 
 
 def metadata_column(values: torch.Tensor, beside: torch.Tensor, in_metadata: bool) -> torch.Tensor:
@@ -43,8 +46,7 @@ def metadata_column(values: torch.Tensor, beside: torch.Tensor, in_metadata: boo
     if not in_metadata:
         return values
     return torch.stack([beside.to(torch.int32), values], dim=1)[:, 1]
-COLUMN_STRIDED = "column_strided"   # a corner's layout: beyond the kernel's limits, inside the contract
-SCALES = ("inv_sqrt_dk", "one")
+
 
 # The interpreter costs 25-45 ms per program per token (measured here: one (row, v head) program of
 # a 128x128 state), and a decode example runs about a dozen calls plus a 2-token replay: on the CPU keep
