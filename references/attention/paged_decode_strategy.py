@@ -339,18 +339,18 @@ def _laid_out(layout: str, keys, values, query, metadata: dict, num_pages: int, 
     if layout == "padded_last":
         table = metadata["page_table"]
         rows, pages = table.shape
-        wide = torch.randint(0, num_pages, (rows, pages + 3), generator=generator, device=table.device)
-        wide = wide.to(torch.int32)
-        wide[:, :pages] = table
-        out["page_table"] = wide[:, :pages]
+        out["page_table"] = _in_wider(table, num_pages, generator)
         lengths = torch.full((2 * rows,), 2**30, dtype=torch.int32, device=table.device)
         lengths[::2] = metadata["seq_lens"]
         out["seq_lens"] = lengths[::2]
-        selection = metadata["page_select"]
-        if selection is not None:
-            chosen = selection.shape[1]
-            wide = torch.randint(0, max(pages, 1), (rows, chosen + 3), generator=generator, device=table.device)
-            wide = wide.to(torch.int32)
-            wide[:, :chosen] = selection
-            out["page_select"] = wide[:, :chosen]
+        if metadata["page_select"] is not None:
+            out["page_select"] = _in_wider(metadata["page_select"], max(pages, 1), generator)
     return out
+
+
+def _in_wider(ids: torch.Tensor, bound: int, generator) -> torch.Tensor:
+    """int32 ``ids [R, n]`` as ``[:, :n]`` of a table 3 wider whose padding holds ids drawn below ``bound``."""
+    rows, width = ids.shape
+    wide = torch.randint(0, bound, (rows, width + 3), generator=generator, device=ids.device).to(torch.int32)
+    wide[:, :width] = ids
+    return wide[:, :width]

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from references.attention.paged_slots import bits, live_slots
 from references.bounds import Span
-from references.strategies.layouts import LAYOUTS, ND_LAYOUTS, nd_view, row_view
+from references.strategies.layouts import LAYOUTS, ND_LAYOUTS, nd_view, rows_in_layout
 from references.strategies.shapes import budget_cap, largest, production_corners, seeds, sizes
 from references.strategies.values import random_bits
 
@@ -229,12 +229,6 @@ def _in_layout(values: torch.Tensor, layout: str) -> torch.Tensor:
     return view
 
 
-def _rows_in_layout(values: torch.Tensor, layout: str) -> torch.Tensor:
-    view = row_view(values.shape[0], values.shape[1], values.dtype, layout, values.device)
-    view.copy_(values)
-    return view
-
-
 def build_step(recipe: dict, device) -> dict:
     """All five arguments of a save -> step -> restore: plane, page_table, positions, saved, rejected."""
     device = torch.device(device)
@@ -249,8 +243,8 @@ def build_step(recipe: dict, device) -> dict:
     saved = random_bits((batch, steps, *recipe["E"]), dtype, generator, device)
     return {
         "plane": _in_layout(plane, recipe["plane_layout"]),
-        "page_table": _rows_in_layout(page_table.to(torch.int32), recipe["table_layout"]),
-        "positions": _rows_in_layout(positions.to(torch.int32), recipe["table_layout"]),
+        "page_table": rows_in_layout(page_table.to(torch.int32), recipe["table_layout"]),
+        "positions": rows_in_layout(positions.to(torch.int32), recipe["table_layout"]),
         "saved": _in_layout(saved, recipe["saved_layout"]),
-        "rejected": _rows_in_layout(_rejected(recipe["mask"], live, generator, device), recipe["table_layout"]),
+        "rejected": rows_in_layout(_rejected(recipe["mask"], live, generator, device), recipe["table_layout"]),
     }

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from references.formats import E4M3_MAX, e4m3_satfinite_rne
 from references.gemm.gemv_inputs import (  # noqa: F401 - cpu_cap: the verdict line reads it
     X_MODES, activations, corner_shapes, cpu_cap, draw_shape, with_production_corners)
-from references.strategies.layouts import LAYOUTS, row_view
+from references.strategies.layouts import LAYOUTS, rows_in_layout
 from references.strategies.shapes import seeds
 
 
@@ -70,8 +70,8 @@ def _weight(cols: int, depth: int, mode: str, generator: torch.Generator, device
 def build(recipe: dict, device) -> dict:
     device = torch.device(device)
     generator = torch.Generator(device=device).manual_seed(recipe["seed"])
-    w = row_view(recipe["N"], recipe["K"], torch.float8_e4m3fn, recipe.get("w_layout", "contiguous"), device)
-    w.copy_(_weight(recipe["N"], recipe["K"], recipe["weights"], generator, device))
+    w = rows_in_layout(_weight(recipe["N"], recipe["K"], recipe["weights"], generator, device),
+                       recipe.get("w_layout", "contiguous"))
     if recipe["w_scale"] == "pow2":
         w_scale = torch.exp2(torch.randint(-20, 5, (1,), generator=generator, device=device).float())
     else:

@@ -44,6 +44,13 @@ def row_view(rows: int, cols: int, dtype: torch.dtype, layout: str, device: torc
     raise ValueError(f"layout: {layout!r} is not one of {LAYOUTS}")
 
 
+def rows_in_layout(values: torch.Tensor, layout: str) -> torch.Tensor:
+    """``values`` (``[rows, cols]``) copied into a ``row_view`` in ``layout``."""
+    view = row_view(values.shape[0], values.shape[1], values.dtype, layout, values.device)
+    view.copy_(values)
+    return view
+
+
 def nd_view(shape: tuple[int, ...], dtype: torch.dtype, layout: str, device: torch.device) -> torch.Tensor:
     """A ``shape`` view (at least 2-D) in ``layout``, garbage everywhere; its elements are for the caller to fill."""
     shape = tuple(shape)

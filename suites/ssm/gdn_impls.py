@@ -130,10 +130,15 @@ l2norm_without_eps = _decode_with("l2norm_without_eps")
 padding_rows_multiplied_by_zero = _decode_with("padding_rows_multiplied_by_zero")
 
 
+def _read_as_dense(values: torch.Tensor) -> torch.Tensor:
+    """``values [B]`` read from their first element as B consecutive elements, whatever their stride: right on a
+    contiguous tensor only (a serving engine passes slots and counts as columns of its per-row metadata)."""
+    return values.as_strided(values.shape, (1,))
+
+
 def slots_read_as_dense(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
-    """``slots`` read from its first element as B consecutive int32s, whatever its stride: right on a
-    contiguous ``slots`` only (a serving engine's slots are a column of its metadata table)."""
-    return _decode(q, k, v, g, beta, state, slots.as_strided(slots.shape, (1,)), scale, qk_l2norm)
+    decode_contract.validate(q, k, v, g, beta, state, slots, scale, qk_l2norm)
+    return _decode(q, k, v, g, beta, state, _read_as_dense(slots), scale, qk_l2norm)
 
 
 def missing_refusal(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
@@ -158,18 +163,15 @@ verify_writes_the_pool = _verify_with("verify_writes_the_pool")
 garbage_past_count = _verify_with("garbage_past_count")
 
 
-# -- wrong commits --------------------------------------------------------------------------------
 def num_tokens_read_as_dense(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False):
-    """``num_tokens`` read from its first element as B consecutive int32s, whatever its stride."""
     verify_contract.validate(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm)
-    return _verify(q, k, v, g, beta, state, slots, num_tokens.as_strided(num_tokens.shape, (1,)), scale,
-                   qk_l2norm)
+    return _verify(q, k, v, g, beta, state, slots, _read_as_dense(num_tokens), scale, qk_l2norm)
 
 
+# -- wrong commits --------------------------------------------------------------------------------
 def accepted_read_as_dense(state, slots, checkpoints, num_accepted):
-    """``num_accepted`` read from its first element as B consecutive int32s, whatever its stride."""
     commit_contract.validate(state, slots, checkpoints, num_accepted)
-    commit_contract.stock(state, slots, checkpoints, num_accepted.as_strided(num_accepted.shape, (1,)))
+    commit_contract.stock(state, slots, checkpoints, _read_as_dense(num_accepted))
 
 
 def zero_accepted_wraps(state, slots, checkpoints, num_accepted):
