@@ -57,15 +57,18 @@ SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for th
 # -- launch plan ----------------------------------------------------------------------------------
 # M = 1 on CUDA cores with the float32 decode, prefetched scales and stepped addresses (the H200 sweep's best
 # at N = K = 8192: 19.3 us, 45.7% of copy). M > 1 on a GPU: the placed decode into the operand registers
-# (Gluon), 64 rows a program and K split for 2 programs an SM, where the Triton kernel's tensor-core plan
-# took 2x the M = 1 time; under the interpreter that Triton plan. Every plan timed, and the sm_90
-# instruction counts that chose the options, in docs/ops/nvfp4_gemv.md.
+# (Gluon), 64 rows a program and K split for 2 programs an SM (5 with 32-byte steps up to FEW_ROWS rows),
+# where the Triton kernel's tensor-core plan took 2x the M = 1 time; under the interpreter that Triton plan.
+# Every plan timed, and the sm_90 instruction counts that chose the options, in docs/ops/nvfp4_gemv.md.
 DEFAULT_M1_SHAPE = PlanShape(block_n=16, step_bytes=128, num_stages=4, num_warps=2, split_below=2.0, cores_at_m1=True,
                              float32_decode=True, prefetch_scales=True, stepped=True)
 TENSOR_CORE_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=4, split_below=2.0,
                               placed_decode=True, prefetch_scales=True, stepped=True)
 DEFAULT_SHAPE = dataclasses.replace(TENSOR_CORE_SHAPE, block_n=64, step_bytes=64, split_below=8.0,
                                     operand_decode=True, programs_per_sm=2)
+# At most FEW_ROWS rows: 32-byte steps (fewer registers) and K split for 5 programs an SM, the H100's best at M = 4
+# (23.4 us against DEFAULT_SHAPE's 25.7; at M = 16 it took 29.9 against 28.8)
+FEW_ROWS, FEW_ROWS_SHAPE = 4, dataclasses.replace(DEFAULT_SHAPE, step_bytes=32, programs_per_sm=5)
 
 # Plans for tools/bench --variants: each decode and loop option alone and together, around one tile.
 _TABLE_DECODE_BEST = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=0.5)
@@ -534,7 +537,8 @@ def plan_for(x, packed, shape: PlanShape) -> GemvPlan:
 
 
 def default_plan(x, packed) -> GemvPlan:
-    return plan_for(x, packed, DEFAULT_M1_SHAPE if x.shape[0] == 1 else DEFAULT_SHAPE)
+    rows = x.shape[0]
+    return plan_for(x, packed, DEFAULT_M1_SHAPE if rows == 1 else FEW_ROWS_SHAPE if rows <= FEW_ROWS else DEFAULT_SHAPE)
 
 
 def _int32_offsets(x, packed, block_scales) -> bool:
