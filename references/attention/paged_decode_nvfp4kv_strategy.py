@@ -18,7 +18,8 @@ selections and query, NaN in every slot no row attends — then quantizes the at
 
 Slots no row attends hold garbage in both codes and scales: random code bytes, and scales that are
 NaN (e4m3 0x7F / 0xFF) or 448 (finite garbage, so a kernel that only filters NaN still shows).  The
-codes and scales follow the recipe's layout (``references/strategies/layouts.nd_view``) as q does.
+codes and scales follow the recipe's layouts (``references/strategies/layouts.nd_view``): K's as q does, V's its
+own (``v_layout``).
 """
 from __future__ import annotations
 
@@ -142,10 +143,10 @@ def build(recipe: dict, device) -> dict:
         global_scale = nvfp4_global_scale(torch.stack([keys, values]).to(torch.bfloat16))
     else:
         global_scale = torch.ones(1, device=device)
-    for name, cache in (("k", keys), ("v", values)):
+    for name, cache, layout in (("k", keys, recipe["layout"]), ("v", values, dense.v_layout(recipe))):
         packed, scales = _planted(recipe, *_quantized(cache, global_scale), live, generator, device)
         for suffix, tensor in (("packed", packed), ("scales", scales)):
-            call[f"{name}_{suffix}"] = nd_view(tuple(tensor.shape), tensor.dtype, recipe["layout"], device)
+            call[f"{name}_{suffix}"] = nd_view(tuple(tensor.shape), tensor.dtype, layout, device)
             call[f"{name}_{suffix}"].copy_(tensor)
     call["kv_global_scale"] = global_scale
     # the dense build's check again, on the keys as they now decode (every_code and midpoints replace them,

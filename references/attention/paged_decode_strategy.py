@@ -23,7 +23,8 @@ What ``build`` plants:
 - layouts (``ND_LAYOUTS``): plain tensors; caches and q interleaved with garbage halves (the K half
   of a fused ``[P, 2, S, Hkv, D]`` buffer); or caches and q with a padded last dim (rows not 16-byte
   aligned), beside a page table ``[:, :M]`` of a wider one with real page ids in its padding and
-  ``seq_lens[::2]``.
+  ``seq_lens[::2]``.  The V cache's layout (``v_layout``) is drawn apart from K's: a kernel that
+  addresses V with K's strides reads other slots (a recipe without it has V in K's layout).
 """
 from __future__ import annotations
 
@@ -83,10 +84,17 @@ def _sparse(cell) -> bool:
     return isinstance(cell.bounds["T"], Span)
 
 
-def _recipe(cell, *, B, M, S, Hkv, group, D, T, lengths, holes, values, layout, kv_scale, seed, sm_factor=1.0):
+def _recipe(cell, *, B, M, S, Hkv, group, D, T, lengths, holes, values, layout, v_layout, kv_scale, seed,
+            sm_factor=1.0):
     return {"B": B, "M": M, "S": S, "Hkv": Hkv, "group": group, "D": D, "T": T if _sparse(cell) else None,
             "kv_dtype": _dtype_name(cell), "lengths": lengths, "holes": holes, "values": values,
-            "layout": layout, "sm_scale": sm_factor * D ** -0.5, "kv_scale": kv_scale, "seed": seed}
+            "layout": layout, "v_layout": v_layout, "sm_scale": sm_factor * D ** -0.5, "kv_scale": kv_scale,
+            "seed": seed}
+
+
+def v_layout(recipe: dict) -> str:
+    """The V cache's layout: the recipe's own, or K's where the recipe predates it."""
+    return recipe.get("v_layout", recipe["layout"])
 
 
 def recipes(cell, device) -> st.SearchStrategy[dict]:
@@ -112,7 +120,7 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
             cell, B=batch, M=pages, S=page_size, Hkv=kv_heads, group=group, D=head_dim, T=entries,
             lengths=draw(st.sampled_from(LENGTHS)), holes=draw(st.booleans()),
             values=draw(st.sampled_from(VALUES)), layout=draw(st.sampled_from(ND_LAYOUTS)),
-            kv_scale=draw(st.sampled_from(KV_SCALES[_dtype_name(cell)])),
+            v_layout=draw(st.sampled_from(ND_LAYOUTS)), kv_scale=draw(st.sampled_from(KV_SCALES[_dtype_name(cell)])),
             sm_factor=draw(st.sampled_from((1.0, 0.7))), seed=draw(seeds()))
 
     return draw_recipe()
@@ -137,19 +145,20 @@ def corners(cell, device) -> list[dict]:
     scales = KV_SCALES[_dtype_name(cell)]
     page_sizes, head_dims = _choices(cell, "S"), _choices(cell, "D")
     shapes = [
-        # (B, Hkv, group, S, D, lengths, holes, values, layout)
-        (0, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "contiguous"),
-        (3, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "interleaved"),
-        (2, 1, 2, page_sizes[1], head_dims[1], "ragged", False, "large_scores", "contiguous"),
-        (2, 1, 16, page_sizes[-1], head_dims[-1], "full", False, "normal", "padded_last"),
-        (3, 2, 3, page_sizes[0], head_dims[0], "edges", True, "normal", "padded_last"),
+        # (B, Hkv, group, S, D, lengths, holes, values, layout, V's layout)
+        (0, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "contiguous", "contiguous"),
+        (3, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "interleaved", "interleaved"),
+        (2, 1, 2, page_sizes[1], head_dims[1], "ragged", False, "large_scores", "contiguous", "interleaved"),
+        (2, 1, 16, page_sizes[-1], head_dims[-1], "full", False, "normal", "padded_last", "padded_last"),
+        (3, 2, 3, page_sizes[0], head_dims[0], "edges", True, "normal", "padded_last", "contiguous"),
     ]
     found = []
-    for i, (rows, kv_heads, group, page_size, head_dim, lengths, holes, values, layout) in enumerate(shapes):
+    for i, (rows, kv_heads, group, page_size, head_dim, lengths, holes, values, layout,
+            values_layout) in enumerate(shapes):
         pages, entries = _largest(cell, device, rows, kv_heads, page_size, head_dim)
         found.append(_recipe(cell, B=rows, M=pages, S=page_size, Hkv=kv_heads, group=group, D=head_dim, T=entries,
                              lengths=lengths, holes=holes, values=values, layout=layout,
-                             kv_scale=scales[i % len(scales)], seed=cell.seed("corner", i)))
+                             v_layout=values_layout, kv_scale=scales[i % len(scales)], seed=cell.seed("corner", i)))
     no_table = found[2]  # a table of no pages: every row empty, whatever the selection says
     found.append({**no_table, "M": 0, "seed": cell.seed("corner", "no table")})
     if _sparse(cell):
@@ -322,19 +331,21 @@ def build(recipe: dict, device) -> dict:
     values = torch.where(live[..., None, None], values, nan).to(cache_dtype)
     query = clear_of_cancellation(query.to(torch.bfloat16), keys.float() * recipe["kv_scale"], as_int32,
                                   recipe["sm_scale"], recipe["seed"])
-    return {**_laid_out(recipe["layout"], keys, values, query, as_int32, num_pages, generator),
+    return {**_laid_out(recipe["layout"], v_layout(recipe), keys, values, query, as_int32, num_pages, generator),
             "sm_scale": (torch.tensor(recipe["sm_scale"], device=device) if recipe.get("sm_scale_tensor")
                          else recipe["sm_scale"]),
             "kv_scale": recipe["kv_scale"]}
 
 
-def _laid_out(layout: str, keys, values, query, metadata: dict, num_pages: int, generator) -> dict:
-    """The caches and query in ``layout`` (``references/strategies/layouts.nd_view``); with ``padded_last``
-    the metadata are views too: the table ``[:, :M]`` of a wider one whose padding holds real page ids,
+def _laid_out(layout: str, values_layout: str, keys, values, query, metadata: dict, num_pages: int,
+              generator) -> dict:
+    """K and the query in ``layout``, V in ``values_layout`` (``references/strategies/layouts.nd_view``); with
+    ``padded_last`` the metadata are views too: the table ``[:, :M]`` of a wider one whose padding holds real page ids,
     ``seq_lens[::2]``, and the selection ``[:, :T]`` of a wider one whose padding holds real logical pages."""
     out = {**metadata}
-    for name, tensor in (("k_cache", keys), ("v_cache", values), ("q", query)):
-        out[name] = nd_view(tuple(tensor.shape), tensor.dtype, layout, tensor.device)
+    for name, tensor, its_layout in (("k_cache", keys, layout), ("v_cache", values, values_layout),
+                                     ("q", query, layout)):
+        out[name] = nd_view(tuple(tensor.shape), tensor.dtype, its_layout, tensor.device)
         out[name].copy_(tensor)
     if layout == "padded_last":
         table = metadata["page_table"]

@@ -1,8 +1,8 @@
 """Speculative steps on a paged plane, for ``rollback_save`` and ``rollback_restore`` (their strategy
 modules take the arguments each op needs from one step).
 
-A recipe: ``{"B", "T", "M", "S", "E", "dtype", "plane_layout", "saved_layout", "table_layout", "mask",
-"seed"}`` — sizes inside the cell (edges favoured; the plane kept inside a per-device byte budget),
+A recipe: ``{"B", "T", "M", "S", "E", "dtype", "plane_layout", "saved_layout", "table_layout", "mask_layout",
+"mask", "seed"}`` — sizes inside the cell (edges favoured; the plane kept inside a per-device byte budget),
 layouts, and a mask mode.  Shapes never depend on the seed; everything else is drawn from it on the
 device:
 
@@ -22,6 +22,8 @@ device:
   ``suffix`` — each row rejects a suffix of its entries (how verification rejects), with the same
   guarantee; ``all_rejected`` and ``all_kept``.  Dead entries are rejected at random (all in
   ``all_rejected``), so an op that ignores liveness writes through a -1 position or a -1 page.
+- row layouts (``references/strategies/layouts.LAYOUTS``): the table and positions in ``table_layout``, the
+  mask in ``mask_layout`` (a kernel reading the mask with the positions' strides reads other entries).
 """
 from __future__ import annotations
 
@@ -96,7 +98,7 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
             trailing = [heads, draw(sizes(head_span, cap=max(1, elements_cap // heads)))]
         return {"B": batch, "T": steps, "M": pages_per_row, "S": slots, "E": trailing, "dtype": dtype,
                 "plane_layout": draw(st.sampled_from(ND_LAYOUTS)), "saved_layout": draw(st.sampled_from(ND_LAYOUTS)),
-                "table_layout": draw(st.sampled_from(LAYOUTS)),
+                "table_layout": draw(st.sampled_from(LAYOUTS)), "mask_layout": draw(st.sampled_from(LAYOUTS)),
                 "mask": draw(st.sampled_from(MASKS + ("mixed", "suffix") * 2)),   # both kinds of live entry
                 "seed": draw(seeds())}
 
@@ -138,7 +140,8 @@ def corners(cell, device) -> list[dict]:
         recipes.append({"B": batch, "T": steps, "M": pages_per_row, "S": slots, "E": trailing, "dtype": dtype,
                         "plane_layout": ND_LAYOUTS[i % len(ND_LAYOUTS)],
                         "saved_layout": ND_LAYOUTS[(i + 1) % len(ND_LAYOUTS)],
-                        "table_layout": LAYOUTS[i % len(LAYOUTS)], "mask": mask, "seed": cell.seed("corner", i)})
+                        "table_layout": LAYOUTS[i % len(LAYOUTS)], "mask_layout": LAYOUTS[(i + 2) % len(LAYOUTS)],
+                        "mask": mask, "seed": cell.seed("corner", i)})
 
     def fit(recipe: dict) -> dict | None:
         if not isinstance(recipe["E"], list):   # a head dim: the last of the cell's trailing dims
@@ -246,5 +249,8 @@ def build_step(recipe: dict, device) -> dict:
         "page_table": rows_in_layout(page_table.to(torch.int32), recipe["table_layout"]),
         "positions": rows_in_layout(positions.to(torch.int32), recipe["table_layout"]),
         "saved": _in_layout(saved, recipe["saved_layout"]),
-        "rejected": rows_in_layout(_rejected(recipe["mask"], live, generator, device), recipe["table_layout"]),
+        # the mask in a row layout of its own (the table's where a recipe predates it): a kernel that reads it
+        # with the positions' strides reads other entries
+        "rejected": rows_in_layout(_rejected(recipe["mask"], live, generator, device),
+                                   recipe.get("mask_layout", recipe["table_layout"])),
     }

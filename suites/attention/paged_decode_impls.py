@@ -17,6 +17,7 @@ import torch
 from ops.triton_backend import sm_count
 from oracles.band import row_ulp
 from references.attention.paged_decode import validate
+from suites.strided_reads import in_strides_of
 
 
 def _decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None, **bugs):
@@ -142,6 +143,13 @@ def page_select_read_as_dense(q, k_cache, v_cache, page_table, seq_lens, sm_scal
     if page_select is not None:
         page_select = page_select.as_strided(page_select.shape, (page_select.shape[1], 1))
     return decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+
+
+def v_read_with_k_strides(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None):
+    """Addresses V with K's strides: right while the two caches share a layout."""
+    validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return decode_fp32(q, k_cache, in_strides_of(v_cache, k_cache), page_table, seq_lens, sm_scale, kv_scale,
+                       page_select)
 
 
 def gqa_heads_interleaved(*args, **kwargs):

@@ -21,6 +21,7 @@ from references.attention.paged_decode_nvfp4kv import validate
 from references.formats.e2m1 import e2m1_decode
 from references.formats.nvfp4 import NVFP4_BLOCK
 from suites.attention.paged_decode_impls import decode_fp32, split_tokens_from_batch
+from suites.strided_reads import in_strides_of
 
 
 def _decoded(packed, scales, global_scale, *, high_nibble_first=False, scale_block=NVFP4_BLOCK,
@@ -84,6 +85,14 @@ def holes_read_as_pages(*args, **kwargs):
 def duplicates_counted_twice(*args, **kwargs):
     """Attends a page once per page_select entry naming it."""
     return _decode_nvfp4(*args, **kwargs, duplicates_once=False)
+
+
+def v_read_with_k_strides(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale,
+                          page_select=None):
+    """Addresses V's codes and scales with K's strides: right while the two caches share a layout."""
+    validate(q, k_packed, k_scales, v_packed, v_scales, kv_global_scale, page_table, seq_lens, sm_scale, page_select)
+    return _decode_nvfp4(q, k_packed, k_scales, in_strides_of(v_packed, k_packed), in_strides_of(v_scales, k_scales),
+                         kv_global_scale, page_table, seq_lens, sm_scale, page_select)
 
 
 def gqa_heads_interleaved(*args, **kwargs):

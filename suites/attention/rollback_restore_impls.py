@@ -12,6 +12,7 @@ import torch
 
 from references.attention.rollback_restore import validate as validate_restore
 from references.attention.rollback_save import validate as validate_save
+from suites.strided_reads import in_strides_of
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -92,6 +93,12 @@ def past_table_lands_in_last_page(plane, page_table, positions, saved, rejected)
     """Forgets ``t // S < M``: a position past the table is written into the row's last logical page."""
     validate_restore(plane, page_table, positions, saved, rejected)
     _restore(plane, page_table, positions, saved, rejected, check_table=False)
+
+
+def mask_read_with_positions_strides(plane, page_table, positions, saved, rejected):
+    """Reads the mask with the positions' strides: right while the two share a row layout."""
+    validate_restore(plane, page_table, positions, saved, rejected)
+    _restore(plane, page_table, positions, saved, in_strides_of(rejected, positions))
 
 
 def writes_slot_padding(plane, page_table, positions, saved, rejected):

@@ -35,6 +35,7 @@ WRONG = [
     ("reads_past_seq_len", "dense_nvfp4_kv", "parity"),
     ("holes_read_as_pages", "dense_nvfp4_kv", "parity"),
     ("duplicates_counted_twice", "sparse_nvfp4_kv", "parity"),
+    ("v_read_with_k_strides", "dense_nvfp4_kv", "parity"),
     ("gqa_heads_interleaved", "sparse_nvfp4_kv", "parity"),
     ("no_max_subtraction", "dense_nvfp4_kv", "parity"),
     ("lse_in_log2", "sparse_nvfp4_kv", "parity"),

@@ -74,6 +74,7 @@ WRONG = [
     ("writes_through_minus_one_position", "head_slots", "parity"),
     ("ignores_minus_one_page", "head_slots", "parity"),
     ("past_table_lands_in_last_page", "head_slots", "parity"),
+    ("mask_read_with_positions_strides", "head_slots", "parity"),
     ("writes_slot_padding", "head_slots", "stateful"),      # right on every element: only the whole-storage check sees it
 ]
 SUITE = OpSuite(ENTRY, _wrong, wrong=WRONG, correct=Implementation(
