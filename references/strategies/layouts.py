@@ -4,8 +4,8 @@
 - ``padded_rows``: ``buf[:, :cols]`` of a wider buffer (row stride > cols).
 - ``every_other_row``: ``buf[::2]`` (rows two strides apart).
 - ``column_offset``: ``buf[:, k:k + cols]`` (a non-zero storage offset, rows padded both sides).
-Memory between and around rows is filled with NaN and huge values: an op that reads outside its
-rows turns them into wrong answers.
+Memory between and around rows is filled with NaN and huge values (bytes: 0xA5): an op that reads outside
+its rows turns them into wrong answers.
 
 Layouts an N-D ``[n0, ..., last]`` argument (a paged cache plane, a stack of slots) may have:
 - ``contiguous``: a plain tensor.
@@ -26,6 +26,8 @@ ND_GARBAGE = 0xA5
 
 
 def _garbage(shape, dtype, device) -> torch.Tensor:
+    if dtype in (torch.uint8, torch.int8):  # NaN cast to a byte is 0, a real value (an E2M1 pair of zeros)
+        return torch.full(shape, ND_GARBAGE, dtype=torch.uint8, device=device).view(dtype)
     garbage = torch.full(shape, float("nan"), device=device)
     garbage[..., 1::2] = 3e38  # finite and larger than anything a well-behaved row holds
     return garbage.to(dtype)

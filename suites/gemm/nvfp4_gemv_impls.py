@@ -1,8 +1,8 @@
 """Other implementations of ``nvfp4_gemv`` for the battery to judge: one correct, many wrong.
 
-Each wrong one is a bug an NVFP4 GEMV ships with: a nibble order, a scale index, a forgotten global
-scale, E2M1 read as a linear code, a dropped K tail, bf16 accumulation, float16 activations, a
-summation order that changes between calls, a missing refusal. ``test_nvfp4_gemv.py`` checks that the
+Each wrong one is a bug an NVFP4 GEMV ships with: packed rows or scale rows read as dense, a nibble order,
+a scale index, a forgotten global scale, E2M1 read as a linear code, a dropped K tail, bf16 accumulation,
+float16 activations, a summation order that changes between calls, a missing refusal. ``test_nvfp4_gemv.py`` checks that the
 battery rejects every one and accepts the correct one.
 Judge one yourself: ``tools/certify-cells --op nvfp4_gemv --impl suites.gemm.nvfp4_gemv_impls:NAME``.
 """
@@ -32,6 +32,21 @@ def correct_via_float32_sums(x, packed, block_scales, global_scale):
     """Correct: the contract's float32 weight, float32 products summed in K order by PyTorch."""
     validate(x, packed, block_scales, global_scale)
     return _gemv(x, nvfp4_dequantize(packed, block_scales, global_scale))
+
+
+def packed_rows_assumed_dense(x, packed, block_scales, global_scale):
+    """The packed weight read as rows K / 2 bytes apart from its start, whatever its strides: right on a
+    contiguous ``packed`` only."""
+    validate(x, packed, block_scales, global_scale)
+    return _gemv(x, nvfp4_dequantize(packed.as_strided(packed.shape, (packed.shape[1], 1)), block_scales,
+                                     global_scale))
+
+
+def scales_rows_assumed_dense(x, packed, block_scales, global_scale):
+    """The block scales read as rows K / 16 apart from their start, whatever their strides."""
+    validate(x, packed, block_scales, global_scale)
+    dense = block_scales.as_strided(block_scales.shape, (block_scales.shape[1], 1))
+    return _gemv(x, nvfp4_dequantize(packed, dense, global_scale))
 
 
 def high_nibble_first(x, packed, block_scales, global_scale):
