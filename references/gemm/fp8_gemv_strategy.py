@@ -44,11 +44,12 @@ def recipes(cell, device) -> st.SearchStrategy[dict]:
 
 
 def corners(cell, device) -> list[dict]:
-    """Each corner shape in turn with every weight mode, activation mode and layout (w's a step behind x's)."""
+    """Each corner shape in turn with every weight mode, activation mode and layout (x's a step on from the
+    shapes', so that its column-strided layout meets a K above 1; w's a step behind x's)."""
     return with_production_corners([
         {"M": rows, "N": cols, "K": depth, "x_values": X_MODES[i % len(X_MODES)],
-         "x_layout": LAYOUTS[i % len(LAYOUTS)], "weights": WEIGHT_MODES[i % len(WEIGHT_MODES)],
-         "w_layout": LAYOUTS[(i + 1) % len(LAYOUTS)],
+         "x_layout": LAYOUTS[(i + 1) % len(LAYOUTS)], "weights": WEIGHT_MODES[i % len(WEIGHT_MODES)],
+         "w_layout": LAYOUTS[(i + 2) % len(LAYOUTS)],
          "w_scale": SCALE_MODES[i % len(SCALE_MODES)], "seed": cell.seed("corner", i)}
         for i, (rows, cols, depth) in enumerate(corner_shapes(cell, device, 1))
     ], cell, device)

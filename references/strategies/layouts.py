@@ -4,6 +4,8 @@
 - ``padded_rows``: ``buf[:, :cols]`` of a wider buffer (row stride > cols).
 - ``every_other_row``: ``buf[::2]`` (rows two strides apart).
 - ``column_offset``: ``buf[:, k:k + cols]`` (a non-zero storage offset, rows padded both sides).
+- ``column_strided``: ``buf[:, ::2]`` of a buffer twice as wide (``stride(1) == 2``: a kernel that reads a
+  row as contiguous reads the garbage between its elements; an op that cannot take it refuses it clearly).
 Memory between and around rows is filled with NaN and huge values (bytes: 0xA5): an op that reads outside
 its rows turns them into wrong answers.
 
@@ -20,7 +22,8 @@ import math
 
 import torch
 
-LAYOUTS = ("contiguous", "padded_rows", "every_other_row", "column_offset")
+ROW_LAYOUTS = ("contiguous", "padded_rows", "every_other_row", "column_offset")   # stride(1) == 1
+LAYOUTS = (*ROW_LAYOUTS, "column_strided")
 ND_LAYOUTS = ("contiguous", "interleaved", "padded_last")
 ND_GARBAGE = 0xA5
 
@@ -43,6 +46,8 @@ def row_view(rows: int, cols: int, dtype: torch.dtype, layout: str, device: torc
         return _garbage((2 * rows, cols), dtype, device)[::2]
     if layout == "column_offset":
         return _garbage((rows, cols + 12), dtype, device)[:, 5:5 + cols]
+    if layout == "column_strided":
+        return _garbage((rows, 2 * cols), dtype, device)[:, ::2]
     raise ValueError(f"layout: {layout!r} is not one of {LAYOUTS}")
 
 

@@ -49,6 +49,12 @@ def weight_rows_assumed_dense(x, w, w_scale):
     return _gemv(x, w.as_strided(w.shape, (w.shape[1], 1)).float(), w_scale)
 
 
+def x_rows_read_as_contiguous(x, w, w_scale):
+    """x's row read element after element, whatever its column stride: right wherever ``stride(1) == 1``."""
+    validate(x, w, w_scale)
+    return _gemv(x.as_strided(x.shape, (x.stride(0), 1)), w.float(), w_scale)
+
+
 def bf16_accumulation(x, w, w_scale):
     validate(x, w, w_scale)
     return _gemv(x, w.float(), w_scale, gemv_forms.bf16_partial_sums)

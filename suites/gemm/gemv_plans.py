@@ -18,6 +18,7 @@ from __future__ import annotations
 from oracles.battery import Implementation
 from ops.gemm.gemv_launch import PlanShape
 from ops.triton_backend import interpreting
+from references.validation import require_within_limits
 
 
 def _design(shape: PlanShape) -> tuple:
@@ -72,8 +73,10 @@ def paths_not_reached(entry, op_module, every_path_corners: list[dict]) -> dict[
 
 
 def planned(entry, op_module, shape: PlanShape) -> Implementation:
-    """``op_module``'s kernel launched on ``shape``'s plan, refusals included."""
+    """``op_module``'s kernel launched on ``shape``'s plan, refusals included (the contract's and the kernel's)."""
     def run(x, **weight):
         op_module.contract.validate(x, **weight)
+        if entry.limits is not None:
+            require_within_limits(entry.limits(x, **weight))
         return op_module.run_plan(x, **weight, plan=op_module.plan_for(x, next(iter(weight.values())), shape))
     return Implementation(f"{op_module.__name__} on {shape.label()}", {entry.name: run})

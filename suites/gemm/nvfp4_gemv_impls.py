@@ -1,9 +1,9 @@
 """Other implementations of ``nvfp4_gemv`` for the battery to judge: one correct, many wrong.
 
-Each wrong one is a bug an NVFP4 GEMV ships with: packed rows or scale rows read as dense, a nibble order,
-a scale index, a forgotten global scale, E2M1 read as a linear code, a dropped K tail, bf16 accumulation,
-float16 activations, a summation order that changes between calls, a missing refusal. ``test_nvfp4_gemv.py`` checks that the
-battery rejects every one and accepts the correct one.
+Each wrong one is a bug an NVFP4 GEMV ships with: packed rows or scale rows read as dense, a nibble
+order, a scale index, a forgotten global scale, E2M1 read as a linear code, a dropped K tail,
+bf16 accumulation, float16 activations, a summation order that changes between calls, a missing refusal.
+``test_nvfp4_gemv.py`` checks that the battery rejects every one and accepts the correct one.
 Judge one yourself: ``tools/certify-cells --op nvfp4_gemv --impl suites.gemm.nvfp4_gemv_impls:NAME``.
 """
 from __future__ import annotations
