@@ -21,8 +21,8 @@ What ``build`` plants:
   subtraction overflows fp32) with tied key magnitudes; a row whose lse would be dwarfed by its scores'
   terms gets its query redrawn (``clear_of_cancellation``: never a large-score row, whose terms agree);
 - layouts (``ND_LAYOUTS``): plain tensors; caches and q interleaved with garbage halves (the K half
-  of a fused ``[P, 2, S, Hkv, D]`` buffer); or caches and q with a padded last dim (rows not 16-byte
-  aligned), beside a page table ``[:, :M]`` of a wider one with real page ids in its padding and
+  of a fused ``[P, 2, S, Hkv, D]`` buffer); with a last-dim stride of 2; or caches and q with a padded last
+  dim (rows not 16-byte aligned), beside a page table ``[:, :M]`` of a wider one with real page ids in its padding and
   ``seq_lens[::2]``.  The V cache's layout (``v_layout``) is drawn apart from K's: a kernel that
   addresses V with K's strides reads other slots (a recipe without it has V in K's layout).
 """
@@ -147,7 +147,7 @@ def corners(cell, device) -> list[dict]:
     shapes = [
         # (B, Hkv, group, S, D, lengths, holes, values, layout, V's layout)
         (0, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "contiguous", "contiguous"),
-        (3, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "interleaved", "interleaved"),
+        (3, 2, 4, page_sizes[0], head_dims[0], "mixed", True, "normal", "interleaved", "strided_last"),
         (2, 1, 2, page_sizes[1], head_dims[1], "ragged", False, "large_scores", "contiguous", "interleaved"),
         (2, 1, 16, page_sizes[-1], head_dims[-1], "full", False, "normal", "padded_last", "padded_last"),
         (3, 2, 3, page_sizes[0], head_dims[0], "edges", True, "normal", "padded_last", "contiguous"),

@@ -14,6 +14,8 @@ Layouts an N-D ``[n0, ..., last]`` argument (a paged cache plane, a stack of slo
 - ``interleaved``: ``buf[:, 0]`` of ``[n0, 2, ...]`` — the K half of a fused KV cache: dim 0 strides
   over twice the rest, and the other half (garbage) lies between every two of its entries.
 - ``padded_last``: ``buf[..., :last]`` of a last dim 3 wider: the trailing dims are not dense.
+- ``strided_last``: ``buf[..., ::2]`` of a last dim twice as wide (``stride(-1) == 2``): a kernel that reads
+  the last dim as contiguous reads the garbage between its elements.
 Their garbage is the byte 0xA5 (a NaN in no float width; -91 in int8): the caller fills the view.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 
 ROW_LAYOUTS = ("contiguous", "padded_rows", "every_other_row", "column_offset")   # stride(1) == 1
 LAYOUTS = (*ROW_LAYOUTS, "column_strided")
-ND_LAYOUTS = ("contiguous", "interleaved", "padded_last")
+ND_LAYOUTS = ("contiguous", "interleaved", "padded_last", "strided_last")
 ND_GARBAGE = 0xA5
 
 
@@ -67,6 +69,8 @@ def nd_view(shape: tuple[int, ...], dtype: torch.dtype, layout: str, device: tor
         buffer_shape = (shape[0], 2, *shape[1:])
     elif layout == "padded_last":
         buffer_shape = (*shape[:-1], shape[-1] + 3)
+    elif layout == "strided_last":
+        buffer_shape = (*shape[:-1], 2 * shape[-1])
     else:
         raise ValueError(f"layout: {layout!r} is not one of {ND_LAYOUTS}")
     elements = math.prod(buffer_shape)
@@ -76,4 +80,6 @@ def nd_view(shape: tuple[int, ...], dtype: torch.dtype, layout: str, device: tor
         return buffer[:, 0]
     if layout == "padded_last":
         return buffer[..., :shape[-1]]
+    if layout == "strided_last":
+        return buffer[..., ::2]
     return buffer

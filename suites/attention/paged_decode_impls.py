@@ -17,7 +17,7 @@ import torch
 from ops.triton_backend import sm_count
 from oracles.band import row_ulp
 from references.attention.paged_decode import validate
-from suites.strided_reads import in_strides_of
+from suites.strided_reads import in_strides_of, last_dim_contiguous
 
 
 def _decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None, **bugs):
@@ -150,6 +150,14 @@ def v_read_with_k_strides(q, k_cache, v_cache, page_table, seq_lens, sm_scale, k
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
     return decode_fp32(q, k_cache, in_strides_of(v_cache, k_cache), page_table, seq_lens, sm_scale, kv_scale,
                        page_select)
+
+
+def head_dim_read_as_contiguous(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0,
+                                page_select=None):
+    """Reads q's and the caches' head dim element after element, whatever its stride: right where it is 1."""
+    validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
+    return decode_fp32(last_dim_contiguous(q), last_dim_contiguous(k_cache), last_dim_contiguous(v_cache), page_table,
+                       seq_lens, sm_scale, kv_scale, page_select)
 
 
 def gqa_heads_interleaved(*args, **kwargs):

@@ -107,8 +107,8 @@ def writes_slot_padding(plane, page_table, positions, saved, rejected):
     Elementwise parity cannot see it; the in-place oracle checks the whole storage."""
     validate_restore(plane, page_table, positions, saved, rejected)
     _restore(plane, page_table, positions, saved, rejected)
-    if plane.dim() < 3 or plane.stride(-2) <= plane.shape[-1]:
-        return
+    if plane.dim() < 3 or plane.stride(-1) != 1 or plane.stride(-2) <= plane.shape[-1]:
+        return  # no padding past a row (a last-dim stride of 2 has no tail to store into)
     padded = plane.as_strided((*plane.shape[:-1], plane.stride(-2)), plane.stride())
     for column in range(positions.shape[1]):
         live, page, slot = _slot(plane, page_table, positions, column)

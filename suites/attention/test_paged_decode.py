@@ -28,6 +28,7 @@ WRONG = [
     ("duplicates_counted_twice", "sparse_bf16_kv", "parity"),
     ("page_select_read_as_dense", "sparse_bf16_kv", "parity"),
     ("v_read_with_k_strides", "dense_bf16_kv", "parity"),
+    ("head_dim_read_as_contiguous", "dense_bf16_kv", "parity"),
     ("gqa_heads_interleaved", "dense_bf16_kv", "parity"),
     ("lse_in_log2", "sparse_e4m3_kv", "parity"),
     ("split_from_batch", "dense_bf16_kv", "batch_invariance"),
