@@ -57,10 +57,13 @@ def out_of_memory(error: BaseException | str) -> bool:
 
 
 # how a CUDA error says a kernel faulted (the context is lost): an illegal or misaligned access, a launch that
-# failed or trapped, an illegal instruction, an uncorrectable ECC error
+# failed or trapped, an illegal instruction, an uncorrectable ECC error, an assert that fired. Not "device-side
+# assert" alone: torch ends every CUDA error's text with "Compile with `TORCH_USE_CUDA_DSA` to enable device-side
+# assertions", so a graph capture that an op's own sync invalidated read as a fault (an H100, 2026-12-07d: torch's
+# rollback_restore run again alone, and its neighbours, for its own capture error: 210 s of judging against 63)
 _GPU_FAULT_WORDS = ("illegal memory access", "misaligned address", "unspecified launch failure",
                     "illegal instruction", "hardware stack error", "uncorrectable ecc error", "cudaerrorillegaladdress",
-                    "cudaerrorlaunchfailure", "device-side assert")
+                    "cudaerrorlaunchfailure", "device-side assert triggered", "cudaerrorassert")
 
 
 def gpu_fault(message: str) -> bool:

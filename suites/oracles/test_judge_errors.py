@@ -273,6 +273,12 @@ def test_the_judge_gives_back_its_cached_memory_after_every_example(monkeypatch)
     ("raised OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", False),   # the machine's: its own path
     ("output 0: 3 of 8 elements differ; first at (1,): got 4, expected 5", False),
     ("raised ValueError: logits must be 2-D (an illegal shape)", False),
+    # an op's own capture error with the text torch appends to every CUDA error (an H100, 2026-12-07d)
+    ("the call cannot be captured in a CUDA graph: AcceleratorError: CUDA error: operation failed due to a previous "
+     "error during capture\nSearch for `cudaErrorStreamCaptureInvalidated' in https://docs.nvidia.com/cuda/"
+     "cuda-runtime-api/group__CUDART__TYPES.html for more information.\nCUDA kernel errors might be asynchronously "
+     "reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing "
+     "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.", False),
 ])
 def test_a_gpu_fault_is_told_by_cudas_words_for_a_lost_context(message, faulted):
     assert gpu_fault(message) is faulted
