@@ -102,6 +102,27 @@ def test_a_crash_and_a_hang_fail_their_cells_and_the_run_goes_on(tmp_path):
     assert replayed.returncode == 1 and "oracle:  parity" in replayed.stdout, replayed.stdout + replayed.stderr
 
 
+def test_a_hang_is_named_in_its_call_when_the_parent_looks_late(monkeypatch):
+    """The parent looks at a cell's limit only now and then (about once a second; later on a loaded machine,
+    as beside the reproduction above, where this was flaky): a worker given the limit as a call limit of its
+    own (as certify-cells gives every task) must not kill its host first, go on to the next oracle's draw and
+    be killed there, its hang reported as a call that returned, on another oracle's example."""
+    limit_s, late_s = 8, 4
+    start = isolation._Worker.start
+
+    def looked_at_late(worker, task, cell_timeout):
+        start(worker, task, cell_timeout)
+        worker.deadline += late_s   # the parent looks late_s after the cell's limit ran out
+
+    monkeypatch.setattr(isolation._Worker, "start", looked_at_late)
+    task = CellTask(ENTRY.name, "decode_mid_batch", DEVICE, f"{FAULTY}:spins_on_mid_batches", max_examples=1,
+                    call_limit_s=limit_s)
+    hang = run_isolated([task], _slots()[:1], cell_timeout=limit_s)[task.key].record()
+    assert hang["status"] == "failed" and hang["fault"]["kind"] == "hang", hang
+    assert hang["failure"]["oracle"] == "parity" and 17 <= hang["failure"]["recipe"]["R"] <= 255, hang
+    assert "in the implementation's call (running for " in hang["failure"]["message"], hang
+
+
 def _slots() -> list[Slot]:
     """Two workers at once: the CPU twice, or every GPU."""
     return cpu_slots(2) if DEVICE == "cpu" else gpu_slots(None)

@@ -175,7 +175,11 @@ class _Worker:
         self.task, self.oracle, self.recipe = task, NO_ORACLE, {}
         self.started = time.monotonic()
         self.deadline = self.started + cell_timeout
-        self.connection.send(("cell", dataclasses.asdict(task)))
+        # the cell's limit is this process's alone: a worker's own call limit (certify-cells gives each task
+        # --cell-timeout) starts after the cell's setup, and this process looks about once a second; where it
+        # looked later than the setup took, the worker killed its host, judged the next oracle on a fresh draw
+        # and was killed there: a hang reported as a returned call on another oracle's example
+        self.connection.send(("cell", dataclasses.asdict(dataclasses.replace(task, call_limit_s=None))))
 
     def kill(self) -> None:
         if self.process.poll() is None:
