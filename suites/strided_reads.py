@@ -1,9 +1,20 @@
-"""What a kernel reads when it ignores a tensor's own strides: the wrong implementations that share one stride
-set between arguments (V with K's, the mask with the positions'), or read a last dim as contiguous, read
-through these."""
+"""What a kernel reads when it ignores a tensor's own strides: the wrong implementations that read a view as
+dense, share one stride set between arguments (V with K's, the mask with the positions'), or read a last dim as
+contiguous, read through these."""
 from __future__ import annotations
 
 import torch
+
+
+def read_as_dense(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` read from its first element as if it were contiguous, whatever its strides (a view of a wider
+    buffer, rows apart, a column of a metadata table); an empty one as it is."""
+    if tensor.numel() == 0:
+        return tensor
+    strides = [1] * tensor.dim()
+    for dim in range(tensor.dim() - 2, -1, -1):
+        strides[dim] = strides[dim + 1] * tensor.shape[dim + 1]
+    return tensor.as_strided(tensor.shape, strides)
 
 
 def in_strides_of(tensor: torch.Tensor, other: torch.Tensor) -> torch.Tensor:

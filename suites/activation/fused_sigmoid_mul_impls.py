@@ -9,6 +9,7 @@ import torch
 from references import elementwise
 from references.activation import fused_sigmoid_mul as contract
 from references.amax import raised
+from suites.strided_reads import read_as_dense
 
 
 def _fp32(x, gate):
@@ -46,8 +47,7 @@ def amax_ignores_old(x, gate, amax=None):
 def strided_rows_read_as_contiguous(x, gate, amax=None):
     """Wrong: reads ``x``'s rows as if they were packed back to back (ignores its row stride)."""
     contract.validate(x, gate, amax)
-    packed = torch.as_strided(x, x.shape, (x.shape[1], 1))
-    return contract.fused_sigmoid_mul(packed, gate, amax)
+    return contract.fused_sigmoid_mul(read_as_dense(x), gate, amax)
 
 
 def non_finite_as_zero(x, gate, amax=None):

@@ -17,7 +17,7 @@ import torch
 from ops.triton_backend import sm_count
 from oracles.band import row_ulp
 from references.attention.paged_decode import validate
-from suites.strided_reads import in_strides_of, last_dim_contiguous
+from suites.strided_reads import in_strides_of, last_dim_contiguous, read_as_dense
 
 
 def _decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale=1.0, page_select=None, **bugs):
@@ -141,7 +141,7 @@ def page_select_read_as_dense(q, k_cache, v_cache, page_table, seq_lens, sm_scal
     that is a view of a wider one selects other pages)."""
     validate(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
     if page_select is not None:
-        page_select = page_select.as_strided(page_select.shape, (page_select.shape[1], 1))
+        page_select = read_as_dense(page_select)
     return decode_fp32(q, k_cache, v_cache, page_table, seq_lens, sm_scale, kv_scale, page_select)
 
 

@@ -11,6 +11,7 @@ import torch
 
 from references.gemm.fp8_gemv import validate
 from suites.gemm import gemv_forms
+from suites.strided_reads import last_dim_contiguous, read_as_dense
 
 
 def _gemv(x, weight, w_scale, form=gemv_forms.float32_sum):
@@ -46,13 +47,13 @@ def weight_rows_assumed_dense(x, w, w_scale):
     """The weight's storage read from its start as rows K elements apart, whatever its strides: right on a
     contiguous ``w`` only."""
     validate(x, w, w_scale)
-    return _gemv(x, w.as_strided(w.shape, (w.shape[1], 1)).float(), w_scale)
+    return _gemv(x, read_as_dense(w).float(), w_scale)
 
 
 def x_rows_read_as_contiguous(x, w, w_scale):
     """x's row read element after element, whatever its column stride: right wherever ``stride(1) == 1``."""
     validate(x, w, w_scale)
-    return _gemv(x.as_strided(x.shape, (x.stride(0), 1)), w.float(), w_scale)
+    return _gemv(last_dim_contiguous(x), w.float(), w_scale)
 
 
 def bf16_accumulation(x, w, w_scale):

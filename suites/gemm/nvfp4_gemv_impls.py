@@ -13,6 +13,7 @@ import torch
 from references.formats import NVFP4_BLOCK, e2m1_decode, nvfp4_dequantize, unpack_nibbles
 from references.gemm.nvfp4_gemv import validate
 from suites.gemm import gemv_forms
+from suites.strided_reads import read_as_dense
 
 
 def _gemv(x, weight, form=gemv_forms.float32_sum):
@@ -38,15 +39,13 @@ def packed_rows_assumed_dense(x, packed, block_scales, global_scale):
     """The packed weight read as rows K / 2 bytes apart from its start, whatever its strides: right on a
     contiguous ``packed`` only."""
     validate(x, packed, block_scales, global_scale)
-    return _gemv(x, nvfp4_dequantize(packed.as_strided(packed.shape, (packed.shape[1], 1)), block_scales,
-                                     global_scale))
+    return _gemv(x, nvfp4_dequantize(read_as_dense(packed), block_scales, global_scale))
 
 
 def scales_rows_assumed_dense(x, packed, block_scales, global_scale):
     """The block scales read as rows K / 16 apart from their start, whatever their strides."""
     validate(x, packed, block_scales, global_scale)
-    dense = block_scales.as_strided(block_scales.shape, (block_scales.shape[1], 1))
-    return _gemv(x, nvfp4_dequantize(packed, dense, global_scale))
+    return _gemv(x, nvfp4_dequantize(packed, read_as_dense(block_scales), global_scale))
 
 
 def high_nibble_first(x, packed, block_scales, global_scale):

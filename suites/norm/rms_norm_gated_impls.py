@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from references.norm import rms_norm_gated as contract
+from suites.strided_reads import read_as_dense
 
 
 def correct_in_float64(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
@@ -89,8 +90,7 @@ def bf16_arithmetic(x, z, weight, eps, group_size, norm_before_gate=True, amax=N
 def strided_rows_read_as_contiguous(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
     """Wrong: reads x's rows as if they were packed back to back (ignores its row stride)."""
     contract.validate(x, z, weight, eps, group_size, norm_before_gate, amax)
-    packed = torch.as_strided(x, x.shape, (x.shape[1], 1))
-    return contract.rms_norm_gated(packed, z, weight, eps, group_size, norm_before_gate, amax)
+    return contract.rms_norm_gated(read_as_dense(x), z, weight, eps, group_size, norm_before_gate, amax)
 
 
 def batch_of_one_unweighted(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):

@@ -16,6 +16,7 @@ from references.formats import E2M1_VALUES, NVFP4_BLOCK, e2m1_encode, e4m3_satfi
 from references.quant.nvfp4_quantize import validate
 from suites.quant import wrong_encoders
 from suites.quant.exact_rounding import nearest_even_index
+from suites.strided_reads import read_as_dense
 
 
 # -- a correct, independent formulation -----------------------------------------------------------
@@ -115,9 +116,7 @@ def tail_left_zero(x, global_scale):
 
 def rows_read_as_contiguous(x, global_scale):
     validate(x, global_scale)
-    rows, cols = x.shape
-    packed_rows = torch.as_strided(x, (rows, cols), (cols, 1)) if rows else x
-    return kernel_module.nvfp4_quantize(packed_rows, global_scale)
+    return kernel_module.nvfp4_quantize(read_as_dense(x), global_scale)
 
 
 def missing_refusal(x, global_scale):

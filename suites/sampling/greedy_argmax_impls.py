@@ -10,6 +10,7 @@ import torch
 
 from references.sampling.greedy_argmax import greedy_argmax as reference
 from references.sampling.greedy_argmax import validate
+from suites.strided_reads import read_as_dense
 
 
 def _first_nan_or_max(values: torch.Tensor) -> torch.Tensor:
@@ -41,9 +42,7 @@ def nan_ignored(logits):
 
 def strided_rows_read_as_contiguous(logits):
     validate(logits)
-    rows, vocab = logits.shape
-    packed = torch.as_strided(logits, (rows, vocab), (vocab, 1)) if rows else logits
-    return reference(packed)
+    return reference(read_as_dense(logits))
 
 
 def int32_output(logits):

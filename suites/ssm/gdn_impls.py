@@ -15,6 +15,7 @@ from references.ssm import gdn_commit as commit_contract
 from references.ssm import gdn_decode as decode_contract
 from references.ssm import gdn_verify as verify_contract
 from references.ssm.gdn_decode import L2NORM_EPS, live_rows
+from suites.strided_reads import read_as_dense
 
 
 def _pairwise_sum(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -130,15 +131,9 @@ l2norm_without_eps = _decode_with("l2norm_without_eps")
 padding_rows_multiplied_by_zero = _decode_with("padding_rows_multiplied_by_zero")
 
 
-def _read_as_dense(values: torch.Tensor) -> torch.Tensor:
-    """``values [B]`` read from their first element as B consecutive elements, whatever their stride: right on a
-    contiguous tensor only (a serving engine passes slots and counts as columns of its per-row metadata)."""
-    return values.as_strided(values.shape, (1,))
-
-
 def slots_read_as_dense(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
     decode_contract.validate(q, k, v, g, beta, state, slots, scale, qk_l2norm)
-    return _decode(q, k, v, g, beta, state, _read_as_dense(slots), scale, qk_l2norm)
+    return _decode(q, k, v, g, beta, state, read_as_dense(slots), scale, qk_l2norm)
 
 
 def missing_refusal(q, k, v, g, beta, state, slots, scale, qk_l2norm=False):
@@ -165,13 +160,13 @@ garbage_past_count = _verify_with("garbage_past_count")
 
 def num_tokens_read_as_dense(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm=False):
     verify_contract.validate(q, k, v, g, beta, state, slots, num_tokens, scale, qk_l2norm)
-    return _verify(q, k, v, g, beta, state, slots, _read_as_dense(num_tokens), scale, qk_l2norm)
+    return _verify(q, k, v, g, beta, state, slots, read_as_dense(num_tokens), scale, qk_l2norm)
 
 
 # -- wrong commits --------------------------------------------------------------------------------
 def accepted_read_as_dense(state, slots, checkpoints, num_accepted):
     commit_contract.validate(state, slots, checkpoints, num_accepted)
-    commit_contract.stock(state, slots, checkpoints, _read_as_dense(num_accepted))
+    commit_contract.stock(state, slots, checkpoints, read_as_dense(num_accepted))
 
 
 def zero_accepted_wraps(state, slots, checkpoints, num_accepted):
