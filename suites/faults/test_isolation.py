@@ -10,6 +10,7 @@ own faults are planted in its worker as it starts (``judge_side/sitecustomize.py
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -28,6 +29,7 @@ from suites.certification import certify_cells_here, machine_device
 from suites.claims import REPO
 from suites.processes import finished, started
 from tools.engine.certify import certificate_section
+from tools.engine.impl_executor import HostFault
 from tools.engine.worker import CellTask, execute
 from tools.engine import activity, isolation
 from tools.engine.isolation import Slot, WorkerStartError, cpu_slots, gpu_slots, run_isolated
@@ -283,6 +285,32 @@ def test_the_judges_own_code_slower_than_the_cell_timeout_is_an_internal_error(t
     assert "FAILED" not in out and not report.exists()
 
 
+def _record(implementation_s: float, ending: type[BaseException] | None = None):
+    """A cell's activity record as a worker leaves it: the implementation's calls took ``implementation_s``
+    (the last ending by raising ``ending``, or returning), then the judge drew the inputs.  The worker's side
+    and the parent's memory."""
+    descriptor, record = activity.shared_record()
+    doing = activity.Activity(os.dup(descriptor))   # the worker's side of the record (it closes its copy)
+    os.close(descriptor)
+    doing.cell()
+    with contextlib.suppress(Exception), doing.implementation_call(host_failure=HostFault):
+        if ending is HostFault:
+            raise HostFault("crash", "the implementation's process ended", -11, [])
+        if ending is not None:
+            raise ending("the implementation's own error")
+    doing.implementation_s = implementation_s   # the calls' time so far, as implementation_call adds it up
+    doing.judge("drawing of the inputs")
+    return doing, record
+
+
+def _killed_worker(tmp_path, record):
+    log = tmp_path / "worker.log"
+    log.write_text("")
+    return types.SimpleNamespace(activity=record, oracle="determinism", recipe={"R": 17}, log=log,
+                                 process=types.SimpleNamespace(returncode=-9),
+                                 task=CellTask(ENTRY.name, "decode_mid_batch", DEVICE, backend="triton"))
+
+
 @pytest.mark.parametrize("implementation_s, judges", [(12.2, False), (3.0, True)])
 def test_a_limit_the_implementations_calls_took_whole_is_theirs_though_the_judge_ran_last(tmp_path, implementation_s,
                                                                                         judges):
@@ -290,17 +318,7 @@ def test_a_limit_the_implementations_calls_took_whole_is_theirs_though_the_judge
     worker is killed (an H100 run, 2026-12-06g: the spinning call ended at 12.2 s of a 12 s limit, and the hang
     was named the judge's drawing of the inputs).  Its calls took the whole limit: the implementation's hang;
     the control: with the judge's code holding most of the limit it stays the judge's internal error."""
-    descriptor, record = activity.shared_record()
-    doing = activity.Activity(os.dup(descriptor))   # the worker's side of the record (it closes its copy)
-    os.close(descriptor)
-    doing.cell()
-    doing.implementation_s = implementation_s   # the calls' time so far, as implementation_call adds it up
-    doing.judge("drawing of the inputs")
-    log = tmp_path / "worker.log"
-    log.write_text("")
-    worker = types.SimpleNamespace(activity=record, oracle="determinism", recipe={"R": 17}, log=log,
-                                   process=types.SimpleNamespace(returncode=-9),
-                                   task=CellTask(ENTRY.name, "decode_mid_batch", DEVICE, backend="triton"))
+    worker = _killed_worker(tmp_path, _record(implementation_s)[1])
     if judges:
         with pytest.raises(JudgeError, match="the judge's own drawing of the inputs did not finish") as raised:
             isolation._timed_out(worker, HANG_LIMIT_S, None)
@@ -308,8 +326,50 @@ def test_a_limit_the_implementations_calls_took_whole_is_theirs_though_the_judge
         return
     result = isolation._timed_out(worker, HANG_LIMIT_S, None)
     assert result.status == "failed" and result.annotations["fault"]["kind"] == "hang", result
-    assert "the implementation's calls took 12.2s of it" in result.failure.message, result.failure.message
+    assert "the implementation's calls took 12.2s of it, the last returning past the limit (" \
+           in result.failure.message, result.failure.message
     assert result.failure.oracle == "determinism" and result.failure.recipe == {"R": 17}
+
+
+@pytest.mark.parametrize("ending, says", [
+    (ValueError, "the last ending past the limit as it raised ValueError ("),
+    (HostFault, "the last ending past the limit as its host failed ("),
+])
+def test_a_hang_says_how_the_last_call_ended_as_the_record_keeps_it(tmp_path, ending, says):
+    """The record tells a call that returned from one an exception ended (the implementation's error, its host
+    failing); past the limit, the hang says which, and never that a call which raised returned."""
+    worker = _killed_worker(tmp_path, _record(12.2, ending)[1])
+    result = isolation._timed_out(worker, HANG_LIMIT_S, None)
+    assert result.status == "failed" and result.annotations["fault"]["kind"] == "hang", result
+    assert f"the implementation's calls took 12.2s of it, {says}" in result.failure.message, result.failure.message
+    assert "returning" not in result.failure.message, result.failure.message
+
+
+def test_the_record_keeps_how_the_last_call_ended():
+    """Returned, or ended by an exception (which goes on up, the record written); a new cell forgets it."""
+    doing, record = _record(0.0)
+    assert (activity.read(record).ended, activity.read(record).last_call_ended()) == (activity.RETURNED,
+                                                                                     "it returned")
+    with pytest.raises(ValueError, match="refused"), doing.implementation_call(host_failure=HostFault):
+        raise ValueError("refused")
+    read = activity.read(record)
+    assert (read.state, read.ended, read.raised) == (activity.JUDGE, activity.RAISED, "ValueError"), read
+    assert read.last_call_ended() == "it raised ValueError"
+    with pytest.raises(HostFault), doing.implementation_call(host_failure=HostFault):
+        raise HostFault("hang", "no answer within 2s", None, [])
+    assert activity.read(record).last_call_ended() == "its host failed"
+    with doing.implementation_call(host_failure=HostFault):   # the host answered that the implementation raised
+        doing.implementation_raised("KernelRefused")
+    assert activity.read(record).last_call_ended() == "it raised KernelRefused"
+    long_named = type("E" * 48, (Exception,), {})   # past the record's room: no name, rather than a cut one
+    with pytest.raises(long_named), doing.implementation_call():
+        raise long_named()
+    assert activity.read(record).last_call_ended() == "it raised an exception"
+    with doing.implementation_call():
+        pass
+    assert activity.read(record).ended == activity.RETURNED
+    doing.cell()
+    assert activity.read(record).ended == activity.NO_CALL
 
 
 @pytest.mark.parametrize("faults, survives", [

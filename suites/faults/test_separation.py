@@ -19,6 +19,7 @@ from oracles.calls import call_each
 from oracles.determinism import check_determinism, run_on_copies, run_on_copy
 from oracles.failures import OracleFailure
 from suites.claims import REPO
+from tools.engine import activity
 from tools.engine.impl_executor import ImplementationHost, _Unpickler
 
 pytestmark = pytest.mark.cpu
@@ -137,6 +138,16 @@ def test_several_calls_in_one_message_stop_at_the_first_that_raises(host):
     assert isinstance(raised, ValueError) and "x: not this one" in str(raised)
 
 
+def test_the_workers_record_keeps_whether_the_call_returned_or_raised(host):
+    """The implementation's error ends its call by an exception in the worker's activity record, as its
+    host's failure does (below): a call returned only where its host answered with the outputs."""
+    with pytest.raises(ValueError, match="x: not this one"):
+        host.function("refuses")(x=torch.ones(1))
+    assert (host.activity.ended, host.activity.raised) == (activity.RAISED, b"ValueError")
+    host.function("probe")(x=torch.ones(1))
+    assert host.activity.ended == activity.RETURNED
+
+
 def test_a_host_that_hangs_fails_the_call_and_every_later_one(doomed_host):
     host = doomed_host
     host.watch("determinism", {"seed": 7})
@@ -154,7 +165,7 @@ def test_a_killed_host_is_a_crash(doomed_host):
     host = doomed_host
     with pytest.raises(OracleFailure, match="SIGKILL"):
         host.function("killed")(x=torch.ones(1))
-    assert host.fault.kind == "crash"
+    assert host.fault.kind == "crash" and host.activity.ended == activity.HOST_FAILED
 
 
 class _Lying(torch.Tensor):

@@ -252,6 +252,18 @@ def _exception(facts: dict) -> Exception:
     return RuntimeError(f"{facts['type']}: {facts['message']}")
 
 
+def _raised_class(reply) -> str | None:
+    """The name of the class the implementation's last call raised, where the host's answer says it raised
+    (alone, or the last of several calls), else None: for the worker's activity record, which keeps how the
+    call ended.  The answer is checked later; this reads it without trusting its shape."""
+    if isinstance(reply, tuple) and len(reply) == 3 and reply[0] == "returned" and isinstance(reply[2], list) \
+            and reply[2]:
+        reply = reply[2][-1]
+    if isinstance(reply, tuple) and len(reply) == 2 and reply[0] == "raised" and isinstance(reply[1], dict):
+        return str(reply[1].get("type", "")).rpartition(".")[2]
+    return None
+
+
 def _copy_bytes(destination: torch.Tensor, source: torch.Tensor) -> None:
     """``destination.copy_(source)`` for uint8 storages; between CPU ones by one plain memcpy (torch's
     copy splits a few hundred kilobytes over its threads, which costs milliseconds on a busy machine)."""
@@ -495,9 +507,10 @@ class ImplementationHost:
         if self.device == "cuda":
             torch.cuda.synchronize()   # what the judge wrote into shared buffers is there before the host reads
         try:
-            with self.activity.implementation_call():
+            with self.activity.implementation_call(host_failure=HostFault):
                 self._send(message)
                 reply = self._receive(limit_s or self.call_limit_s)
+                self.activity.implementation_raised(_raised_class(reply))
         except HostFault as fault:
             self.fault = fault
             raise self._failure(fault) from None

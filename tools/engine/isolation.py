@@ -569,14 +569,17 @@ def _why_not_started(worker: _Worker) -> str:
 
 def _timed_out(worker: _Worker, cell_timeout: float, sanitizer: tuple | None) -> CellResult:
     """The cell of a worker killed at ``--cell-timeout``: a hang, when the implementation's call was running,
-    or when its calls alone took the whole limit (the last returned past it, before this process looked); the
-    judge's internal error (raised), when the judge's own code was and had its share of the limit."""
+    or when its calls alone took the whole limit (the last one ending past it, before this process looked, as
+    the record says it ended: returned, raised, or its host failed); the judge's internal error (raised),
+    when the judge's own code was and had its share of the limit."""
     doing = activity.read(worker.activity)
     if doing.state == activity.JUDGE and doing.implementation_s >= cell_timeout:
+        last = "the last returning past the limit" if doing.ended == activity.RETURNED else \
+            f"the last ending past the limit as {doing.last_call_ended()}"
         return _fault(worker, "hang", f"no result within --cell-timeout {cell_timeout:g}s: the implementation's "
-                                      f"calls took {doing.implementation_s:.1f}s of it, the last returning past "
-                                      f"the limit (a kernel slower than the limit; the worker was killed as "
-                                      f"the judge's {doing.what} ran next)", sanitizer)
+                                      f"calls took {doing.implementation_s:.1f}s of it, {last} (a kernel slower "
+                                      f"than the limit; the worker was killed as the judge's {doing.what} ran "
+                                      f"next)", sanitizer)
     if doing.state == activity.JUDGE:
         error = JudgeError(f"the judge's own {doing.what} did not finish within --cell-timeout {cell_timeout:g}s "
                            f"(after {doing.examples} examples; the implementation's calls took "
