@@ -26,14 +26,16 @@ The base revision (``--base REV``; by default the first that applies, printed wi
 4. ``HEAD`` when HEAD has no parent here (a shallow or single-commit clone): only uncommitted changes.
 
 The diff is the working tree against the base: uncommitted and untracked (not ignored) files count.
-When nothing changed, no test runs; stale certificates are findings all the same.
+When nothing changed, no test runs; stale certificates are findings all the same, and so is a fresh
+section below ``ops.certificates.POLICY``: drawn too few examples a cell, or a cell recorded as certified on
+fewer judged examples than the policy asks (dispatch does not route such a cell).
 
 ``--bitwise-ab`` is for a change declared performance-only: each kernel it touches is run at the base and
 in the working tree on the same drawn inputs (``tools/ab``) and must be bitwise identical; a difference, or
 a kernel with nothing to compare at the base, is a finding.
 
-Exit status: 0 clean; 1 a finding (a failed test, a stale certificate, a catalog that does not
-import); 2 a usage error (an unknown revision, not a git checkout, a tree holding bytecode that is not
+Exit status: 0 clean; 1 a finding (a failed test, a stale certificate or one below the policy, a catalog
+that does not import); 2 a usage error (an unknown revision, not a git checkout, a tree holding bytecode that is not
 its source's: ``tools/engine/bytecode.py``), in one line.
 """
 from __future__ import annotations
@@ -258,7 +260,10 @@ def readable_certificates(kernels) -> list[dict]:
 
 def policy_problems(entry) -> list[str]:
     """Findings on ``entry``'s fresh sections: below ``ops.certificates.POLICY`` (the toolchain is not compared
-    here, a CPU machine judges sections of every GPU), or a committed report that is not the one they name."""
+    here, a CPU machine judges sections of every GPU), a committed report that is not the one they name, or a
+    cell recorded as certified that the policy does not count as one (dispatch would not route it: examples
+    the implementation refused clearly are drawn but not judged, and a cell judged on fewer than the policy
+    asks is not certified however many it drew)."""
     from ops import certificates
     from ops.catalog import Arch, kernel_label
 
@@ -267,11 +272,18 @@ def policy_problems(entry) -> list[str]:
         arch = Arch(arch_name)
         if certificates.arch_status(entry, arch, digest=digest) != "fresh":
             continue  # a stale section is a finding of its own
+        again = f"re-certify on that device: {certificates.recertify_command(entry, arch)}"
         problem = certificates.POLICY.section_problem(section, digest, arch=arch) or \
             certificates.report_problem(entry, arch, section)
         if problem:
-            found.append(f"{kernel_label(entry)}: the {arch_name} certificate: {problem}; re-certify on that "
-                         f"device: {certificates.recertify_command(entry, arch)}")
+            found.append(f"{kernel_label(entry)}: the {arch_name} certificate: {problem}; {again}")
+            continue
+        for cell in entry.cells:
+            record = section["cells"].get(cell.id)
+            if isinstance(record, dict) and record.get("status") == certificates.CERTIFIED and \
+                    (problem := certificates.POLICY.cell_problem(record, cell, arch=arch)):
+                found.append(f"{kernel_label(entry)}: the {arch_name} certificate's cell {cell.id}, recorded as "
+                             f"certified: {problem}; {again}")
     return found
 
 

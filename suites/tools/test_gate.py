@@ -261,3 +261,24 @@ def test_a_report_that_is_not_the_one_a_section_names_is_a_finding(repo):
     assert any("greedy_argmax: the sm90 certificate: its report" in f and "sha256 differs" in f
                for f in found["findings"]), found["findings"]
 
+
+
+def test_a_cell_certified_on_fewer_judged_examples_than_the_policy_asks_is_a_finding(repo):
+    """A section drawn at the policy's depth whose cell judged fewer (the rest refused clearly, as a strategy
+    that draws layouts the kernel refuses makes it) is not certified there: dispatch does not route that
+    cell, so the gate must not pass it as fresh (2026-12-07e: nvfp4_gemv's cells at 163 of 232 drawn)."""
+    entry = entries()["greedy_argmax"]
+    certificate = repo / pathlib.Path(certificates.certificate_path(entry)).relative_to(REPO)
+    committed = json.loads(certificate.read_text())
+    section = committed["archs"]["sm90"]
+    cell_id, record = next(iter(section["cells"].items()))
+    least = certificates.POLICY.examples_on(Arch.SM90)
+    assert certificates.arch_status(entry, Arch.SM90, committed) == "fresh" and record["examples"] >= least
+    found = verdict(gate(repo, "--base", "HEAD", "--dry-run", "--json"))
+    assert not any("greedy_argmax: the sm90 certificate" in f for f in found["findings"]), found["findings"]
+    record["examples"], record["refused_examples"] = least - 1, record.get("refused_examples", 0) + 1
+    certificate.write_text(json.dumps(committed))
+    found = verdict(gate(repo, "--base", "HEAD", "--dry-run", "--json"))
+    assert any(f"greedy_argmax: the sm90 certificate's cell {cell_id}, recorded as certified: certified on "
+               f"{least - 1} examples, the policy asks {least}" in f for f in found["findings"]), found["findings"]
+    assert found["verdict"] != "PASS"
