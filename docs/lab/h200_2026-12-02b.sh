@@ -5,7 +5,8 @@
 #   certify:TAG:OP,OP   certify-cells on sm90 for those ops (none named: every op) at EXAMPLES draws a cell
 #                   (default 14, the measured depth), WORKERS workers on the GPU (default 1), a cell's limit
 #                   CELL_TIMEOUT_S (default 200; paged_decode at 100 draws needs more), with an empty
-#                   quarantine ledger (a quarantined cell that certifies loses its entry);
+#                   quarantine ledger (a quarantined cell that certifies loses its entry), of the BACKEND
+#                   kernel (default triton; BACKEND=cute after dsl: the CuTe DSL kernel's section);
 #                   the certificates, the sections' reports and the run's come back in certificates_TAG.tar
 #   bench:OP        tools/bench --op OP (graph-replayed rows with the copy bandwidth of the same run)
 #   variants:OP     tools/bench --op OP --variants (every launch plan of bench_variants, same table)
@@ -52,7 +53,7 @@ for phase in "$@"; do
     certify:*)
         IFS=: read -r _ tag names <<< "$phase"
         ops=(); for op in ${names//,/ }; do ops+=(--op "$op"); done
-        timeout "${CERTIFY_LIMIT_S:-480}" tools/certify-cells --device cuda --backend triton --cell-timeout "${CELL_TIMEOUT_S:-200}" \
+        timeout "${CERTIFY_LIMIT_S:-480}" tools/certify-cells --device cuda --backend "${BACKEND:-triton}" --cell-timeout "${CELL_TIMEOUT_S:-200}" \
             --max-examples "${EXAMPLES:-14}" ${WORKERS:+-n "$WORKERS"} "${ops[@]}" --quarantine /tmp/no_quarantine.yml \
             --report "certify_sm90_$tag.json" > "$out/certify_sm90_$tag.log" 2>&1
         echo "certify $tag: exit $?"
