@@ -126,6 +126,19 @@ class CertificationPolicy:
             return f"oracle {missing[0]} neither ran nor was declared not applicable"
         return None if cell is None else region_problem(record["exercised"], cell)
 
+    def certified_cells_below(self, entry: Entry, section: dict, *, arch: Arch | str) -> list[tuple[str, str]]:
+        """``(cell id, why)`` for each cell ``section`` records as certified that this policy does not count as
+        one (dispatch does not route it): judged on fewer examples than it asks (the rest of its draws refused
+        clearly), an oracle missing, a region that is not its cell's."""
+        below = []
+        for cell in entry.cells:
+            record = section["cells"].get(cell.id)
+            if isinstance(record, dict) and record.get("status") == CERTIFIED:
+                problem = self.cell_problem(record, cell, arch=arch)
+                if problem:
+                    below.append((cell.id, problem))
+        return below
+
 
 POLICY = CertificationPolicy(min_examples={
     "cpu-interp": 24,   # docs/draws.md: the last wrong implementation falls at draw 12; twice that

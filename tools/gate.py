@@ -278,12 +278,9 @@ def policy_problems(entry) -> list[str]:
         if problem:
             found.append(f"{kernel_label(entry)}: the {arch_name} certificate: {problem}; {again}")
             continue
-        for cell in entry.cells:
-            record = section["cells"].get(cell.id)
-            if isinstance(record, dict) and record.get("status") == certificates.CERTIFIED and \
-                    (problem := certificates.POLICY.cell_problem(record, cell, arch=arch)):
-                found.append(f"{kernel_label(entry)}: the {arch_name} certificate's cell {cell.id}, recorded as "
-                             f"certified: {problem}; {again}")
+        for cell_id, problem in certificates.POLICY.certified_cells_below(entry, section, arch=arch):
+            found.append(f"{kernel_label(entry)}: the {arch_name} certificate's cell {cell_id}, recorded as "
+                         f"certified: {problem}; {again}")
     return found
 
 

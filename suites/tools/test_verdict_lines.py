@@ -96,3 +96,28 @@ def test_a_pass_below_the_cpus_budget_names_what_it_judged(name, entry, cell_id,
     judged_words, _, rest = line.partition(" only: ")
     assert judged_words.startswith(f"{entry.name}/{cell_id}: PASSED on ") and region in judged_words, line
     assert "not judged above" in rest, line
+
+
+def test_a_written_section_says_what_dispatch_will_not_route():
+    """The line naming a written section says when the policy does not count it (a depth under it, or cells
+    judged on fewer examples than it asks, the rest refused clearly), where the run's cells all said
+    CERTIFIED: 2026-12-07e's nvfp4_gemv section, 163 judged of 232 drawn, read as routable."""
+    import copy
+    import json
+
+    from ops import certificates
+    from ops.catalog import Arch
+    from tools.engine.certify import below_policy
+
+    least = certificates.POLICY.examples_on(Arch.SM90)
+    section = json.loads(certificates.certificate_path(ENTRY).read_text())["archs"]["sm90"]
+    assert section["max_examples"] >= least and below_policy(ENTRY, Arch.SM90, section) == ""
+    short = copy.deepcopy(section)
+    cell_id = next(iter(short["cells"]))
+    short["cells"][cell_id].update(examples=least - 1, refused_examples=1)
+    assert below_policy(ENTRY, Arch.SM90, short) == (
+        f"; below the policy, dispatch does not route {cell_id} (certified on {least - 1} examples, the policy "
+        f"asks {least} on sm90): draw more (--max-examples)")
+    shallow = {**section, "max_examples": least - 1}
+    assert below_policy(ENTRY, Arch.SM90, shallow) == (
+        f"; below the policy ({least} examples a cell on sm90): dispatch routes none of it")

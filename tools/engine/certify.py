@@ -245,6 +245,22 @@ def describe(result, device: str, impl: str | None, seconds: float | None = None
     return "\n".join(lines)
 
 
+def below_policy(entry, arch, section: dict) -> str:
+    """What a written section leaves dispatch unable to route, in words after the line that names it ("" when
+    nothing): a depth under the policy, or cells recorded as certified on fewer judged examples than it asks
+    (the rest of their draws refused clearly, which a strategy drawing inputs beyond the kernel's limits makes)."""
+    from ops import certificates
+
+    least = certificates.POLICY.examples_on(arch)
+    if section["max_examples"] < least:
+        return f"; below the policy ({least} examples a cell on {arch.value}): dispatch routes none of it"
+    cells = certificates.POLICY.certified_cells_below(entry, section, arch=arch)
+    if cells:
+        return ("; below the policy, dispatch does not route " +
+                "; ".join(f"{cell_id} ({why})" for cell_id, why in cells) + ": draw more (--max-examples)")
+    return ""
+
+
 def judged_region(result, device: str, entry) -> tuple[str, str] | None:
     """The part of its cell a passing run judged and why, in words, when it is not the whole cell: the
     strategy's CPU budget (``cpu_cap``: "R·V <= 2^18", the CPU interpreter cap) and any dimension the
@@ -574,7 +590,8 @@ def prepare_kernels(options: RunOptions, entries, backend: str | None, arch, rep
                     path = certificates.write_section(entry, arch, section, report=earned)
                     if not options.json:
                         where = f"{entry.name}[{entry.backend}]" if shown(entry.name) else entry.name
-                        print(f"{where}: wrote the {arch.value} section of {os.path.relpath(path)}", flush=True)
+                        print(f"{where}: wrote the {arch.value} section of {os.path.relpath(path)}"
+                              f"{below_policy(entry, arch, section)}", flush=True)
         return failed
 
     results = {}
