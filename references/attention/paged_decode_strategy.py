@@ -140,7 +140,7 @@ def corners(cell, device) -> list[dict]:
     """Fixed examples: an empty batch and an empty table; long rows beside empty ones with holes and
     GQA; overflow-sized scores; the largest group, head dim and page; a non-power-of-two group on
     ragged edges; a tensor sm_scale.  On the GPU the long rows reach the cell's full context (within the
-    budget)."""
+    budget), and a last corner the cell's most rows."""
     device = torch.device(device)
     scales = KV_SCALES[_dtype_name(cell)]
     page_sizes, head_dims = _choices(cell, "S"), _choices(cell, "D")
@@ -172,8 +172,14 @@ def corners(cell, device) -> list[dict]:
         pages, entries = _largest(cell, device, recipe["B"], recipe["Hkv"], recipe["S"], recipe["D"])
         return {**recipe, "M": pages, "T": entries if _sparse(cell) else None}
 
+    # the cell's most rows, at one KV head, the smallest page and head dim: draws of many rows are rare (and short),
+    # so the B a run reached, the region it certifies and dispatch routes, fell short of the cell's top by chance
+    # (docs/draws.md)
+    most_rows = fit(_recipe(cell, B=cell.bounds["B"].hi, M=1, S=page_sizes[0], Hkv=1, group=1, D=head_dims[0], T=1,
+                            lengths="uniform", holes=False, values="normal", layout="contiguous",
+                            v_layout="contiguous", kv_scale=scales[0], seed=cell.seed("corner", "most rows")))
     return found + production_corners(found[1:5], cell, {"S": ("page_size",), "group": ("gqa_group",),
-                                                         "D": ("head_dim",)}, fit)
+                                                         "D": ("head_dim",)}, fit) + [most_rows]
 
 
 # -- build ----------------------------------------------------------------------------------------

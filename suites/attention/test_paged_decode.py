@@ -56,6 +56,20 @@ def test_band_holds_split_kv_and_rejects_three_ulp_off():
     assert caught and "output 1: error" in caught.message and "exceeds the band" in caught.message, caught
 
 
+@pytest.mark.parametrize("op_name", ["paged_decode", "paged_decode_nvfp4kv"])
+def test_gpu_corners_reach_each_cells_most_rows(op_name):
+    """The region a GPU run certifies is the one dispatch routes, and its B was whatever the draws reached
+    (a draw of many rows has short ones): a corner at the cell's most rows pins its top, on the GPU only
+    (the interpreter's budget goes to the other corners)."""
+    from ops.catalog import entries
+
+    entry = entries()[op_name]
+    for cell in entry.cells:
+        gpu_rows = [recipe["B"] for recipe in entry.strategy_module.corners(cell, "cuda")]
+        assert max(gpu_rows) == cell.bounds["B"].hi, (cell.id, gpu_rows)
+        assert max(recipe["B"] for recipe in entry.strategy_module.corners(cell, "cpu")) < cell.bounds["B"].hi
+
+
 # -- the reference, by hand ---------------------------------------------------------------------------
 def _one_row(scores_of_tokens, values_of_tokens, *, page_size=16, seq_len=None, table=None, select=None):
     """A row of one query head (D = 64) whose tokens score ``scores_of_tokens`` (sm_scale 1): q = e_0,
