@@ -39,3 +39,13 @@ def test_accepted_counts_past_the_draft_commit_its_last_checkpoint():
     untouched = torch.ones(before.shape[0], dtype=torch.bool)
     untouched[slots[0]] = False
     assert torch.equal(kwargs["state"][untouched].view(torch.int16), before[untouched].view(torch.int16))
+
+
+def test_gpu_corners_reach_each_cells_most_value_heads():
+    """The region a GPU run certifies is the one dispatch routes, and its HV was whatever the draws reached
+    (2026-12-07e: 118 of 128 on fp32 state): a corner at the cell's most value heads pins its top where the
+    budget takes it, on a GPU; the CPU's corners stay inside the interpreter's budget."""
+    for cell in ENTRY.cells:
+        top = cell.bounds["HV"].hi
+        assert max(recipe["HV"] for recipe in strategy.corners(cell, "cuda")) == top, cell.id
+        assert max(recipe["HV"] for recipe in strategy.corners(cell, "cpu")) < top, cell.id
