@@ -100,11 +100,18 @@ class CertificationPolicy:
             for package in TOOLCHAIN_PACKAGES:
                 if earned.get(package) != toolchain.get(package):
                     return f"earned under {package} {earned.get(package)}, this machine has {toolchain.get(package)}"
+        depth = self.depth_problem(section, arch=arch)
+        if depth:
+            return depth
+        if not isinstance(section.get("report_sha256"), str) or not _SHA256.match(section["report_sha256"]):
+            return "records no digest of the report of the run that earned it"
+        return None
+
+    def depth_problem(self, section: dict, *, arch: Arch | str) -> str | None:
+        """None when ``section`` drew as many examples a cell as this policy asks on ``arch``; else why not."""
         least, arch = self.examples_on(arch), getattr(arch, "value", arch)
         if not _is_int(section.get("max_examples")) or section["max_examples"] < least:
             return f"drew {_shown(section.get('max_examples'))} examples per cell, the policy asks {least} on {arch}"
-        if not isinstance(section.get("report_sha256"), str) or not _SHA256.match(section["report_sha256"]):
-            return "records no digest of the report of the run that earned it"
         return None
 
     def cell_problem(self, record: dict | None, cell=None, *, arch: Arch | str) -> str | None:

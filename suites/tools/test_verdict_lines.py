@@ -120,4 +120,5 @@ def test_a_written_section_says_what_dispatch_will_not_route():
         f"asks {least} on sm90): draw more (--max-examples)")
     shallow = {**section, "max_examples": least - 1}
     assert below_policy(ENTRY, Arch.SM90, shallow) == (
-        f"; below the policy ({least} examples a cell on sm90): dispatch routes none of it")
+        f"; below the policy (drew {least - 1} examples per cell, the policy asks {least} on sm90): dispatch routes "
+        "none of it")

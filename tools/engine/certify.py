@@ -251,9 +251,9 @@ def below_policy(entry, arch, section: dict) -> str:
     (the rest of their draws refused clearly, which a strategy drawing inputs beyond the kernel's limits makes)."""
     from ops import certificates
 
-    least = certificates.POLICY.examples_on(arch)
-    if section["max_examples"] < least:
-        return f"; below the policy ({least} examples a cell on {arch.value}): dispatch routes none of it"
+    depth = certificates.POLICY.depth_problem(section, arch=arch)
+    if depth:
+        return f"; below the policy ({depth}): dispatch routes none of it"
     cells = certificates.POLICY.certified_cells_below(entry, section, arch=arch)
     if cells:
         return ("; below the policy, dispatch does not route " +
