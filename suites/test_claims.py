@@ -126,6 +126,22 @@ def test_an_unlisted_test_and_a_stale_id_fail_check_test_lists(tmp_path, monkeyp
     assert any(f.startswith("duplicate: l0_partial.yml:8") for f in findings)
 
 
+def test_a_cpu_test_listed_for_a_gpu_alone_fails_check_test_lists(tmp_path, monkeypatch, capsys):
+    """A test that claims cpu and sm90, its id taken out of the cpu list while the H200's list still selects its
+    file, never runs in CPU CI: a finding, though a list of an arch it claims selects it."""
+    node = "suites/gemm/test_nvfp4_gemv.py::test_arithmetic_decode_is_exact_for_every_byte_and_scale"
+    cpu = (REPO / "test_lists" / "l0_cpu.yml").read_text()
+    assert f"  - {node}\n" in cpu
+    (tmp_path / "l0_cpu.yml").write_text(cpu.replace(f"  - {node}\n", ""))
+    others = [path for path in sorted((REPO / "test_lists").glob("*.yml")) if path.name != "l0_cpu.yml"]
+    status, findings = _check_lists(monkeypatch, capsys, *others, tmp_path / "l0_cpu.yml")
+    assert status == 1
+    missed = [f for f in findings if f.startswith("not in CPU CI: ")]
+    assert missed and all(f.startswith(f"not in CPU CI: {node}[") and "claims cpu, only lists of " in f
+                          and "sm90" in f for f in missed), findings
+    assert not any(f.startswith("unlisted: ") for f in findings), findings
+
+
 def test_a_malformed_list_names_its_line(tmp_path):
     bad = tmp_path / "l0_bad.yml"
     bad.write_text("version: 0.0.1\nl0_bad:\n- condition:\n    terms: {stage: pre_merge, arch: sm42}\n  tests: []\n")

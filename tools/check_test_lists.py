@@ -5,7 +5,9 @@ Both directions, with ``file:line``:
 - duplicates: an id listed twice in one file;
 - stale ids: a listed id that selects no collected test;
 - wrong arch: a listed id whose tests do not carry the list's arch marker;
-- unlisted: a collected test that no list of an arch it claims selects.
+- unlisted: a collected test that no list of an arch it claims selects;
+- not in CPU CI: a test that claims ``cpu`` which only lists of other archs select (CPU CI, which runs every
+  commit, runs the cpu lists alone).
 Exit 0 clean, 1 findings, 2 usage error or a list that does not parse (schema, duplicate keys, bad ranges,
 not UTF-8: one line with file:line).
 """
@@ -91,6 +93,9 @@ def check(paths) -> list[str]:
             findings.append(f"no arch marker: {nodeid}")
         elif not archs & covered[nodeid]:
             findings.append(f"unlisted: {nodeid} (claims {', '.join(sorted(archs))}) is in no list of those archs")
+        elif "cpu" in archs and "cpu" not in covered[nodeid]:
+            findings.append(f"not in CPU CI: {nodeid} claims cpu, only lists of "
+                            f"{', '.join(sorted(covered[nodeid]))} select it")
     return findings
 
 
