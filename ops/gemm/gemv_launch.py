@@ -45,18 +45,22 @@ class PlanShape:
     prefetch_scales: bool = False  # NVFP4: each step loads the next step's block scales (see nvfp4_gemv)
     stepped: bool = False  # NVFP4: addresses from fixed int32 offsets plus the step (no pointer tensors)
     max_registers: int | None = None  # ptxas cap per thread (maxnreg); None: Triton's choice
-    # NVFP4, M > 1, compiled: decoded straight into the tensor cores' operand registers (a Gluon kernel, 16
-    # rows a warp: num_warps is block_n / 16); the interpreter runs the Triton kernel with the options above
+    # NVFP4, M > 1, compiled: decoded straight into the tensor cores' operand registers (a Gluon kernel,
+    # rows_a_warp rows a warp: num_warps is block_n / rows_a_warp); the interpreter runs the Triton kernel with
+    # the options above
     operand_decode: bool = False
     programs_per_sm: int = 1  # where K is split: into enough splits for this many programs an SM
+    rows_a_warp: int = 16  # operand decode: weight rows a warp (16-row mma tiles); each warp reads the step's x
+    x_shared: bool = False  # operand decode: x copied once a step into shared memory, each warp's operand read there
 
     def label(self, splits: int | None = None) -> str:
         """The shape in words, with the ``splits`` of K its plan makes of some (N, K) where given."""
         split = "" if splits is None else f", {splits} splits"
         if self.operand_decode:   # the GPU's plan (the other options are the interpreter's, which runs no Gluon)
             programs = f"{self.programs_per_sm} program" + "s" * (self.programs_per_sm != 1)
-            return (f"{self.block_n} rows, {self.step_bytes} B steps, 16 rows a warp{split}, decoded into the "
-                    f"operand registers (Gluon), split for {programs} an SM")
+            return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.rows_a_warp} rows a warp{split}, decoded "
+                    f"into the operand registers (Gluon), split for {programs} an SM"
+                    + (", x through shared memory" if self.x_shared else ""))
         return (f"{self.block_n} rows, {self.step_bytes} B steps, {self.num_stages} stages, {self.num_warps} warps"
                 + split + (", M=1 on CUDA cores" if self.cores_at_m1 else "")
                 + (", float32 decode" if self.float32_decode and self.cores_at_m1 else "")
@@ -82,6 +86,7 @@ class GemvPlan:
     stepped: bool = False
     max_registers: int | None = None
     operand_decode: bool = False
+    x_shared: bool = False  # operand decode: x staged in shared memory once a step
 
 
 def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: bool, shape: PlanShape,
@@ -102,14 +107,15 @@ def gemv_plan(rows: int, cols: int, weight_bits: int, sms: int, on_interpreter: 
     chunk = triton.cdiv(triton.cdiv(max(cols, 1), splits), block_k) * block_k
     operand_decode = shape.operand_decode and weight_bits == 4 and m > 1 and not on_interpreter
     return GemvPlan(block_n=block_n, block_k=block_k, splits=triton.cdiv(max(cols, 1), chunk), chunk=chunk,
-                    num_warps=block_n // 16 if operand_decode else shape.num_warps, num_stages=shape.num_stages,
+                    num_warps=max(1, block_n // shape.rows_a_warp) if operand_decode else shape.num_warps,
+                    num_stages=shape.num_stages,
                     compiled=not on_interpreter,
                     cuda_cores=m == 1 and shape.cores_at_m1,
                     float32_decode=m == 1 and shape.cores_at_m1 and shape.float32_decode and weight_bits == 4,
                     placed_decode=shape.placed_decode and weight_bits == 4,
                     prefetch_scales=shape.prefetch_scales and weight_bits == 4,
                     stepped=shape.stepped and weight_bits == 4, max_registers=shape.max_registers,
-                    operand_decode=operand_decode)
+                    operand_decode=operand_decode, x_shared=operand_decode and shape.x_shared)
 
 
 def plan_variants(rows: int, cols: int, weight_bits: int, sms: int, m: int,

@@ -49,6 +49,7 @@ from ops.gemm.gemv_launch import (
 from ops.triton_backend import interpreting, sm_count
 from references.formats.nvfp4 import NVFP4_BLOCK, nvfp4_dequantize, nvfp4_global_scale, nvfp4_quantize
 from references.gemm import nvfp4_gemv as contract
+from references.validation import require_within_limits
 
 E2M1_BITS = 4
 SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for the kernels
@@ -57,18 +58,21 @@ SCALE_BLOCK = tl.constexpr(NVFP4_BLOCK)  # elements per E4M3 block scale, for th
 # -- launch plan ----------------------------------------------------------------------------------
 # M = 1 on CUDA cores with the float32 decode, prefetched scales and stepped addresses (the H200 sweep's best
 # at N = K = 8192: 19.3 us, 45.7% of copy). M > 1 on a GPU: the placed decode into the operand registers
-# (Gluon), 64 rows a program and K split for 2 programs an SM (5 with 32-byte steps up to FEW_ROWS rows),
-# where the Triton kernel's tensor-core plan took 2x the M = 1 time; under the interpreter that Triton plan.
-# Every plan timed, and the sm_90 instruction counts that chose the options, in docs/ops/nvfp4_gemv.md.
+# (Gluon), 64 rows a program, 32-byte steps and K split for 5 programs an SM, above FEW_ROWS rows with x staged
+# in shared memory, where the Triton kernel's tensor-core plan took 2x the M = 1 time; under the interpreter
+# that Triton plan. Every plan timed, and the sm_90 instruction counts that chose the options, in
+# docs/ops/nvfp4_gemv.md.
 DEFAULT_M1_SHAPE = PlanShape(block_n=16, step_bytes=128, num_stages=4, num_warps=2, split_below=2.0, cores_at_m1=True,
                              float32_decode=True, prefetch_scales=True, stepped=True)
 TENSOR_CORE_SHAPE = PlanShape(block_n=32, step_bytes=128, num_stages=6, num_warps=4, split_below=2.0,
                               placed_decode=True, prefetch_scales=True, stepped=True)
-DEFAULT_SHAPE = dataclasses.replace(TENSOR_CORE_SHAPE, block_n=64, step_bytes=64, split_below=8.0,
-                                    operand_decode=True, programs_per_sm=2)
+OPERAND_DECODE_SHAPE = dataclasses.replace(TENSOR_CORE_SHAPE, block_n=64, step_bytes=64, split_below=8.0,
+                                           operand_decode=True, programs_per_sm=2)
 # At most FEW_ROWS rows: 32-byte steps (fewer registers) and K split for 5 programs an SM, the H100's best at M = 4
-# (23.4 us against DEFAULT_SHAPE's 25.7; at M = 16 it took 29.9 against 28.8)
-FEW_ROWS, FEW_ROWS_SHAPE = 4, dataclasses.replace(DEFAULT_SHAPE, step_bytes=32, programs_per_sm=5)
+# (23.4 us against OPERAND_DECODE_SHAPE's 25.7). Above, the same with x staged in shared memory once a step, where
+# each of the 4 warps loaded the step's whole x tile from global: the H100's best at M = 16 (24.3 us against 28.1)
+FEW_ROWS, FEW_ROWS_SHAPE = 4, dataclasses.replace(OPERAND_DECODE_SHAPE, step_bytes=32, programs_per_sm=5)
+MANY_ROWS_SHAPE = dataclasses.replace(FEW_ROWS_SHAPE, x_shared=True)
 
 # Plans for tools/bench --variants: each decode and loop option alone and together, around one tile.
 _TABLE_DECODE_BEST = PlanShape(block_n=32, step_bytes=128, num_stages=4, num_warps=4, split_below=0.5)
@@ -101,9 +105,18 @@ VARIANT_SHAPES = (
                                              (32, 4, 8), (64, 4, 8))),
     _around(block_n=16, cores_at_m1=True, **_LEAN_LOOP), _around(num_stages=6, cores_at_m1=True, **_LEAN_LOOP),
     TENSOR_CORE_SHAPE,
-    *(dataclasses.replace(DEFAULT_SHAPE, block_n=block_n, step_bytes=step_bytes, programs_per_sm=per_sm)
+    *(dataclasses.replace(OPERAND_DECODE_SHAPE, block_n=block_n, step_bytes=step_bytes, programs_per_sm=per_sm)
       for block_n, step_bytes, per_sm in ((64, 64, 1), (64, 64, 2), (64, 64, 4), (64, 64, 8), (32, 64, 2), (32, 64, 4),
                                           (64, 32, 2), (64, 32, 4), (64, 32, 5), (64, 128, 1))),
+    # M = 16's x traffic (issue 27): each warp reads the step's whole x, 4x the packed bytes at 16 rows a warp; x read
+    # by half the warps (32 rows a warp), or once a step by the program into shared memory, each warp's operand there
+    *(dataclasses.replace(OPERAND_DECODE_SHAPE, block_n=block_n, step_bytes=step_bytes, programs_per_sm=per_sm,
+                          rows_a_warp=32)
+      for block_n, step_bytes, per_sm in ((64, 64, 2), (64, 32, 5), (128, 64, 2), (128, 32, 2))),
+    *(dataclasses.replace(OPERAND_DECODE_SHAPE, block_n=block_n, step_bytes=step_bytes, programs_per_sm=per_sm,
+                          rows_a_warp=rows_a_warp, x_shared=True)
+      for block_n, step_bytes, per_sm, rows_a_warp in ((64, 64, 2, 16), (64, 64, 4, 16), (64, 32, 5, 16),
+                                                       (64, 128, 1, 16), (128, 64, 2, 16), (64, 64, 2, 32))),
 )
 
 # -- kernel ---------------------------------------------------------------------------------------
@@ -451,16 +464,18 @@ def _nvfp4_gemv_tiles(
 # operand, and the layout conversions are register renamings: the decoded tile never touches shared memory,
 # where Triton's tl.dot path (above) stores and reloads it each step (docs/ops/nvfp4_gemv.md). Gluon writes the
 # layouts out; it has no interpreter.
-# The launch signature is the tile kernels' (``run_tiles``); CUDA_CORES, COMPILED and NUM_STAGES do not apply.
+# The launch signature is the tile kernels' (``run_tiles``) and X_SHARED; CUDA_CORES, COMPILED and NUM_STAGES do not
+# apply; the warps (``rows_a_warp``) come with the launch.
 @gluon.jit(do_not_specialize=["rows", "cols", "stride_ym"])
 def _nvfp4_gemv_operand_tiles(
     x_bits_ptr, stride_xm, stride_xk, rows,
     packed_ptr, stride_pn, scales_ptr, stride_sn, global_scale_ptr, cols, depth,
     y_ptr, stride_ym, partial_ptr, chunk,
     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, SPLIT: gl.constexpr,
-    COMPILED: gl.constexpr, CUDA_CORES: gl.constexpr, NUM_STAGES: gl.constexpr,
+    COMPILED: gl.constexpr, CUDA_CORES: gl.constexpr, NUM_STAGES: gl.constexpr, X_SHARED: gl.constexpr,
 ):
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[BLOCK_N // 16, 1],
+    # the warps split the rows, BLOCK_N / num_warps a warp (16-row mma tiles); each reads all of the step's x
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[gl.num_warps(), 1],
                                                   instr_shape=[16, 8])
     a_bytes: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=8)
     a_values: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=16)
@@ -485,22 +500,36 @@ def _nvfp4_gemv_operand_tiles(
                             cols - 1).to(gl.int64)
     group = gl.arange(0, GROUPS, layout=gl.SliceLayout(0, block_scales))
     scale_tile = scales_ptr + scale_rows[:, None] * stride_sn + (start // SCALE_BLOCK + group)[None, :]
-    k = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, b_values))
-    m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, b_values))
+    # x: each warp reads the whole step's x in its operand layout (two 16-byte vectors of a thread fill a sector
+    # between them), or (X_SHARED) the program reads it once, 16 bytes a thread along whole rows (BLOCK_K <= 256),
+    # into shared memory, where each warp reads its operand: swizzled in pairs of rows, no bank conflicts either way
+    if X_SHARED:
+        x_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[8, 1],
+                                                  threads_per_warp=[BLOCK_K // 8, 256 // BLOCK_K],
+                                                  warps_per_cta=[1, gl.num_warps()], order=[0, 1])
+        x_staged = gl.allocate_shared_memory(gl.int16, [BLOCK_K, BLOCK_M],
+                                             gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=2, order=[0, 1]))
+    else:
+        x_layout: gl.constexpr = b_values
+        x_staged = 0
+    k = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(1, x_layout))
+    m = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, x_layout))
     x_tile = x_bits_ptr + m[None, :].to(gl.int64) * stride_xm + (start + k)[:, None] * stride_xk
     x_rows = (m < rows)[None, :]  # padding rows of x are not read
     acc = gl.zeros([BLOCK_N, BLOCK_M], gl.float32, mma)
     for step in range(0, whole - start, BLOCK_K):
         acc = _operand_step(acc, gl.load(packed_tile + step // 2), gl.load(scale_tile + step // SCALE_BLOCK),
-                            gl.load(x_tile + step * stride_xk, mask=x_rows, other=0), BLOCK_N, BLOCK_K, GROUPS,
-                            a_values)
+                            _x_operand(gl.load(x_tile + step * stride_xk, mask=x_rows, other=0), x_staged, b_values,
+                                       X_SHARED),
+                            BLOCK_N, BLOCK_K, GROUPS, a_values)
     if whole < stop:  # K is a multiple of 16: a byte's block is whole or absent, as the byte is
         live = (whole + 2 * byte < stop)[None, :]
         block_live = (whole + SCALE_BLOCK * group < stop)[None, :]
         acc = _operand_step(acc, gl.load(packed_tile + (whole - start) // 2, mask=live, other=0),
                             gl.load(scale_tile + (whole - start) // SCALE_BLOCK, mask=block_live, other=0.0),
-                            gl.load(x_tile + (whole - start) * stride_xk, mask=x_rows & (whole + k < stop)[:, None],
-                                    other=0),
+                            _x_operand(gl.load(x_tile + (whole - start) * stride_xk,
+                                               mask=x_rows & (whole + k < stop)[:, None], other=0),
+                                       x_staged, b_values, X_SHARED),
                             BLOCK_N, BLOCK_K, GROUPS, a_values)
     acc = acc * PLACED_UNDO  # exact: a power of two
     out_rows = gl.program_id(0) * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, mma))
@@ -513,6 +542,17 @@ def _nvfp4_gemv_operand_tiles(
         decode_scale = gl.div_rn(1.0, gl.load(global_scale_ptr))
         gl.store(y_ptr + out_m[None, :].to(gl.int64) * stride_ym + out_rows[:, None],
                  (acc * decode_scale).to(gl.bfloat16), mask=live_out)
+
+
+@gluon.jit
+def _x_operand(x_bits, x_staged, b_values: gl.constexpr, X_SHARED: gl.constexpr):
+    """The step's x [BLOCK_K, BLOCK_M] (int16) in operand B's layout: as loaded, or (``X_SHARED``) through
+    ``x_staged``, the program's copy in shared memory (the compiler puts a barrier each side of the store)."""
+    if X_SHARED:
+        x_staged.store(x_bits)
+        return x_staged.load(b_values)
+    else:
+        return x_bits
 
 
 @gluon.jit
@@ -536,9 +576,13 @@ def plan_for(x, packed, shape: PlanShape) -> GemvPlan:
     return gemv_plan(packed.shape[0], x.shape[1], E2M1_BITS, sm_count(x.device), interpreting(), shape, x.shape[0])
 
 
+def default_shape(rows: int) -> PlanShape:
+    """The plan shape for ``rows`` rows of x (the sweeps that chose each: above)."""
+    return DEFAULT_M1_SHAPE if rows == 1 else FEW_ROWS_SHAPE if rows <= FEW_ROWS else MANY_ROWS_SHAPE
+
+
 def default_plan(x, packed) -> GemvPlan:
-    rows = x.shape[0]
-    return plan_for(x, packed, DEFAULT_M1_SHAPE if rows == 1 else FEW_ROWS_SHAPE if rows <= FEW_ROWS else DEFAULT_SHAPE)
+    return plan_for(x, packed, default_shape(x.shape[0]))
 
 
 def _int32_offsets(x, packed, block_scales) -> bool:
@@ -555,7 +599,8 @@ def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: 
     """
     weight_args = (packed, packed.stride(0), block_scales, block_scales.stride(0), global_scale)
     if plan.operand_decode:
-        return run_tiles(_nvfp4_gemv_operand_tiles, x, packed.shape[0], weight_args, global_scale, True, plan)
+        return run_tiles(_nvfp4_gemv_operand_tiles, x, packed.shape[0], weight_args, global_scale, True, plan,
+                         X_SHARED=plan.x_shared)
     if plan.cuda_cores and not (x.stride(1) == 1 and x.data_ptr() % 4 == 0):  # x not readable as int32 pairs
         plan = dataclasses.replace(plan, cuda_cores=False)
     return run_tiles(_nvfp4_gemv_tiles, x, packed.shape[0], weight_args, global_scale, True, plan,
@@ -566,8 +611,18 @@ def run_plan(x, packed, block_scales, global_scale, plan: GemvPlan, ptx_decode: 
                      STEPPED=plan.stepped and _int32_offsets(x, packed, block_scales))
 
 
+def kernel_limits(x, packed, block_scales, global_scale) -> str | None:
+    """This kernel's own limits, narrower than the contract's: it reads a row's packed bytes and block scales as
+    contiguous (any row stride, so a tensor-parallel slice of a packed weight is within them)."""
+    for name, tensor in (("packed", packed), ("block_scales", block_scales)):
+        if tensor.shape[-1] > 1 and tensor.stride(-1) != 1:
+            return f"{name}: stride(-1) = {tensor.stride(-1)}; this kernel reads each row as contiguous bytes"
+    return None
+
+
 def nvfp4_gemv(x, packed, block_scales, global_scale) -> torch.Tensor:
     contract.validate(x, packed, block_scales, global_scale)
+    require_within_limits(kernel_limits(x, packed, block_scales, global_scale))
     return run_plan(x, packed, block_scales, global_scale, default_plan(x, packed))
 
 
@@ -607,4 +662,5 @@ def params_of(x, packed, block_scales, global_scale):
 
 CELLS = gemv_cells(NVFP4_BLOCK, "Llama-3 8B/70B, Qwen2 72B")
 _TARGET_M1 = ">= 65% of copy bandwidth, packed weights + scales (stock dequantize + bf16 matmul: 0.7%, 1240 us)"
-ENTRY = gemv_entry(contract, nvfp4_gemv, params_of, CELLS, _bench_input, bytes_moved, _TARGET_M1, nvfp4_dequantize)
+ENTRY = dataclasses.replace(gemv_entry(contract, nvfp4_gemv, params_of, CELLS, _bench_input, bytes_moved, _TARGET_M1,
+                                       nvfp4_dequantize), limits=kernel_limits)

@@ -31,6 +31,8 @@ def params_of(x, z, weight, eps, group_size, norm_before_gate=True, amax=None):
 
 
 _WIDTH = Span(64, 8192)
+# a per-head row holds two groups or more: a group as wide as its row is the whole-row cells' input (params_of)
+_PER_HEAD_WIDTH = Span(2 * min(PER_HEAD_GROUPS), _WIDTH.hi)
 _ALL_GATES = OneOf(GATES)
 _GATED = OneOf(("norm_then_gate", "gate_then_norm"))
 CELLS = (
@@ -38,9 +40,9 @@ CELLS = (
          {"T": Span(0, 0), "H": _WIDTH, "group": OneOf((*PER_HEAD_GROUPS, "row")), "gate": _ALL_GATES}),
     Cell("per_head_decode", "gated norm per head (Qwen3-Next, FLA's FusedRMSNormGated: heads of 64-256 "
          "channels) in decode batches of 1..64 tokens",
-         {"T": Span(1, 64), "H": _WIDTH, "group": OneOf(PER_HEAD_GROUPS), "gate": _ALL_GATES}),
+         {"T": Span(1, 64), "H": _PER_HEAD_WIDTH, "group": OneOf(PER_HEAD_GROUPS), "gate": _ALL_GATES}),
     Cell("per_head_prefill", "gated norm per head over prefill chunks of 65..8192 tokens",
-         {"T": Span(65, 8192), "H": _WIDTH, "group": OneOf(PER_HEAD_GROUPS), "gate": _ALL_GATES}),
+         {"T": Span(65, 8192), "H": _PER_HEAD_WIDTH, "group": OneOf(PER_HEAD_GROUPS), "gate": _ALL_GATES}),
     Cell("gated_whole_row", "Mamba2's gated RMSNorm with one group per row (ngroups = 1), either gate order, "
          "1..8192 tokens",
          {"T": Span(1, 8192), "H": _WIDTH, "group": OneOf(("row",)), "gate": _GATED}),

@@ -3,10 +3,10 @@
 ``tools/bench --variants`` times every variant on the device and the lead makes the winner the default:
 each must be a correct GEMV before it can be. A design is what a shape's kernel computes differently
 (tensor-core or CUDA-core products at M = 1, NVFP4's decode and loop options; on a GPU also the
-float32 decode and the decode into the operand registers). On a GPU every design meets every cell's corners
-(the default plan's in ``test_cell``), and every tile (rows, step, warps) of every design, its own compiled
-kernel, meets narrow_outputs' corners (tails
-of K, M = 1 and 16, split K) as well; shapes that differ only in pipeline depth or split threshold are
+float32 decode, the decode into the operand registers and its x through shared memory). On a GPU every
+design meets every cell's corners (the default plan's in ``test_cell``), and every tile (rows, step, warps,
+rows a warp) of every design, its own compiled kernel, meets narrow_outputs' corners (tails of K, M = 1
+and 16, split K) as well; shapes that differ only in pipeline depth or split threshold are
 not judged again. Under the interpreter the block sizes are fixed (``gemv_launch``), so one shape per design stands
 for the rest, and each design meets narrow_outputs' corners alone: they reach both launch paths (split K and
 one pass) at M = 1 and M = 16 and a tail of K (``test_corners_reach_both_launch_paths...`` checks it), where
@@ -25,7 +25,7 @@ def _design(shape: PlanShape) -> tuple:
     if interpreting():  # the placed decode's twin (values times 2**-7), the prefetch, the stepped loop run here too
         return shape.cores_at_m1, shape.placed_decode, shape.prefetch_scales, shape.stepped
     return (shape.cores_at_m1, shape.float32_decode and shape.cores_at_m1, shape.placed_decode,
-            shape.prefetch_scales, shape.stepped, shape.operand_decode)
+            shape.prefetch_scales, shape.stepped, shape.operand_decode, shape.operand_decode and shape.x_shared)
 
 
 # The cell whose corners reach every launch path of a design (under the interpreter the only one judged).
@@ -42,10 +42,12 @@ def shapes_to_judge(entry, default: PlanShape, shapes: tuple[PlanShape, ...]) ->
     cells = [entry.cell(EVERY_PATH_CELL)] if interpreting() else entry.cells
     pairs = [(cell, shape) for cell in cells for shape in designs.values() if shape is not default]
     if not interpreting():  # every tile and design; the pipeline depth and the split threshold aside
-        tiles = {(default.block_n, default.step_bytes, default.num_warps, _design(default)): default}
+        def tile(shape):  # the operand decode's warps are its rows over rows_a_warp
+            return shape.block_n, shape.step_bytes, shape.num_warps, shape.rows_a_warp, _design(shape)
+        tiles = {tile(default): default}
         for shape in shapes:
             if shape not in designs.values():
-                tiles.setdefault((shape.block_n, shape.step_bytes, shape.num_warps, _design(shape)), shape)
+                tiles.setdefault(tile(shape), shape)
         pairs += [(entry.cell(EVERY_PATH_CELL), shape) for shape in tiles.values() if shape is not default]
     return pairs
 

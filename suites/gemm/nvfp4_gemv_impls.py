@@ -1,7 +1,7 @@
 """Other implementations of ``nvfp4_gemv`` for the battery to judge: one correct, many wrong.
 
-Each wrong one is a bug an NVFP4 GEMV ships with: packed rows or scale rows read as dense, a nibble
-order, a scale index, a forgotten global scale, E2M1 read as a linear code, a dropped K tail,
+Each wrong one is a bug an NVFP4 GEMV ships with: packed rows or scale rows read as dense or as contiguous
+bytes, a nibble order, a scale index, a forgotten global scale, E2M1 read as a linear code, a dropped K tail,
 bf16 accumulation, float16 activations, a summation order that changes between calls, a missing refusal.
 ``test_nvfp4_gemv.py`` checks that the battery rejects every one and accepts the correct one.
 Judge one yourself: ``tools/certify-cells --op nvfp4_gemv --impl suites.gemm.nvfp4_gemv_impls:NAME``.
@@ -13,7 +13,7 @@ import torch
 from references.formats import NVFP4_BLOCK, e2m1_decode, nvfp4_dequantize, unpack_nibbles
 from references.gemm.nvfp4_gemv import validate
 from suites.gemm import gemv_forms
-from suites.strided_reads import read_as_dense
+from suites.strided_reads import last_dim_contiguous, read_as_dense
 
 
 def _gemv(x, weight, form=gemv_forms.float32_sum):
@@ -46,6 +46,13 @@ def scales_rows_assumed_dense(x, packed, block_scales, global_scale):
     """The block scales read as rows K / 16 apart from their start, whatever their strides."""
     validate(x, packed, block_scales, global_scale)
     return _gemv(x, nvfp4_dequantize(packed, read_as_dense(block_scales), global_scale))
+
+
+def rows_read_as_contiguous_bytes(x, packed, block_scales, global_scale):
+    """A row's packed bytes and block scales read one after another, whatever the column stride (this project's
+    kernel before it refused such weights): right wherever ``stride(1) == 1``."""
+    validate(x, packed, block_scales, global_scale)
+    return _gemv(x, nvfp4_dequantize(last_dim_contiguous(packed), last_dim_contiguous(block_scales), global_scale))
 
 
 def high_nibble_first(x, packed, block_scales, global_scale):

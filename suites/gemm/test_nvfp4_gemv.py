@@ -35,6 +35,7 @@ WRONG = [
     ("float16_activations", "narrow_outputs", "parity"),
     ("packed_rows_assumed_dense", "narrow_outputs", "parity"),
     ("scales_rows_assumed_dense", "narrow_outputs", "parity"),
+    ("rows_read_as_contiguous_bytes", "narrow_outputs", "parity"),
     ("missing_refusal", "narrow_outputs", "refusals"),
 ]
 SUITE = OpSuite.of_module(ENTRY, impls, wrong=WRONG, correct="correct_via_float32_sums")
@@ -86,7 +87,7 @@ def test_the_operand_decode_plans_m_above_1_on_a_gpu_only():
     interpreter at any M, the plan is Triton's, split for one program an SM."""
     from ops.gemm.gemv_launch import gemv_plan
 
-    shape = nvfp4_gemv.DEFAULT_SHAPE
+    shape = nvfp4_gemv.OPERAND_DECODE_SHAPE
     wide = gemv_plan(8192, 8192, 4, 132, False, shape, 4)
     assert (wide.operand_decode, wide.block_n, wide.num_warps, wide.block_k) == (True, 64, 4, 128)
     assert shape.programs_per_sm == 2 and wide.splits == 3   # 2 x 132 programs over 128 tiles of 64 rows
@@ -97,6 +98,19 @@ def test_the_operand_decode_plans_m_above_1_on_a_gpu_only():
     assert not interpreted.operand_decode and interpreted.num_warps == shape.num_warps
     one_per_sm = gemv_plan(8192, 8192, 4, 132, True, dataclasses.replace(shape, programs_per_sm=1), 4)
     assert interpreted.splits == one_per_sm.splits
+
+
+def test_x_goes_through_shared_memory_above_few_rows_on_a_gpu_only():
+    """The default above FEW_ROWS rows stages x in shared memory once a step (M = 16's best on the H100,
+    docs/ops/nvfp4_gemv.md); at most FEW_ROWS rows, and under the interpreter at any M, it does not."""
+    from ops.gemm.gemv_launch import gemv_plan
+
+    few, many = nvfp4_gemv.default_shape(nvfp4_gemv.FEW_ROWS), nvfp4_gemv.default_shape(nvfp4_gemv.FEW_ROWS + 1)
+    assert nvfp4_gemv.default_shape(16) is many and nvfp4_gemv.default_shape(1) is nvfp4_gemv.DEFAULT_M1_SHAPE
+    assert many.x_shared and not few.x_shared and dataclasses.replace(many, x_shared=False) == few
+    assert gemv_plan(8192, 8192, 4, 132, False, many, 16).x_shared
+    assert not gemv_plan(8192, 8192, 4, 132, False, few, 4).x_shared
+    assert not gemv_plan(8192, 8192, 4, 132, True, many, 16).x_shared
 
 
 # -- the weight decode, value by value: every byte against every E4M3 scale ---------------------------

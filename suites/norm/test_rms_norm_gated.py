@@ -146,3 +146,13 @@ def test_non_finite_inputs_need_nan_where_the_truth_is_nan(gate):
         assert bool(found) == fails, (name, found)
         if fails:
             assert "NaN or +-inf" in found["parity"].message
+
+
+def test_gpu_corners_reach_each_cells_widths_both_ends():
+    """Each cell's H is one dispatch may route whole: the GPU corners reach its narrowest and widest row (a
+    per-head row of one group is the whole-row cells' input, so per-head cells start at two groups)."""
+    from references.norm.rms_norm_gated_strategy import corners
+
+    for cell in ENTRY.cells:
+        widths = [recipe["H"] for recipe in corners(cell, "cuda")]
+        assert (min(widths), max(widths)) == (cell.bounds["H"].lo, cell.bounds["H"].hi), cell.id
