@@ -167,3 +167,60 @@ def answers_on_the_cpu(logits):
     """Right values, on the wrong device."""
     return _right(logits).cpu()
 
+
+
+# -- answering for its host (2026-12-07g): the channel to the judge is in the implementation's process -------
+def _host_channel():
+    """The host's end of its channel to the judge, found among this process's objects."""
+    import gc
+    from multiprocessing.connection import Connection
+
+    return next(found for found in gc.get_objects() if isinstance(found, Connection))
+
+
+def _calls_in_flight() -> int:
+    """How many calls the host's message holds (its ``calls`` frame): a forged answer of the right length."""
+    frame = sys._getframe()
+    while frame is not None and not (frame.f_code.co_name == "calls" and "calls" in frame.f_locals):
+        frame = frame.f_back
+    return 1 if frame is None else len(frame.f_locals["calls"])
+
+
+def _forged(facts) -> tuple:
+    return ("returned", {}, [("returned", facts)] * _calls_in_flight())
+
+
+def _tensor_facts(item) -> dict:
+    return {"structure": "tensor", "types": ["torch.Tensor"], "layouts": ["torch.strided"], "tensors": [item],
+            "copies": None, "overwritten": []}
+
+
+def answers_without_facts(logits):
+    """Answers for its host, the facts of its outputs missing, then returns a wrong answer (before
+    2026-12-07g the judge read the answer unchecked and ended as its own internal error: no finding)."""
+    _host_channel().send(_forged({"structure": "tensor"}))
+    return _wrong(logits)
+
+
+def answers_an_output_beyond_its_bytes(logits):
+    """Answers for its host with an output that lies past the bytes sent with it (the judge read past them)."""
+    _host_channel().send(_forged(_tensor_facts(("storage", b"\0" * 8, torch.int64, 0, (1000,), (1,), logits.device))))
+    return _wrong(logits)
+
+
+def answers_that_its_host_failed(logits):
+    """Says its host's own code failed (which would make it the judge's defect), then returns a wrong answer."""
+    _host_channel().send(("failed", {"type": "builtins.KeyError", "mro": ["builtins.KeyError",
+                                                                             "builtins.Exception"], "message": "'x'"}))
+    return _wrong(logits)
+
+
+class _FactsRaise:
+    @property
+    def layout(self):
+        raise RuntimeError("a property of the implementation's raising in the host")
+
+
+def returns_an_object_whose_facts_raise(logits):
+    """Returns a tuple of an object whose attributes raise when the host reads them for its facts."""
+    return (_FactsRaise(),)

@@ -65,6 +65,10 @@ def test_a_correct_implementation_still_passes():
     ("patches_the_reference", "parity", "differ"),
     ("right_only_under_a_harness", "parity", "differ"),
     ("fakes_equality_with_a_subclass", "parity", "hostile_impls.AlwaysEqual: the contract's outputs are exactly"),
+    ("answers_without_facts", "parity", "sent what the judge does not accept: facts of the outputs"),
+    ("answers_an_output_beyond_its_bytes", "parity", "outside the 8 bytes it came in"),
+    ("answers_that_its_host_failed", "parity", "in the implementation's process raised builtins.KeyError"),
+    ("returns_an_object_whose_facts_raise", "parity", "a tuple of (suites.faults.hostile_impls._FactsRaise)"),
 ])
 def test_a_hostile_implementation_fails_its_cell(name, oracle, says):
     result = _judged(name)

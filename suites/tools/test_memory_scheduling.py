@@ -165,7 +165,8 @@ def test_an_output_in_a_buffer_the_host_never_shared_fails_its_call():
     from oracles.failures import OracleFailure
 
     judge_side = types.SimpleNamespace(oracle="parity", device="cpu", _host_buffers={})
-    item = ("plain", (3, 16), torch.float32, 0, (4,), (1,), "cpu")
+    judge_side._not_accepted = lambda problem: ImplementationHost._not_accepted(judge_side, problem)
+    item = ("storage", (3, 16), torch.float32, 0, (4,), (1,), torch.device("cpu"))
     sent = {"structure": "tensor", "types": ["torch.Tensor"], "tensors": [item], "copies": [None],
             "overwritten": [], "layouts": ["torch.strided"]}
     with pytest.raises(OracleFailure, match="buffer 3, which it never shared"):

@@ -252,6 +252,94 @@ def _exception(facts: dict) -> Exception:
     return RuntimeError(f"{facts['type']}: {facts['message']}")
 
 
+# -- what the host may answer -------------------------------------------------------------------------
+# Everything a host sends comes from the implementation's process, where the implementation can reach the
+# channel and send what it likes: an answer is read only once its shape is the protocol's (below), and one
+# that is not is the implementation's finding, never the judge's failure (which would conclude nothing).
+def _is_int(value) -> bool:
+    return type(value) is int
+
+
+def _is_key(value) -> bool:   # a storage as the host names it: (device, address)
+    return type(value) is tuple and len(value) == 2 and type(value[0]) is str and _is_int(value[1])
+
+
+def _is_strings(value) -> bool:
+    return type(value) is list and all(type(item) is str for item in value)
+
+
+def exception_facts_problem(facts) -> str | None:
+    """None when ``facts`` are an exception's as the host sends them (``type``, ``mro``, ``message``)."""
+    if type(facts) is not dict or type(facts.get("type")) is not str or type(facts.get("message")) is not str \
+            or not _is_strings(facts.get("mro")):
+        return "exception facts that are not its type, classes and message as strings"
+    return None
+
+
+def sent_output_problem(item, buffers: dict) -> str | None:
+    """None when ``item`` is one output as the host sends it (``impl_host._sent``) and lies inside the bytes
+    it came with (``buffers``: the host's shared buffers by number); else what is wrong with it."""
+    if type(item) is not tuple or (item[:1], len(item)) not in ((("storage",), 7), (("margined",), 8)):
+        return "an output that is not (storage or margined, data, [margin,] dtype, offset, shape, stride, device)"
+    kind, data, *margin, dtype, offset, shape, stride, device = item
+    if type(data) is bytes:
+        length = len(data)
+    elif type(data) is torch.Tensor and data.dtype == torch.uint8 and data.dim() == 1:
+        length = data.numel()
+    elif type(data) is tuple and len(data) == 2 and _is_int(data[0]) and _is_int(data[1]) and data[1] >= 0:
+        if data[0] not in buffers:
+            return f"an output in buffer {data[0]}, which it never shared with the judge in this cell"
+        length = min(data[1], buffers[data[0]].numel())
+    else:
+        return "an output whose bytes are neither bytes, a byte tensor nor (buffer, length)"
+    if margin and not (_is_int(margin[0]) and margin[0] >= 0):
+        return "a margined output whose margin is not a count of bytes"
+    if type(dtype) is not torch.dtype or type(device) is not torch.device or not _is_int(offset) or offset < 0 \
+            or type(shape) is not tuple or type(stride) is not tuple or len(shape) != len(stride) \
+            or not all(_is_int(value) and value >= 0 for value in (*shape, *stride)):
+        return "an output whose dtype, offset, shape, strides or device are not a tensor's"
+    extent = 0 if 0 in shape else offset + 1 + sum((size - 1) * step for size, step in zip(shape, stride))
+    if extent * dtype.itemsize > length:
+        return (f"an output of shape {shape}, strides {stride} at offset {offset} ({dtype}) outside the {length} "
+                f"bytes it came in")
+    return None
+
+
+def outputs_problem(sent, buffers: dict) -> str | None:
+    """None when ``sent`` are the facts of what a call returned as the host sends them
+    (``impl_host.outputs``); else what is wrong with them."""
+    if type(sent) is not dict or type(sent.get("structure")) is not str or not _is_strings(sent.get("types")) \
+            or not _is_strings(sent.get("layouts")) or type(sent.get("tensors")) is not list \
+            or not _is_strings(sent.get("overwritten")) \
+            or not len(sent["types"]) == len(sent["layouts"]) == len(sent["tensors"]):
+        return "facts of the outputs that are not the protocol's"
+    copies = sent.get("copies")
+    if copies is not None and (type(copies) is not list or len(copies) != len(sent["tensors"])):
+        return "copies of the outputs that are not one for each output"
+    if "storages" in sent and not (type(sent["storages"]) is list and len(sent["storages"]) == len(sent["tensors"])
+                                   and all(key is None or _is_key(key) for key in sent["storages"])):
+        return "storages of the outputs that are not one for each output"
+    arguments = sent.get("argument_storages", {})
+    if ("storages" in sent) != ("argument_storages" in sent) or type(arguments) is not dict \
+            or not all(type(name) is str and _is_key(key) for name, key in arguments.items()):
+        return "storages of the arguments that are not the protocol's"
+    for item in [*sent["tensors"], *(copies or [])]:
+        problem = None if item is None else sent_output_problem(item, buffers)
+        if problem:
+            return problem
+    return None
+
+
+def answer_problem(reply) -> str | None:
+    """None when ``reply`` has the shape every answer has (a tuple led by its kind; an exception's facts
+    where it raised or failed); the rest of it is checked where it is read."""
+    if type(reply) is not tuple or not reply or type(reply[0]) is not str:
+        return f"an answer that is not a tuple led by its kind: {type(reply).__name__}"
+    if reply[0] in ("raised", "failed"):
+        return exception_facts_problem(reply[1]) if len(reply) == 2 else "an exception answered in other than two parts"
+    return None
+
+
 def _raised_class(reply) -> str | None:
     """The name of the class the implementation's last call raised, where the host's answer says it raised
     (alone, or the last of several calls), else None: for the worker's activity record, which keeps how the
@@ -452,7 +540,10 @@ class ImplementationHost:
         """Import ``{name: (module, attribute)}`` there (``paths`` first on its ``sys.path``); returns the
         names that are not callable there.  An import that fails raises its exception (as one of the
         judge's classes); a host that dies meanwhile raises an OracleFailure."""
-        return self._ask(("load", {"paths": paths, "functions": functions}), "loaded", START_LIMIT_S)["missing"]
+        loaded = self._ask(("load", {"paths": paths, "functions": functions}), "loaded", START_LIMIT_S)
+        if type(loaded) is not dict or not _is_strings(loaded.get("missing")):
+            raise self._not_accepted("an answer to load that does not list the missing names")
+        return loaded["missing"]
 
     def function(self, name: str) -> "HostedFunction":
         return HostedFunction(self, name)
@@ -514,11 +605,21 @@ class ImplementationHost:
         except HostFault as fault:
             self.fault = fault
             raise self._failure(fault) from None
+        problem = answer_problem(reply)
+        if problem:
+            raise self._not_accepted(problem)
         if reply[0] == "raised":
             raise _exception(reply[1])
-        if reply[0] == "failed":  # the host's own code, after the implementation returned: the judge's defect
-            raise JudgeError(f"the implementation host's own code raised {reply[1]['type']}: {reply[1]['message']}",
-                             self.oracle, self.recipe)
+        if reply[0] == "failed":
+            # the host's own code raised after the implementation returned; it ran in the implementation's
+            # process, beside objects and patches of the implementation's, and the answer saying so may be the
+            # implementation's own: no more the judge's than a host that crashed (HostFault), but for memory
+            message = f"{reply[1]['type']}: {reply[1]['message']}"
+            if out_of_memory_line([message]):
+                raise JudgeError(f"the implementation host ran out of memory reading what the call returned: "
+                                 f"{message}", self.oracle, self.recipe)
+            raise OracleFailure(self.oracle, f"reading what the call returned in the implementation's process "
+                                             f"raised {message}")
         if reply[0] != expected:
             raise OracleFailure(self.oracle, f"the implementation's process answered {reply[0]!r} to "
                                              f"{message[0]!r}")
@@ -554,8 +655,11 @@ class ImplementationHost:
         try:
             return _Unpickler(io.BytesIO(data)).load()
         except Exception as error:  # noqa: BLE001 - whatever it sent that cannot be read is its finding
-            raise OracleFailure(self.oracle, f"the implementation's process sent what the judge does not "
-                                             f"accept: {error}") from None
+            raise self._not_accepted(str(error)) from None
+
+    def _not_accepted(self, problem: str) -> OracleFailure:
+        return OracleFailure(self.oracle, f"the implementation's process sent what the judge does not accept: "
+                                          f"{problem}")
 
     def _fault(self, kind: str, what: str) -> HostFault:
         from tools.engine.process_end import exit_in_words, last_words
@@ -577,6 +681,9 @@ class ImplementationHost:
     # -- outputs ---------------------------------------------------------------------------------------
     def _outputs(self, sent: dict, poisoned: bool) -> tuple[tuple, list[str]]:
         """The outputs as the judge's own tensors, after checking the facts the host sent."""
+        problem = outputs_problem(sent, self._host_buffers)
+        if problem:
+            raise self._not_accepted(problem)
         if sent["structure"] not in ("none", "tensor", "tuple") or any(t != "torch.Tensor" for t in sent["types"]):
             shown = sent["structure"] if sent["structure"] != "tuple" else f"a tuple of ({', '.join(sent['types'])})"
             if sent["structure"] == "tensor":
@@ -589,15 +696,12 @@ class ImplementationHost:
                 raise OracleFailure(self.oracle, f"returned output {index} of layout {sent['layouts'][index]}: the "
                                                  f"contract's outputs are strided tensors")
             for sent_as in (item, sent["copies"][index] if sent["copies"] else None):
-                if sent_as is not None and isinstance(sent_as[1], tuple) and sent_as[1][0] not in self._host_buffers:
-                    raise OracleFailure(self.oracle, f"sent output {index} in buffer {sent_as[1][0]}, which it never "
-                                                     f"shared with the judge in this cell")
+                if sent_as is not None and sent_as[-1].type != self.device:
+                    raise OracleFailure(self.oracle, f"returned output {index} on {sent_as[-1]}: the call ran on "
+                                                     f"{self.device}")
             output, margined = _rebuilt(item, buffers=self._host_buffers)
             if margined is not None and not margins_intact(*margined):
                 overwritten.append(f"output {index} (shape {tuple(output.shape)} {output.dtype})")
-            if output.device.type != self.device:
-                raise OracleFailure(self.oracle, f"returned output {index} on {output.device}: the call ran on "
-                                                 f"{self.device}")
             copy = _rebuilt(sent["copies"][index], buffers=self._host_buffers)[0] \
                 if sent["copies"] and sent["copies"][index] else None
             if copy is not None and not _same_bytes(output, copy):
@@ -635,16 +739,24 @@ class ImplementationHost:
                     plain, views, its_pairs, moved = self._stage({**dict(enumerate(args)), **kwargs})
                     pairs += its_pairs
                     staged.append((name, plain, views, len(args), poison, moved if self.via_host_memory else None))
-            shares, replies = self._ask(("calls", self._shares(), staged), "returned")
+            answer = self._ask(("calls", self._shares(), staged), "returned")
         finally:
             with self._judge_side("copying the arguments back"):
                 self._unstage(pairs)
-        kinds = [reply[0] if isinstance(reply, tuple) and reply else reply for reply in replies] \
-            if isinstance(replies, list) else [replies]
-        if not isinstance(shares, dict) or not (kinds == ["returned"] * len(calls) or (
+        if type(answer) is not tuple or len(answer) != 2 or type(answer[0]) is not dict or type(answer[1]) is not list \
+                or not all(_is_int(number) and type(buffer) is torch.Tensor for number, buffer in answer[0].items()):
+            raise self._not_accepted("an answer to calls that is not (its buffers, a reply a call)")
+        shares, replies = answer
+        kinds = [reply[0] if type(reply) is tuple and reply else reply for reply in replies]
+        if not (kinds == ["returned"] * len(calls) or (
                 kinds and kinds[:-1] == ["returned"] * (len(kinds) - 1) and kinds[-1] == "raised"
                 and len(kinds) <= len(calls))):
             raise OracleFailure(self.oracle, f"the implementation's process answered {kinds} to {len(calls)} calls")
+        for reply in replies:
+            problem = "a reply of other than two parts" if len(reply) != 2 else \
+                None if reply[0] == "returned" else exception_facts_problem(reply[1])
+            if problem:
+                raise self._not_accepted(problem)
         self._host_buffers.update(shares)
         with self._judge_side("reading the outputs"):
             return [self._outputs(reply[1], poison is not None) if reply[0] == "returned" else _exception(reply[1])
@@ -702,8 +814,11 @@ class HostedFunction:
         except Exception as error:  # noqa: BLE001 - a call that cannot be captured is the finding
             raise OracleFailure("graph_parity", f"the call cannot be captured in a CUDA graph: "
                                                 f"{type(error).__name__}: {error}") from None
+        if type(sent) is not dict:
+            raise host._not_accepted("facts of the captured outputs that are not the protocol's")
         host._outputs({**sent, "copies": None}, poisoned=False)   # the type facts
-        return tuple(_rebuilt(item, copy=False)[0] for item in sent["tensors"]), _Replay(self)
+        outputs = tuple(_rebuilt(item, copy=False, buffers=host._host_buffers)[0] for item in sent["tensors"])
+        return outputs, _Replay(self)
 
 
 @dataclasses.dataclass

@@ -38,8 +38,8 @@ outputs) or ("raised", exception facts), ...])`` (the calls after a raising one 
 ``("captured", outputs)``, ``("replayed",)``, ``("cell_ended", bytes)`` (its caching allocator's most reserved
 since the last cell ended; every buffer of the cell let go on both sides, whose numbers start again from
 nothing), ``("raised", exception facts)`` (the implementation raised),
-``("failed", exception facts)`` (the host's own code did, reading what a call returned: the judge's
-defect).  ``shares``: {buffer number:
+``("failed", exception facts)`` (the host's own code did, reading what a call returned; in the
+implementation's process, so the judge holds it against the implementation, as a crash).  ``shares``: {buffer number:
 uint8 tensor} for the buffers the other side has not been sent yet; ``views``: {argument: (buffer number or
 None for an empty storage, dtype, storage offset, shape, stride, device)}; ``plain``: the other arguments.
 The host ends when its socket closes.
@@ -70,7 +70,10 @@ def _load_beside(repo: str, name: str):
 
 def type_name(value) -> str:
     kind = type(value)
-    return f"{kind.__module__}.{kind.__qualname__}"
+    try:   # a class of the implementation's may answer its own names, or raise
+        return f"{kind.__module__}.{kind.__qualname__}"
+    except Exception:  # noqa: BLE001 - its name is not the judge's to read then
+        return "a class whose name cannot be read"
 
 
 def exception_facts(error: BaseException) -> dict:
@@ -79,14 +82,16 @@ def exception_facts(error: BaseException) -> dict:
 
 
 def _items(returned) -> tuple[str, list]:
-    """How the call returned (``none``, ``tensor``, ``tuple`` or another type's name) and its items."""
+    """How the call returned (``none``, ``tensor``, ``tuple`` or another type's name) and its items.  Exact
+    types only: reading an object of the implementation's classes (a subclass's iteration, a property) runs
+    its code here, which could make the host's own code raise."""
     if returned is None:
         return "none", []
     if type(returned) is tuple:
         return "tuple", list(returned)
-    if isinstance(returned, torch.Tensor):
+    if type(returned) is torch.Tensor:
         return "tensor", [returned]
-    return type_name(returned), list(returned) if isinstance(returned, (list, tuple)) else []
+    return type_name(returned), list(returned) if type(returned) is list else []
 
 
 def _opened(shares: dict) -> dict[int, torch.Tensor]:
@@ -192,7 +197,7 @@ def outputs(returned, poisoned=None, copies=None, via_host_memory: bool = False,
     each argument's go with them, so that the judge sees outputs aliasing an input or each other."""
     structure, items = _items(returned)
     facts = {"structure": structure, "types": [type_name(item) for item in items],
-             "layouts": [str(getattr(item, "layout", "")) for item in items],
+             "layouts": [str(item.layout) if type(item) is torch.Tensor else "" for item in items],
              "tensors": [_sent(item, poisoned, via_host_memory, pool) for item in items],
              "copies": [_sent(copy, None, via_host_memory, pool) for copy in copies] if copies is not None else None,
              "overwritten": poisoned.overwritten_margins() if poisoned is not None else []}
