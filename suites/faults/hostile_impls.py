@@ -224,3 +224,16 @@ class _FactsRaise:
 def returns_an_object_whose_facts_raise(logits):
     """Returns a tuple of an object whose attributes raise when the host reads them for its facts."""
     return (_FactsRaise(),)
+
+
+class _NamedAsTheJudgesError(Exception):
+    pass
+
+
+# its class names itself the judge's own error, whose raising ends a run as the judge's failure (no finding)
+_NamedAsTheJudgesError.__module__, _NamedAsTheJudgesError.__qualname__ = "oracles.judge_errors", "JudgeError"
+
+
+def raises_as_the_judge(logits):
+    """Raises, on every input, an exception whose class says it is the judge's own error."""
+    raise _NamedAsTheJudgesError("the judge's own code failed (a hostile control)")

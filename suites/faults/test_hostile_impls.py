@@ -69,6 +69,7 @@ def test_a_correct_implementation_still_passes():
     ("answers_an_output_beyond_its_bytes", "parity", "outside the 8 bytes it came in"),
     ("answers_that_its_host_failed", "parity", "in the implementation's process raised builtins.KeyError"),
     ("returns_an_object_whose_facts_raise", "parity", "a tuple of (suites.faults.hostile_impls._FactsRaise)"),
+    ("raises_as_the_judge", "parity", "raised Exception: the judge's own code failed"),
 ])
 def test_a_hostile_implementation_fails_its_cell(name, oracle, says):
     result = _judged(name)

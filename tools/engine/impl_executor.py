@@ -59,6 +59,7 @@ from oracles.bitwise import bit_pattern
 from oracles.failures import OracleFailure
 from oracles.judge_errors import JudgeError, judge_error, out_of_memory_line
 from oracles.tensors import storage_bytes
+from tools.cli import PROJECT_PACKAGES
 from tools.engine.activity import Activity
 from tools.engine.sessions import keep_niceness
 
@@ -240,11 +241,16 @@ class _Unpickler(pickle.Unpickler):
 
 def _exception(facts: dict) -> Exception:
     """The host's exception as one of the judge's classes: the first of its bases that the judge already
-    has loaded (a builtin, or the contract's own error), with the host's message."""
+    has loaded (a builtin, or the contract's own error), with the host's message.  Never one of this project's
+    classes: the implementation names its classes as it likes, and one named the judge's own error would end
+    the run as the judge's failure, concluding nothing about it."""
     for qualified in facts["mro"]:
         module, _, name = qualified.rpartition(".")
+        if module.partition(".")[0] in PROJECT_PACKAGES:
+            continue
         found = getattr(builtins, name, None) if module == "builtins" else getattr(sys.modules.get(module), name, None)
-        if isinstance(found, type) and issubclass(found, Exception):
+        if isinstance(found, type) and issubclass(found, Exception) \
+                and not issubclass(found, (JudgeError, OracleFailure, HostFault)):
             try:
                 return found(facts["message"])
             except TypeError:
