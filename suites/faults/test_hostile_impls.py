@@ -79,6 +79,23 @@ def test_a_hostile_implementation_fails_its_cell(name, oracle, says):
 
 
 @pytest.mark.cpu
+def test_a_judges_class_found_under_another_modules_name_is_not_rebuilt(monkeypatch):
+    """An exception whose class names itself ``__main__.JudgeError``, where the judge's ``__main__`` imported
+    JudgeError: skipped by class, not only by module, and rebuilt as its next base."""
+    import types
+
+    from oracles.judge_errors import JudgeError
+    from tools.engine.impl_executor import _exception
+
+    main = types.ModuleType("__main__")
+    main.JudgeError = JudgeError
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    error = _exception({"type": "__main__.JudgeError", "mro": ["__main__.JudgeError", "builtins.Exception"],
+                        "message": "the judge's own code failed (a hostile control)"})
+    assert type(error) is Exception and str(error) == "the judge's own code failed (a hostile control)"
+
+
+@pytest.mark.cpu
 def test_writing_an_input_lands_in_the_judges_memory_and_fails():
     """The host writes a shared copy; the judge copies it back and sees it.  Batch invariance hands the
     implementation views of the example itself, so the zeroed rows may fail it before the write guards."""

@@ -243,7 +243,8 @@ def _exception(facts: dict) -> Exception:
     """The host's exception as one of the judge's classes: the first of its bases that the judge already
     has loaded (a builtin, or the contract's own error), with the host's message.  Never one of this project's
     classes: the implementation names its classes as it likes, and one named the judge's own error would end
-    the run as the judge's failure, concluding nothing about it."""
+    the run as the judge's failure, concluding nothing about it.  Both by module and by class: a verdict class
+    is found under other modules' names too (a tool's ``__main__`` imports JudgeError)."""
     for qualified in facts["mro"]:
         module, _, name = qualified.rpartition(".")
         if module.partition(".")[0] in PROJECT_PACKAGES:
@@ -579,7 +580,7 @@ class ImplementationHost:
             self._no_cell_buffers()
             if self.device == "cuda":
                 torch.cuda.ipc_collect()   # staging buffers the host held open as this side let go of them
-        return peak if type(peak) is int and peak >= 0 else None
+        return peak if _is_int(peak) and peak >= 0 else None
 
     def close(self) -> None:
         """End the host and everything it started (its process group)."""
@@ -759,8 +760,7 @@ class ImplementationHost:
                 and len(kinds) <= len(calls))):
             raise OracleFailure(self.oracle, f"the implementation's process answered {kinds} to {len(calls)} calls")
         for reply in replies:
-            problem = "a reply of other than two parts" if len(reply) != 2 else \
-                None if reply[0] == "returned" else exception_facts_problem(reply[1])
+            problem = answer_problem(reply) or (None if len(reply) == 2 else "a reply of other than two parts")
             if problem:
                 raise self._not_accepted(problem)
         self._host_buffers.update(shares)
